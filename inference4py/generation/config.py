@@ -1,0 +1,243 @@
+"""GenerationConfig: the settings of one generation call.
+
+Field names and meanings follow transformers' ``GenerationConfig`` so a folder's
+``generation_config.json`` can be read as-is and results can be compared with
+``model.generate()``.  Values are validated at construction; an invalid value
+raises :class:`~inference4py.errors.ConfigurationError` naming the valid range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Union
+
+from inference4py.errors import ConfigurationError, ModelLoadError
+
+__all__ = ["GenerationConfig"]
+
+EarlyStopping = Union[bool, str]
+
+
+def _as_id_list(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, int):
+        return (int(value),)
+    return tuple(int(v) for v in value)
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """Settings of a generation call, with transformers' names and semantics.
+
+    Args:
+        max_new_tokens: Tokens to generate at most (>= 1).
+        min_new_tokens: EOS is blocked until this many tokens were generated.
+        do_sample: Sample from the distribution instead of taking the argmax.
+        temperature: Logit divisor when sampling (> 0); ``0`` means greedy.
+        top_k: Keep the k most likely tokens (0 disables).
+        top_p: Keep the smallest set with cumulative probability >= top_p, in (0, 1].
+        min_p: Drop tokens less likely than ``min_p`` times the top token, in [0, 1].
+        repetition_penalty: > 0; 1.0 disables (CTRL-style, as in transformers).
+        no_repeat_ngram_size: Forbid repeating n-grams of this size (0 disables).
+        num_beams: Beam width (1 = no beam search).
+        num_return_sequences: Sequences to return (<= num_beams without sampling).
+        length_penalty: Exponent on the length in beam scores.
+        early_stopping: True, False or "never" (transformers' semantics).
+        eos_token_id: Token ids that end generation.
+        pad_token_id: Padding id for batches.
+        bos_token_id: Beginning-of-sequence id (informational).
+        decoder_start_token_id: First decoder token of encoder-decoder models.
+        forced_bos_token_id: Token forced as the first generated token.
+        forced_eos_token_id: Token forced when the length limit is reached.
+        bad_words_ids: Token sequences that must never be generated.
+        suppress_tokens: Token ids whose logits are set to -inf at every step.
+        begin_suppress_tokens: Token ids suppressed at the first generated step.
+        stop_sequences: Strings that end generation; they never appear in the output.
+        seed: Seed of the sampler's random generator (None = random).
+    """
+
+    max_new_tokens: int = 256
+    min_new_tokens: int = 0
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+    num_beams: int = 1
+    num_return_sequences: int = 1
+    length_penalty: float = 1.0
+    early_stopping: EarlyStopping = False
+    eos_token_id: tuple[int, ...] = ()
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    decoder_start_token_id: int | None = None
+    forced_bos_token_id: int | None = None
+    forced_eos_token_id: int | None = None
+    bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    suppress_tokens: tuple[int, ...] = ()
+    begin_suppress_tokens: tuple[int, ...] = ()
+    stop_sequences: tuple[str, ...] = ()
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        # Normalise containers so configs are hashable and comparable.
+        object.__setattr__(self, "eos_token_id", _as_id_list(self.eos_token_id))
+        object.__setattr__(self, "suppress_tokens", _as_id_list(self.suppress_tokens))
+        object.__setattr__(self, "begin_suppress_tokens", _as_id_list(self.begin_suppress_tokens))
+        object.__setattr__(
+            self, "bad_words_ids", tuple(tuple(int(t) for t in seq) for seq in (self.bad_words_ids or ()))
+        )
+        stops = self.stop_sequences
+        if isinstance(stops, str):
+            stops = (stops,)
+        object.__setattr__(self, "stop_sequences", tuple(stops or ()))
+        self._validate()
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self) -> None:
+        def bad(name: str, value: Any, valid: str) -> ConfigurationError:
+            return ConfigurationError(f"{name}={value!r} is invalid: {name} must be {valid}.")
+
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise bad("max_new_tokens", self.max_new_tokens, "an integer >= 1")
+        if not isinstance(self.min_new_tokens, int) or self.min_new_tokens < 0:
+            raise bad("min_new_tokens", self.min_new_tokens, "an integer >= 0")
+        if not isinstance(self.temperature, (int, float)) or self.temperature < 0 or self.temperature != self.temperature:
+            raise bad("temperature", self.temperature, "a number >= 0 (0 means greedy)")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise bad("top_k", self.top_k, "an integer >= 0 (0 disables top-k)")
+        if not isinstance(self.top_p, (int, float)) or not (0.0 < self.top_p <= 1.0):
+            raise bad("top_p", self.top_p, "in (0, 1] (1.0 disables top-p)")
+        if not isinstance(self.min_p, (int, float)) or not (0.0 <= self.min_p <= 1.0):
+            raise bad("min_p", self.min_p, "in [0, 1] (0 disables min-p)")
+        if not isinstance(self.repetition_penalty, (int, float)) or self.repetition_penalty <= 0:
+            raise bad("repetition_penalty", self.repetition_penalty, "a number > 0 (1.0 disables it)")
+        if not isinstance(self.no_repeat_ngram_size, int) or self.no_repeat_ngram_size < 0:
+            raise bad("no_repeat_ngram_size", self.no_repeat_ngram_size, "an integer >= 0")
+        if not isinstance(self.num_beams, int) or self.num_beams < 1:
+            raise bad("num_beams", self.num_beams, "an integer >= 1")
+        if not isinstance(self.num_return_sequences, int) or self.num_return_sequences < 1:
+            raise bad("num_return_sequences", self.num_return_sequences, "an integer >= 1")
+        if not self.sampling and self.num_return_sequences > self.num_beams:
+            raise ConfigurationError(
+                f"num_return_sequences={self.num_return_sequences} is larger than num_beams={self.num_beams}: "
+                "without sampling a search returns at most num_beams sequences. Raise num_beams, "
+                "or set do_sample=True to draw independent samples."
+            )
+        if self.early_stopping not in (True, False, "never"):
+            raise bad("early_stopping", self.early_stopping, 'True, False or "never"')
+        if self.min_new_tokens > self.max_new_tokens:
+            raise ConfigurationError(
+                f"min_new_tokens={self.min_new_tokens} is larger than max_new_tokens={self.max_new_tokens}; "
+                "lower min_new_tokens or raise max_new_tokens."
+            )
+        for s in self.stop_sequences:
+            if not isinstance(s, str) or not s:
+                raise bad("stop_sequences", self.stop_sequences, "a list of non-empty strings")
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def sampling(self) -> bool:
+        """True when tokens are drawn at random (do_sample and temperature > 0)."""
+        return bool(self.do_sample) and self.temperature > 0
+
+    def replace(self, **changes: Any) -> "GenerationConfig":
+        """Return a copy with some fields changed (validated again).
+
+        Raises:
+            ConfigurationError: for an unknown field name or an invalid value.
+        """
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise ConfigurationError(
+                f"Unknown generation option(s): {', '.join(unknown)}. Valid options: {', '.join(sorted(known))}."
+            )
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], **overrides: Any) -> "GenerationConfig":
+        """Build from a transformers-style dict, ignoring keys we do not use.
+
+        ``max_length`` / ``min_length`` are total lengths in transformers; they are
+        kept out of the config and must be converted by the caller who knows the
+        prompt length (see :meth:`from_model_folder`).
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known and v is not None}
+        values.update(overrides)
+        return cls(**values)
+
+    @classmethod
+    def from_model_folder(cls, folder: str | os.PathLike[str], **overrides: Any) -> "GenerationConfig":
+        """Defaults from ``generation_config.json`` (and ``config.json`` ids) of a model folder."""
+        data = read_generation_defaults(folder)
+        return cls.from_dict(data, **overrides)
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise ModelLoadError(f"{path} is not valid JSON ({exc}). Re-download the model or fix the file.") from exc
+    if not isinstance(data, dict):
+        raise ModelLoadError(f"{path} must contain a JSON object.")
+    return data
+
+
+_ID_KEYS = ("eos_token_id", "pad_token_id", "bos_token_id", "decoder_start_token_id",
+            "forced_bos_token_id", "forced_eos_token_id")
+
+
+def read_generation_defaults(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """Generation defaults as transformers would resolve them for a folder.
+
+    transformers builds the generation config from ``generation_config.json`` when
+    present, otherwise from the generation keys of ``config.json``.  Special token
+    ids missing from generation_config.json fall back to config.json.  The
+    returned dict may contain ``max_length`` / ``min_length`` (total lengths).
+    """
+    folder = os.fspath(folder)
+    cfg_path = os.path.join(folder, "config.json")
+    gen_path = os.path.join(folder, "generation_config.json")
+    model_cfg = _read_json(cfg_path) if os.path.isfile(cfg_path) else {}
+    if os.path.isfile(gen_path):
+        data = _read_json(gen_path)
+        for key in _ID_KEYS:
+            if data.get(key) is None and model_cfg.get(key) is not None:
+                data[key] = model_cfg[key]
+    else:
+        data = {k: v for k, v in model_cfg.items() if k in _GEN_KEYS_IN_MODEL_CONFIG}
+    # Older configs nest task defaults; transformers ignores them for generate().
+    return data
+
+
+_GEN_KEYS_IN_MODEL_CONFIG = frozenset(
+    {
+        "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "temperature", "top_k",
+        "top_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "bad_words_ids",
+        "num_return_sequences", "suppress_tokens", "begin_suppress_tokens", *_ID_KEYS,
+    }
+)
+
+
+def merge_overrides(base: GenerationConfig, overrides: Mapping[str, Any] | None) -> GenerationConfig:
+    """Apply call/builder overrides (None values mean "not set")."""
+    if not overrides:
+        return base
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    return base.replace(**changes) if changes else base
+
+
+def id_tuple(values: Iterable[int] | int | None) -> tuple[int, ...]:
+    return _as_id_list(values)
