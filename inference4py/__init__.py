@@ -1,0 +1,66 @@
+"""inference4py: run generative ONNX models from Python.
+
+Task classes with one-line presets and builders over a native generation loop on
+ONNX Runtime::
+
+    from inference4py import OnnxTextGenerator
+
+    with OnnxTextGenerator.smolLM2().max_new_tokens(64).build() as gen:
+        print(gen.generate("What is Java?").text)
+
+Public names are imported lazily so that ``import inference4py`` (and the CLI's
+``--help``) stays fast and does not load onnxruntime until a model is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    "OnnxTextGenerator": "inference4py.tasks.text_generation",
+    "TextGeneratorBuilder": "inference4py.tasks.text_generation",
+    "GenerationConfig": "inference4py.generation.config",
+    "GenerationResult": "inference4py.generation.result",
+    "GenerationChunk": "inference4py.generation.result",
+    "Candidate": "inference4py.generation.result",
+    "Tokenizer": "inference4py.tokenization",
+    "load_tokenizer": "inference4py.tokenization",
+    "Inference4pyError": "inference4py.errors",
+    "ConfigurationError": "inference4py.errors",
+    "InvalidInputError": "inference4py.errors",
+    "PromptTooLongError": "inference4py.errors",
+    "ModelNotFoundError": "inference4py.errors",
+    "ModelFilesMissingError": "inference4py.errors",
+    "ModelLoadError": "inference4py.errors",
+    "UnsupportedModelError": "inference4py.errors",
+    "PipelineSpecError": "inference4py.errors",
+    "HubError": "inference4py.errors",
+    "InferenceError": "inference4py.errors",
+    "AudioError": "inference4py.errors",
+    "GeneratorClosedError": "inference4py.errors",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from inference4py.errors import *  # noqa: F401,F403
+    from inference4py.generation.config import GenerationConfig
+    from inference4py.generation.result import Candidate, GenerationChunk, GenerationResult
+    from inference4py.tasks.text_generation import OnnxTextGenerator, TextGeneratorBuilder
+    from inference4py.tokenization import Tokenizer, load_tokenizer
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'inference4py' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

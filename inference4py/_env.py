@@ -1,0 +1,139 @@
+"""The one place where inference4py reads environment variables.
+
+Every value is read **at call time**, never at import: a process (or a test) may
+change the environment after ``import inference4py`` and the next call sees it.
+(huggingface_hub, by contrast, freezes its settings in ``huggingface_hub.constants``
+when it is first imported; :mod:`inference4py.hub` therefore passes the values
+read here -- cache folder, offline mode, endpoint -- explicitly to every
+huggingface_hub call.)
+
+Variables
+---------
+``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` / ``INFERENCE4PY_OFFLINE``
+    ``1``/``true``/``yes``/``on`` (any case) turns on offline mode: models given
+    by hub id are only looked up in the local Hugging Face cache, never
+    downloaded.  ``INFERENCE4PY_OFFLINE`` affects inference4py only; the
+    ``HF_*`` variables are shared with transformers and huggingface_hub.
+``HF_HUB_CACHE`` / ``HUGGINGFACE_HUB_CACHE`` / ``HF_HOME`` / ``XDG_CACHE_HOME``
+    Where the shared Hugging Face cache lives, resolved like huggingface_hub
+    does: ``$HF_HUB_CACHE``, else ``$HUGGINGFACE_HUB_CACHE``, else
+    ``$HF_HOME/hub``, else ``$XDG_CACHE_HOME/huggingface/hub``, else
+    ``~/.cache/huggingface/hub``.
+``HF_ENDPOINT``
+    Base URL of the Hub (a mirror or a private Hub), e.g.
+    ``https://hf-mirror.example``.  Unset: huggingface_hub's default.
+``HF_TOKEN``
+    Access token for private and gated repositories.  inference4py never reads
+    it: huggingface_hub does, when no ``token=`` is passed.  Documented here so
+    that all the variables that matter are listed in one place.
+``INFERENCE4PY_NUM_THREADS``
+    Default number of onnxruntime intra-op threads (a positive integer) when a
+    builder does not set one.  Unset or empty: onnxruntime's default.
+``INFERENCE4PY_PROVIDERS``
+    Default onnxruntime execution providers, a comma-separated list in priority
+    order, e.g. ``CUDAExecutionProvider,CPUExecutionProvider``.  Unset or
+    empty: CPU.  Names are not validated here (that would import onnxruntime);
+    session creation checks them against the installed onnxruntime.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from inference4py.errors import ConfigurationError
+
+__all__ = [
+    "offline",
+    "offline_setting",
+    "hf_hub_cache",
+    "hf_endpoint",
+    "default_num_threads",
+    "default_providers",
+]
+
+_TRUE_VALUES = frozenset({"1", "ON", "YES", "TRUE"})
+_OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "INFERENCE4PY_OFFLINE")
+
+
+def _is_true(value: str | None) -> bool:
+    return value is not None and value.strip().upper() in _TRUE_VALUES
+
+
+def _get(name: str) -> str | None:
+    """The variable's value, with empty or blank values treated as unset."""
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        return None
+    return value.strip()
+
+
+def offline() -> bool:
+    """True when offline mode is on (see the module docstring for the variables)."""
+    return offline_setting() is not None
+
+
+def offline_setting() -> str | None:
+    """The setting that turned offline mode on, e.g. ``"HF_HUB_OFFLINE=1"``, or None."""
+    for name in _OFFLINE_VARIABLES:
+        value = os.environ.get(name)
+        if _is_true(value):
+            return f"{name}={value}"
+    return None
+
+
+def hf_hub_cache() -> Path:
+    """The Hugging Face hub cache folder, resolved like huggingface_hub does."""
+    explicit = _get("HF_HUB_CACHE") or _get("HUGGINGFACE_HUB_CACHE")
+    if explicit is not None:
+        return Path(os.path.expandvars(explicit)).expanduser()
+    home = _get("HF_HOME")
+    if home is None:
+        cache_home = _get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+        home = os.path.join(cache_home, "huggingface")
+    return Path(os.path.expandvars(home)).expanduser() / "hub"
+
+
+def hf_endpoint() -> str | None:
+    """``HF_ENDPOINT`` without a trailing slash, or None for huggingface_hub's default."""
+    value = _get("HF_ENDPOINT")
+    return value.rstrip("/") if value is not None else None
+
+
+def default_num_threads() -> int | None:
+    """``INFERENCE4PY_NUM_THREADS`` as a positive int, or None when unset.
+
+    Raises:
+        ConfigurationError: the value is not a positive integer.
+    """
+    value = _get("INFERENCE4PY_NUM_THREADS")
+    if value is None:
+        return None
+    try:
+        threads = int(value)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise ConfigurationError(
+            f"INFERENCE4PY_NUM_THREADS={value!r} is not a positive integer; "
+            "set it to the number of intra-op threads (e.g. 4) or unset it."
+        )
+    return threads
+
+
+def default_providers() -> list[str] | None:
+    """``INFERENCE4PY_PROVIDERS`` split on commas, or None when unset.
+
+    Raises:
+        ConfigurationError: the list contains an empty name (e.g. ``"CUDA,,CPU"``).
+    """
+    value = _get("INFERENCE4PY_PROVIDERS")
+    if value is None:
+        return None
+    providers = [name.strip() for name in value.split(",")]
+    if not all(providers):
+        raise ConfigurationError(
+            f"INFERENCE4PY_PROVIDERS={value!r} contains an empty provider name; use a "
+            "comma-separated list such as 'CUDAExecutionProvider,CPUExecutionProvider'."
+        )
+    return providers

@@ -1,0 +1,72 @@
+"""Result types of a generation call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["GenerationResult", "GenerationChunk", "Candidate", "FinishReason"]
+
+FinishReason = Literal["eos", "length", "stop"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One returned sequence (beam search and multiple samples return several)."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    score: float | None = None
+    finish_reason: FinishReason = "length"
+
+
+@dataclass(frozen=True)
+class GenerationChunk:
+    """One step of a stream: the text that became final with this token.
+
+    ``text`` may be empty (a token that completes no character yet, or text
+    held back because it may start a stop sequence).  ``finish_reason`` is set
+    on the last chunk only.
+    """
+
+    text: str
+    token_id: int | None
+    finish_reason: FinishReason | None = None
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """What one generation call produced.
+
+    Attributes:
+        text: The generated text (the best candidate's), without the prompt and
+            without any stop sequence.
+        token_ids: Generated token ids only (as transformers returns them: an EOS
+            token that ended generation is included).
+        prompt_tokens: Number of tokens in the (templated) prompt.
+        generated_tokens: Number of tokens generated.
+        finish_reason: "eos", "length" or "stop".
+        duration: Wall time of the call in seconds.
+        time_to_first_token: Seconds from the call until the first token was chosen.
+        candidates: Every returned sequence, best first.
+    """
+
+    text: str
+    token_ids: tuple[int, ...]
+    prompt_tokens: int
+    generated_tokens: int
+    finish_reason: FinishReason
+    duration: float
+    time_to_first_token: float
+    candidates: tuple[Candidate, ...] = field(default=())
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Decode speed: tokens after the first, per second of decoding (0.0 if undefined)."""
+        decode_time = self.duration - self.time_to_first_token
+        if self.generated_tokens <= 1 or decode_time <= 0:
+            return 0.0
+        return (self.generated_tokens - 1) / decode_time
+
+    def __str__(self) -> str:
+        return self.text

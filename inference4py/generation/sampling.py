@@ -1,0 +1,170 @@
+"""Token choice from processed scores: greedy argmax or sampling.
+
+:func:`make_sampler` returns a callable ``(scores, rng) -> token ids`` that takes
+the scores *after* :func:`~inference4py.generation.processors.make_logits_processors`
+and applies the sampling warpers itself.  The distribution it draws from is the
+one transformers' warpers define (temperature, then top-k, top-p, min-p: the
+same kept tokens and the same probabilities), computed with less work: top-k
+selects candidates with ``np.argpartition`` and every later step works on those
+k candidates only; the draw is one uniform number per row against float64
+cumulative probabilities, vectorised over the batch.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from inference4py.generation.config import GenerationConfig
+from inference4py.generation.processors import (
+    _min_p_remove,
+    _sort_ascending,
+    _top_p_remove_sorted,
+    min_tokens_to_keep,
+)
+
+__all__ = ["Sampler", "make_sampler", "make_rng", "greedy"]
+
+Sampler = Callable[[np.ndarray, np.random.Generator], np.ndarray]
+"""``(scores float32 [batch, vocab], rng) -> token ids int64 [batch]``."""
+
+_NEG_INF = np.float32(-np.inf)
+
+
+def make_rng(seed: int | None) -> np.random.Generator:
+    """A numpy random generator; ``None`` seeds it from the OS."""
+    return np.random.default_rng(seed)
+
+
+def greedy(scores: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+    """Argmax of each row; ties go to the lowest token id, like ``torch.argmax``."""
+    return np.argmax(scores, axis=-1).astype(np.int64, copy=False)
+
+
+def make_sampler(config: GenerationConfig) -> Sampler:
+    """The token chooser for ``config``: greedy, or sampling with its warpers.
+
+    Greedy when ``do_sample`` is false or ``temperature`` is 0.  Otherwise the
+    sampler applies temperature, top-k, top-p and min-p (in transformers' order,
+    with transformers' ``min_tokens_to_keep``) and draws one token per row.
+
+    Args:
+        config: Generation settings, already validated.
+
+    Returns:
+        ``sampler(scores, rng) -> int64 [batch]`` taking float32 ``[batch, vocab]``
+        scores processed by the logits processors.  ``scores`` is not modified.
+
+    Example:
+        >>> sampler = make_sampler(GenerationConfig(do_sample=True, top_k=50, seed=0))
+        >>> sampler(np.zeros((2, 100), np.float32), make_rng(0)).shape
+        (2,)
+    """
+    if not config.sampling:
+        return greedy
+    return _WarpedSampler(
+        temperature=float(config.temperature),
+        top_k=int(config.top_k),
+        top_p=float(config.top_p),
+        min_p=float(config.min_p),
+        min_tokens_to_keep=min_tokens_to_keep(config),
+    )
+
+
+class _WarpedSampler:
+    __slots__ = ("temperature", "top_k", "top_p", "min_p", "min_tokens_to_keep")
+
+    def __init__(self, *, temperature: float, top_k: int, top_p: float, min_p: float, min_tokens_to_keep: int) -> None:
+        self.temperature = temperature
+        self.min_tokens_to_keep = min_tokens_to_keep
+        self.top_k = max(top_k, min_tokens_to_keep) if top_k > 0 else 0
+        self.top_p = top_p
+        self.min_p = min_p
+
+    def __repr__(self) -> str:
+        return (
+            f"Sampler(temperature={self.temperature}, top_k={self.top_k}, top_p={self.top_p}, "
+            f"min_p={self.min_p}, min_tokens_to_keep={self.min_tokens_to_keep})"
+        )
+
+    def __call__(self, scores: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        s = np.asarray(scores, dtype=np.float32)
+        if self.temperature != 1.0:
+            s = s / np.float32(self.temperature)  # float32 like transformers; new array
+        batch, vocab = s.shape
+        keep = self.min_tokens_to_keep
+
+        idx: np.ndarray | None = None  # token id of each column of ``vals``; None = identity
+        ascending = False  # whether each row of ``vals`` is sorted ascending
+        if 0 < self.top_k < vocab:
+            idx, vals = _top_k_candidates(s, self.top_k)
+            # Ascending by score, equal scores with the higher id first (see _sort_ascending).
+            order = np.lexsort((-idx, vals), axis=-1)
+            idx = np.take_along_axis(idx, order, axis=1)
+            vals = np.take_along_axis(vals, order, axis=1)
+            ascending = True
+        elif self.top_p < 1.0:
+            idx = _sort_ascending(s)
+            vals = np.take_along_axis(s, idx, axis=1)
+            ascending = True
+        else:
+            vals = s
+
+        if self.top_p < 1.0:
+            vals = np.where(_top_p_remove_sorted(vals, self.top_p, keep), _NEG_INF, vals)
+        if self.min_p > 0.0:
+            remove = _min_p_remove(vals, self.min_p)
+            if keep > 1:
+                if ascending:
+                    remove[:, vals.shape[1] - keep :] = False
+                else:
+                    top = np.argpartition(-vals, keep - 1, axis=1)[:, :keep]
+                    np.put_along_axis(remove, top, False, axis=1)
+            vals = np.where(remove, _NEG_INF, vals)
+
+        pos = _draw(vals, rng)
+        if idx is None:
+            return pos
+        return idx[np.arange(batch), pos]
+
+
+def _top_k_candidates(s: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Columns holding every score >= the k-th largest of its row.
+
+    transformers keeps all tokens tied with the k-th score, so a row may keep
+    more than k; then every row gets the widest count and the surplus columns
+    of the other rows are masked with -inf.
+
+    Returns:
+        ``(ids int64 [batch, K], scores float32 [batch, K])`` in no particular order.
+    """
+    batch, vocab = s.shape
+    part = np.argpartition(s, vocab - k, axis=1)
+    rows = np.arange(batch)
+    kth = s[rows, part[:, vocab - k]][:, None]  # [batch, 1]
+    width = int((s >= kth).sum(axis=1).max())
+    if width > k:
+        part = np.argpartition(s, vocab - width, axis=1)
+    ids = part[:, vocab - width :]
+    vals = np.take_along_axis(s, ids, axis=1)
+    if width > k:
+        vals = np.where(vals < kth, _NEG_INF, vals)
+    return ids.astype(np.int64, copy=False), vals
+
+
+def _draw(vals: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One draw per row from softmax(vals) with one uniform number per row.
+
+    Cumulative probabilities are in float64; a column with probability 0 (score
+    -inf) can never be chosen.
+    """
+    weights = vals.astype(np.float64)
+    weights -= weights.max(axis=1, keepdims=True)
+    np.exp(weights, out=weights)
+    cumulative = np.cumsum(weights, axis=1)  # [batch, n]
+    total = cumulative[:, -1]
+    # u in [0, 1); keep the target strictly below the total so it falls on a
+    # column with positive weight even when u * total rounds up.
+    target = np.minimum(rng.random(vals.shape[0]) * total, np.nextafter(total, 0.0))
+    return (cumulative <= target[:, None]).sum(axis=1).astype(np.int64)

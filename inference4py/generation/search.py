@@ -1,0 +1,68 @@
+"""Token selection loops over a step model: greedy and sampling (beam search: see beam.py).
+
+``generate_step`` is the lowest tier of generation: it feeds the prompt, then
+yields one token id per step until EOS or ``max_new_tokens``.  It never runs a
+forward pass whose logits would not be used.  Stop strings are not its
+business: the caller stops iterating (see :mod:`inference4py.generation.generate`).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Protocol, Sequence
+
+import numpy as np
+
+from inference4py.generation.config import GenerationConfig
+from inference4py.generation.processors import LogitsProcessor
+from inference4py.generation.sampling import Sampler
+
+__all__ = ["StepModel", "generate_step"]
+
+
+class StepModel(Protocol):
+    """What the loop needs from the engine (DecoderState, Seq2SeqState)."""
+
+    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray: ...
+
+    def step(self, tokens: np.ndarray) -> np.ndarray: ...
+
+
+def generate_step(
+    model: StepModel,
+    prompt_ids: Sequence[int],
+    config: GenerationConfig,
+    *,
+    processors: Sequence[LogitsProcessor],
+    sampler: Sampler,
+    rng: np.random.Generator,
+) -> Iterator[int]:
+    """Yield generated token ids one at a time (batch of one).
+
+    Args:
+        model: a fresh step model (its cache is empty).
+        prompt_ids: the tokens fed first (decoder-only: the prompt; encoder-decoder:
+            the decoder start tokens).
+        config: max_new_tokens and eos ids are read from it.
+        processors: logits processors, applied in order to ``(ids, scores)``.
+        sampler: picks the next token from the processed scores.
+        rng: random generator handed to the sampler.
+    """
+    n = len(prompt_ids)
+    # One buffer for the whole sequence: processors see a view, nothing grows per step.
+    ids = np.empty((1, n + config.max_new_tokens), dtype=np.int64)  # [1, prompt + new]
+    ids[0, :n] = prompt_ids
+    eos = frozenset(config.eos_token_id)
+    logits = model.prefill(ids[:, :n])  # [1, vocab]
+    step_input = np.empty((1,), dtype=np.int64)
+    for i in range(config.max_new_tokens):
+        cur = n + i
+        scores = logits
+        for proc in processors:
+            scores = proc(ids[:, :cur], scores)
+        token = int(sampler(scores, rng)[0])
+        ids[0, cur] = token
+        yield token
+        if token in eos or i + 1 == config.max_new_tokens:
+            return
+        step_input[0] = token
+        logits = model.step(step_input)

@@ -1,0 +1,325 @@
+"""What every generative task class shares: the builder and the generate/stream facade.
+
+A task class is a preset: a few recorded parameters (default model, prompt
+format, chat template) over the generic engine.  Builders are chainable,
+validate each value when it is set, and record only what the user set, so
+everything else comes from the model folder (config.json,
+generation_config.json, tokenizer files).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Generic, Iterator, Mapping, Sequence, TypeVar
+
+from inference4py.engine.sessions import SessionOptions
+from inference4py.errors import ConfigurationError, GeneratorClosedError, InvalidInputError, PromptTooLongError
+from inference4py.generation.config import GenerationConfig, read_generation_defaults
+from inference4py.generation.processors import LogitsProcessor
+
+__all__ = ["GenerationBuilder", "DEFAULT_MAX_NEW_TOKENS"]
+
+DEFAULT_MAX_NEW_TOKENS = 256
+
+_GEN_FIELDS = {f.name for f in dataclasses.fields(GenerationConfig)}
+
+T = TypeVar("T")
+B = TypeVar("B", bound="GenerationBuilder[Any]")
+
+
+class GenerationBuilder(Generic[T]):
+    """Chainable, validated options shared by every generative task class.
+
+    Subclasses set ``_task`` (the class ``build()`` creates) and may add
+    options of their own.  Each setter returns the builder.
+    """
+
+    _task: Any = None
+
+    def __init__(self, *, preset: str | None = None, model_id: str | None = None, **preset_fields: Any) -> None:
+        self._preset = preset
+        self._model_id = model_id
+        self._model_path: str | None = None
+        self._revision: str | None = None
+        self._token: str | bool | None = None
+        self._local_files_only = False
+        self._providers: tuple[str, ...] | None = None
+        self._threads: int | None = None
+        self._generation: dict[str, Any] = {}
+        self._stops: list[str] = []
+        self._eos: list[int] = []
+        self._processors: list[LogitsProcessor] = []
+        self._preset_fields = dict(preset_fields)
+
+    # ------------------------------------------------------------------ where the model comes from
+    def model_id(self: B, model_id: str) -> B:
+        """Hugging Face repo id to download (``"org/name"``)."""
+        if not isinstance(model_id, str) or not model_id.strip():
+            raise ConfigurationError("model_id must be a non-empty string like 'inference4j/gpt2'.")
+        self._model_id, self._model_path = model_id, None
+        return self
+
+    def model_path(self: B, path: str | os.PathLike[str]) -> B:
+        """Local model folder (no download)."""
+        self._model_path, self._model_id = os.fspath(path), None
+        return self
+
+    def revision(self: B, revision: str) -> B:
+        """Branch, tag or commit of the hub repo."""
+        self._revision = revision
+        return self
+
+    def token(self: B, token: str | bool) -> B:
+        """Hugging Face token for private or gated repos (default: HF_TOKEN / the saved login)."""
+        self._token = token
+        return self
+
+    def local_files_only(self: B, value: bool = True) -> B:
+        """Never contact the hub; use the local cache only."""
+        self._local_files_only = bool(value)
+        return self
+
+    def providers(self: B, providers: Sequence[str]) -> B:
+        """onnxruntime execution providers in priority order."""
+        if isinstance(providers, str):
+            providers = [providers]
+        self._providers = tuple(providers)
+        SessionOptions(providers=self._providers)  # validates now
+        return self
+
+    def intra_op_threads(self: B, threads: int) -> B:
+        """Threads onnxruntime may use inside one operator."""
+        SessionOptions(intra_op_threads=threads)
+        self._threads = threads
+        return self
+
+    # ------------------------------------------------------------------ generation options
+    def _set(self: B, **values: Any) -> B:
+        trial = {**self._generation, **values}
+        try:
+            GenerationConfig(**{k: v for k, v in trial.items() if k in _GEN_FIELDS})
+        except ConfigurationError:
+            # Re-check the new values alone so the error names them, not a combination.
+            GenerationConfig(**values)
+            raise
+        self._generation.update(values)
+        return self
+
+    def max_new_tokens(self: B, n: int) -> B:
+        """Generate at most ``n`` tokens."""
+        return self._set(max_new_tokens=n)
+
+    def min_new_tokens(self: B, n: int) -> B:
+        """Block EOS until ``n`` tokens were generated."""
+        return self._set(min_new_tokens=n)
+
+    def do_sample(self: B, value: bool = True) -> B:
+        """Sample (True) or take the most likely token (False)."""
+        return self._set(do_sample=bool(value))
+
+    def greedy(self: B) -> B:
+        """Always take the most likely token."""
+        return self._set(do_sample=False)
+
+    def temperature(self: B, t: float) -> B:
+        """Sampling temperature; setting one > 0 turns sampling on, 0 means greedy."""
+        self._set(temperature=t)
+        self._generation["do_sample"] = t > 0
+        return self
+
+    def top_k(self: B, k: int) -> B:
+        """Sample among the ``k`` most likely tokens (turns sampling on; 0 disables)."""
+        return self._set(top_k=k, do_sample=self._generation.get("do_sample", True))
+
+    def top_p(self: B, p: float) -> B:
+        """Nucleus sampling threshold in (0, 1] (turns sampling on)."""
+        return self._set(top_p=p, do_sample=self._generation.get("do_sample", True))
+
+    def min_p(self: B, p: float) -> B:
+        """Drop tokens less likely than ``p`` times the top token (turns sampling on)."""
+        return self._set(min_p=p, do_sample=self._generation.get("do_sample", True))
+
+    def repetition_penalty(self: B, penalty: float) -> B:
+        """Penalise tokens already in the sequence (> 1 discourages repeats)."""
+        return self._set(repetition_penalty=penalty)
+
+    def no_repeat_ngram_size(self: B, n: int) -> B:
+        """Never repeat an n-gram of this size."""
+        return self._set(no_repeat_ngram_size=n)
+
+    def seed(self: B, seed: int) -> B:
+        """Seed for reproducible sampling."""
+        if not isinstance(seed, int):
+            raise ConfigurationError(f"seed must be an integer, got {seed!r}.")
+        return self._set(seed=seed)
+
+    def stop_sequence(self: B, text: str) -> B:
+        """End generation when ``text`` appears (repeatable); it is not included in the output."""
+        if not isinstance(text, str) or not text:
+            raise ConfigurationError("stop_sequence needs a non-empty string.")
+        self._stops.append(text)
+        return self
+
+    def eos_token_id(self: B, token_id: int) -> B:
+        """An extra token id that ends generation (repeatable)."""
+        if not isinstance(token_id, int) or token_id < 0:
+            raise ConfigurationError(f"eos_token_id must be a non-negative integer, got {token_id!r}.")
+        self._eos.append(token_id)
+        return self
+
+    def logits_processor(self: B, fn: Callable[[Any, Any], Any]) -> B:
+        """Add ``fn(token_ids, logits) -> logits``, applied after the built-in processors."""
+        if not callable(fn):
+            raise ConfigurationError("logits_processor needs a callable fn(token_ids, logits) -> logits.")
+        self._processors.append(fn)
+        return self
+
+    # ------------------------------------------------------------------ build
+    def _source(self) -> tuple[str | None, str | None]:
+        return self._model_id, self._model_path
+
+    def resolve_folder(self) -> Path:
+        """The local model folder (downloading it if needed)."""
+        from inference4py import hub
+
+        if self._model_path is not None:
+            return hub.resolve_model_folder(self._model_path)
+        if self._model_id is None:
+            raise ConfigurationError(
+                f"No model chosen{' for preset ' + self._preset if self._preset else ''}: call "
+                ".model_id('org/name') or .model_path('folder') before build()."
+            )
+        return hub.resolve_model_folder(
+            self._model_id, revision=self._revision, token=self._token, local_files_only=self._local_files_only
+        )
+
+    def session_options(self) -> SessionOptions:
+        return SessionOptions(providers=self._providers, intra_op_threads=self._threads)
+
+    def generation_overrides(self) -> dict[str, Any]:
+        """Options the user set explicitly (HF names)."""
+        out = dict(self._generation)
+        if self._stops:
+            out["stop_sequences"] = tuple(self._stops)
+        return out
+
+    def build(self) -> T:
+        """Load the model and return the task object."""
+        return self._task._from_builder(self)
+
+    def __repr__(self) -> str:
+        parts = [f"preset={self._preset!r}"] if self._preset else []
+        if self._model_id:
+            parts.append(f"model_id={self._model_id!r}")
+        if self._model_path:
+            parts.append(f"model_path={self._model_path!r}")
+        parts += [f"{k}={v!r}" for k, v in self._preset_fields.items() if v is not None and k != "chat_template"]
+        parts += [f"{k}={v!r}" for k, v in self._generation.items()]
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+
+def resolve_generation_defaults(folder: Path) -> tuple[GenerationConfig, dict[str, Any]]:
+    """The folder's generation defaults as a config plus transformers' total-length keys.
+
+    Returns the config (without length limits) and ``{"max_length": ..,
+    "min_length": ..}`` where the folder sets them: those are total lengths in
+    transformers and only become new-token counts once the prompt is known.
+    """
+    data = read_generation_defaults(folder)
+    totals = {k: data.pop(k) for k in ("max_length", "min_length", "max_new_tokens") if isinstance(data.get(k), int)}
+    known = {k: v for k, v in data.items() if k in _GEN_FIELDS and v is not None}
+    try:
+        config = GenerationConfig(**known)
+    except ConfigurationError:
+        # A folder may carry values we reject (e.g. num_return_sequences > num_beams with sampling off);
+        # keep only the ids and fall back to library defaults for the rest.
+        ids = {k: known[k] for k in ("eos_token_id", "pad_token_id", "bos_token_id", "decoder_start_token_id") if k in known}
+        config = GenerationConfig(**ids)
+    return config, totals
+
+
+class CallPlanner:
+    """Turns the stored defaults + builder options + call overrides into one call's config."""
+
+    def __init__(
+        self,
+        defaults: GenerationConfig,
+        totals: Mapping[str, int],
+        overrides: Mapping[str, Any],
+        *,
+        extra_eos: Sequence[int] = (),
+        context: int | None = None,
+        total_counts_prompt: bool = True,
+    ) -> None:
+        self.totals = dict(totals)
+        self.context = context
+        self.total_counts_prompt = total_counts_prompt
+        self.explicit_max = "max_new_tokens" in overrides
+        base = defaults.replace(**{k: v for k, v in overrides.items() if k in _GEN_FIELDS})
+        if extra_eos:
+            base = base.replace(eos_token_id=tuple(dict.fromkeys([*base.eos_token_id, *extra_eos])))
+        self.base = base
+
+    def for_call(self, prompt_len: int, overrides: Mapping[str, Any]) -> GenerationConfig:
+        unknown = sorted(set(overrides) - _GEN_FIELDS - {"stop", "stop_sequence"})
+        if unknown:
+            raise ConfigurationError(
+                f"Unknown generation option(s): {', '.join(unknown)}. Valid options: {', '.join(sorted(_GEN_FIELDS))}."
+            )
+        changes = {k: v for k, v in overrides.items() if k in _GEN_FIELDS and v is not None}
+        if "temperature" in changes and "do_sample" not in changes:
+            changes["do_sample"] = changes["temperature"] > 0
+        config = self.base.replace(**changes) if changes else self.base
+        explicit = self.explicit_max or "max_new_tokens" in changes
+        start = prompt_len if self.total_counts_prompt else 1
+        if not explicit:
+            if "max_new_tokens" in self.totals:
+                config = config.replace(max_new_tokens=max(1, self.totals["max_new_tokens"]))
+            elif "max_length" in self.totals:
+                config = config.replace(max_new_tokens=max(1, self.totals["max_length"] - start))
+            if self.context is not None and self.total_counts_prompt:
+                room = self.context - prompt_len
+                if room >= 1 and config.max_new_tokens > room:
+                    config = config.replace(max_new_tokens=room)
+        if "min_length" in self.totals and self.totals["min_length"] - start > config.min_new_tokens:
+            config = config.replace(min_new_tokens=min(config.max_new_tokens, self.totals["min_length"] - start))
+        if self.context is not None and self.total_counts_prompt and prompt_len + config.max_new_tokens > self.context:
+            if prompt_len >= self.context:
+                raise PromptTooLongError(
+                    f"The prompt has {prompt_len} tokens but the model's context is {self.context} tokens. "
+                    "Shorten the prompt."
+                )
+            raise PromptTooLongError(
+                f"The prompt has {prompt_len} tokens and max_new_tokens is {config.max_new_tokens}: together "
+                f"{prompt_len + config.max_new_tokens}, more than the model's context of {self.context} tokens. "
+                f"Lower max_new_tokens to at most {self.context - prompt_len} or shorten the prompt."
+            )
+        return config
+
+
+class ClosableTask:
+    """Context-manager plumbing and a closed flag shared by task classes."""
+
+    _closed = False
+
+    def close(self) -> None:
+        """Release the model's sessions; the object cannot be used afterwards."""
+        self._closed = True
+        self._release()
+
+    def _release(self) -> None:  # overridden where there is something to free
+        pass
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise GeneratorClosedError(f"This {type(self).__name__} was closed; build a new one to generate again.")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,269 @@
+"""OnnxTextGenerator: decoder-only text generation on the native loop."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence, Union
+
+from inference4py.engine.decoder import DecoderRuntime
+from inference4py.engine.pipeline import load_pipeline, read_model_config
+from inference4py.errors import ConfigurationError, InvalidInputError
+from inference4py.generation.config import GenerationConfig
+from inference4py.generation.generate import collect, stream_generate
+from inference4py.generation.processors import make_logits_processors
+from inference4py.generation.result import GenerationChunk, GenerationResult
+from inference4py.generation.sampling import make_rng, make_sampler
+from inference4py.generation.search import generate_step
+from inference4py.tasks import chat_templates
+from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
+from inference4py.tokenization import Tokenizer, load_tokenizer
+
+__all__ = ["OnnxTextGenerator", "TextGeneratorBuilder", "Prompt"]
+
+Message = Mapping[str, Any]
+Prompt = Union[str, Sequence[Message], Sequence[int]]
+
+
+class TextGeneratorBuilder(GenerationBuilder["OnnxTextGenerator"]):
+    """Options of an :class:`OnnxTextGenerator` (see GenerationBuilder for the shared ones)."""
+
+    def __init__(self, *, preset: str | None = None, model_id: str | None = None,
+                 chat_template: str | None = None, use_chat_template: bool = False) -> None:
+        super().__init__(preset=preset, model_id=model_id, use_chat_template=use_chat_template or None)
+        self._preset_template = chat_template  # fallback when the folder has no template
+        self._chat_template: str | None = None  # set by the user: always wins
+        self._use_chat_template = use_chat_template
+        self._system_prompt: str | None = None
+
+    def chat_template(self, template: str | None = None) -> "TextGeneratorBuilder":
+        """Render str prompts through a chat template.
+
+        Args:
+            template: a Jinja template; None uses the model's own (tokenizer_config.json
+                or chat_template.jinja).
+        """
+        if template is not None and (not isinstance(template, str) or not template.strip()):
+            raise ConfigurationError("chat_template needs a Jinja template string (or no argument for the model's own).")
+        if template is not None:
+            self._chat_template = template
+        self._use_chat_template = True
+        return self
+
+    def system_prompt(self, text: str) -> "TextGeneratorBuilder":
+        """A system message put before the user's prompt (chat models)."""
+        if not isinstance(text, str):
+            raise ConfigurationError("system_prompt must be a string.")
+        self._system_prompt = text
+        return self
+
+
+class OnnxTextGenerator(ClosableTask):
+    """Generate text with a decoder-only ONNX model (GPT-2, SmolLM2, Qwen2.5, Llama, ...).
+
+    Example:
+        >>> with OnnxTextGenerator.gpt2().max_new_tokens(40).build() as gen:   # doctest: +SKIP
+        ...     print(gen.generate("Once upon a time").text)
+    """
+
+    Builder = TextGeneratorBuilder
+
+    # ------------------------------------------------------------------ presets
+    @classmethod
+    def builder(cls) -> TextGeneratorBuilder:
+        """A builder with no model chosen: call ``model_id`` or ``model_path``."""
+        return TextGeneratorBuilder()
+
+    @classmethod
+    def gpt2(cls) -> TextGeneratorBuilder:
+        """GPT-2 (124M), inference4j/gpt2."""
+        return TextGeneratorBuilder(preset="gpt2", model_id="inference4j/gpt2")
+
+    @classmethod
+    def smolLM2(cls) -> TextGeneratorBuilder:  # noqa: N802 - inference4j's name
+        """SmolLM2-360M-Instruct, inference4j/smollm2-360m-instruct (chat template on)."""
+        return TextGeneratorBuilder(preset="smolLM2", model_id="inference4j/smollm2-360m-instruct",
+                                    chat_template=chat_templates.CHATML_SMOL, use_chat_template=True)
+
+    @classmethod
+    def smolLM2_1_7B(cls) -> TextGeneratorBuilder:  # noqa: N802
+        """SmolLM2-1.7B-Instruct, inference4j/smollm2-1.7b-instruct (chat template on)."""
+        return TextGeneratorBuilder(preset="smolLM2_1_7B", model_id="inference4j/smollm2-1.7b-instruct",
+                                    chat_template=chat_templates.CHATML_SMOL, use_chat_template=True)
+
+    @classmethod
+    def qwen2(cls) -> TextGeneratorBuilder:
+        """Qwen2.5-1.5B-Instruct, inference4j/qwen2.5-1.5b-instruct (chat template on)."""
+        return TextGeneratorBuilder(preset="qwen2", model_id="inference4j/qwen2.5-1.5b-instruct",
+                                    chat_template=chat_templates.CHATML_QWEN, use_chat_template=True)
+
+    @classmethod
+    def tinyLlama(cls) -> TextGeneratorBuilder:  # noqa: N802
+        """TinyLlama-1.1B-Chat, inference4j/tinyllama-1.1b-chat (chat template on)."""
+        return TextGeneratorBuilder(preset="tinyLlama", model_id="inference4j/tinyllama-1.1b-chat",
+                                    chat_template=chat_templates.ZEPHYR, use_chat_template=True)
+
+    @classmethod
+    def gemma2(cls) -> TextGeneratorBuilder:
+        """Gemma 2 instruct. Gated on the Hub: set ``.model_id(...)`` (and a token) or ``.model_path(...)``."""
+        return TextGeneratorBuilder(preset="gemma2", model_id=None,
+                                    chat_template=chat_templates.GEMMA, use_chat_template=True)
+
+    @classmethod
+    def from_pretrained(cls, model: str, **options: Any) -> "OnnxTextGenerator":
+        """Python-style construction: ``from_pretrained("inference4j/gpt2", max_new_tokens=50)``.
+
+        ``model`` is a hub id or a local folder; every keyword is a builder method name
+        (``stop_sequence`` and ``eos_token_id`` accept lists).
+        """
+        from pathlib import Path as _P
+
+        b = cls.builder()
+        b = b.model_path(model) if _P(model).is_dir() else b.model_id(model)
+        for name, value in options.items():
+            method = getattr(b, name, None)
+            if name.startswith("_") or name in ("build", "resolve_folder", "session_options", "generation_overrides") or not callable(method):
+                raise ConfigurationError(f"Unknown option {name!r} for OnnxTextGenerator.from_pretrained.")
+            if name in ("stop_sequence", "eos_token_id") and isinstance(value, (list, tuple)):
+                for v in value:
+                    method(v)
+            elif name == "chat_template" and value is True:
+                method()
+            else:
+                method(value)
+        return b.build()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def _from_builder(cls, b: TextGeneratorBuilder) -> "OnnxTextGenerator":
+        folder = b.resolve_folder()
+        return cls(folder, b)
+
+    def __init__(self, folder: Path, builder: TextGeneratorBuilder) -> None:
+        self.folder = Path(folder)
+        self._builder_repr = repr(builder)
+        spec = load_pipeline(self.folder)
+        config = read_model_config(self.folder)
+        self.tokenizer: Tokenizer = load_tokenizer(self.folder)
+        self._runtime = DecoderRuntime(spec, config, builder.session_options())
+        defaults, totals = resolve_generation_defaults(self.folder)
+        if not defaults.eos_token_id and self.tokenizer.eos_token_id is not None:
+            defaults = defaults.replace(eos_token_id=(self.tokenizer.eos_token_id,))
+        self._planner = CallPlanner(defaults, totals, builder.generation_overrides(), extra_eos=builder._eos,
+                                    context=self._runtime.max_positions, total_counts_prompt=True)
+        self._processors = tuple(builder._processors)
+        self._system_prompt = builder._system_prompt
+        self._use_template = builder._use_chat_template
+        # The user's template wins; then the folder's own (the model author's); the preset's is the fallback.
+        self._template = builder._chat_template or self.tokenizer.chat_template or builder._preset_template
+        if self._use_template and not self._template:
+            raise ConfigurationError(
+                f"A chat template was requested but {self.folder} has none (no chat_template in "
+                "tokenizer_config.json, no chat_template.jinja). Pass one: .chat_template('{% for m in messages %}...')."
+            )
+
+    @property
+    def generation_config(self) -> GenerationConfig:
+        """The defaults every call starts from (folder + builder options)."""
+        return self._planner.base
+
+    def __repr__(self) -> str:
+        return f"OnnxTextGenerator(folder={str(self.folder)!r}, builder={self._builder_repr})"
+
+    def _release(self) -> None:
+        self._runtime = None  # type: ignore[assignment]
+
+    # ------------------------------------------------------------------ prompts
+    def encode_prompt(self, prompt: Prompt) -> list[int]:
+        """The token ids a prompt becomes (after the chat template, when one applies).
+
+        Raises:
+            InvalidInputError: empty prompt, malformed messages, bad token ids.
+        """
+        if isinstance(prompt, str):
+            if not prompt:
+                raise InvalidInputError("The prompt is empty. Pass some text, a list of chat messages or token ids.")
+            if self._use_template:
+                return self._render_messages([{"role": "user", "content": prompt}])
+            ids = self.tokenizer.encode(prompt)
+            if not ids:
+                raise InvalidInputError("The prompt encodes to no tokens. Pass some text.")
+            return ids
+        if isinstance(prompt, (list, tuple)):
+            if not prompt:
+                raise InvalidInputError("The prompt is an empty list. Pass text, chat messages or token ids.")
+            if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+                vocab = self._runtime.vocab_size if self._runtime else None
+                bad = [t for t in prompt if t < 0 or (vocab is not None and t >= vocab)]
+                if bad:
+                    raise InvalidInputError(
+                        f"Token id(s) {bad[:5]} are outside the model's vocabulary (0..{(vocab or 0) - 1})."
+                    )
+                return list(prompt)
+            if all(isinstance(m, Mapping) for m in prompt):
+                return self._render_messages(list(prompt))
+        raise InvalidInputError(
+            f"Unsupported prompt of type {type(prompt).__name__}: pass a str, a list of "
+            "{'role': ..., 'content': ...} messages, or a list of token ids."
+        )
+
+    def _render_messages(self, messages: list[Mapping[str, Any]]) -> list[int]:
+        template = self._template
+        if not template:
+            raise ConfigurationError(
+                f"Chat messages need a chat template, and {self.folder} has none. Pass one with "
+                ".chat_template('...') on the builder, or give a plain string prompt."
+            )
+        if self._system_prompt is not None and not any(m.get("role") == "system" for m in messages):
+            messages = [{"role": "system", "content": self._system_prompt}, *messages]
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, template=template)
+        # transformers tokenizes rendered templates without adding special tokens: the template has them.
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    # ------------------------------------------------------------------ generation
+    def stream_chunks(self, prompt: Prompt, **overrides: Any) -> Iterator[GenerationChunk]:
+        """The middle tier: :class:`GenerationChunk` objects with token ids and a finish reason."""
+        self._check_open()
+        ids = self.encode_prompt(prompt)
+        config = self._planner.for_call(len(ids), overrides)
+        return self._chunks(ids, config)
+
+    def _chunks(self, ids: list[int], config: GenerationConfig) -> Iterator[GenerationChunk]:
+        state = self._runtime.new_state(1)
+        tokens = generate_step(
+            state,
+            ids,
+            config,
+            processors=make_logits_processors(config, prompt_length=len(ids), extra=self._processors),
+            sampler=make_sampler(config),
+            rng=make_rng(config.seed),
+        )
+        return stream_generate(tokens, self.tokenizer, config)
+
+    def generate(self, prompt: Prompt, on_token: Callable[[str], None] | None = None, **overrides: Any) -> GenerationResult:
+        """Generate a completion.
+
+        Args:
+            prompt: text, chat messages (``[{"role": "user", "content": ...}]``) or token ids.
+            on_token: called with each piece of text as soon as it is final.
+            **overrides: generation options for this call only (``max_new_tokens=20``, ``temperature=0.7``...).
+
+        Returns:
+            GenerationResult with the text, generated ids, counts and timings.
+
+        Raises:
+            InvalidInputError: empty or malformed prompt.
+            PromptTooLongError: prompt + max_new_tokens exceed the model's context.
+            ConfigurationError: invalid option values.
+        """
+        started = time.perf_counter()
+        self._check_open()
+        ids = self.encode_prompt(prompt)
+        config = self._planner.for_call(len(ids), overrides)
+        return collect(self._chunks(ids, config), prompt_tokens=len(ids), started=started, on_token=on_token)
+
+    def stream(self, prompt: Prompt, **overrides: Any) -> Iterator[str]:
+        """Yield the completion's text piece by piece (complete UTF-8, no stop sequences)."""
+        for chunk in self.stream_chunks(prompt, **overrides):
+            if chunk.text:
+                yield chunk.text
