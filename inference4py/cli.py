@@ -1,0 +1,271 @@
+"""Command line interface: ``inference4py <command> ...`` (or ``python -m inference4py``).
+
+Thin by design: parse the arguments, build the task object, call it, print.
+Library errors (:class:`~inference4py.errors.Inference4pyError`) become
+``error: <message>`` on stderr with exit code 2; Ctrl-C exits with 130.  Heavy
+modules (onnxruntime, numpy, the engine) are imported inside the commands, so
+``inference4py --help`` stays instant.
+
+Adding a command is one entry in :data:`COMMANDS`: a help line, a function that
+adds its arguments to an ``argparse`` parser and a function that runs it.
+
+Examples::
+
+    inference4py generate --model inference4j/gpt2 --max-new-tokens 40 "Once upon a time"
+    inference4py chat --model inference4j/smollm2-360m-instruct --system "Be brief."
+    inference4py pull inference4j/flan-t5-small
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from inference4py.errors import Inference4pyError, InvalidInputError
+
+__all__ = ["main", "build_parser", "Command", "COMMANDS"]
+
+EXIT_OK = 0
+EXIT_ERROR = 2  # library errors, like argparse's usage errors
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its help line, its arguments and what it does."""
+
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    description: str | None = None
+
+
+# --------------------------------------------------------------------------- output
+
+
+class _Echo:
+    """on_token callback: writes each piece to stdout at once and keeps the text."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._pieces: list[str] = []
+
+    def __call__(self, piece: str) -> None:
+        self._pieces.append(piece)
+        self._out.write(piece)
+        self._out.flush()
+
+    @property
+    def text(self) -> str:
+        return "".join(self._pieces)
+
+    def end_line(self) -> None:
+        """Finish the output with a newline unless it already ends with one."""
+        if not self.text.endswith("\n"):
+            self._out.write("\n")
+        self._out.flush()
+
+
+# --------------------------------------------------------------------------- generate / chat
+
+# (argparse dest, builder method) for the options that map one-to-one.
+_GENERATION_OPTIONS: tuple[tuple[str, str], ...] = (
+    ("max_new_tokens", "max_new_tokens"),
+    ("temperature", "temperature"),
+    ("top_k", "top_k"),
+    ("top_p", "top_p"),
+    ("min_p", "min_p"),
+    ("repetition_penalty", "repetition_penalty"),
+    ("seed", "seed"),
+)
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model", "-m", required=True, metavar="ID_OR_PATH",
+        help="Hugging Face repo id (org/name) or local model folder",
+    )
+    parser.add_argument("--revision", metavar="R", help="branch, tag or commit of the hub repo (default: main)")
+
+
+def _add_generation_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_model_arguments(parser)
+    group = parser.add_argument_group("generation options (default: the model's generation_config.json)")
+    group.add_argument("--max-new-tokens", type=int, metavar="N", help="generate at most N tokens")
+    group.add_argument("--temperature", type=float, metavar="T", help="sampling temperature (0 = greedy)")
+    group.add_argument("--top-k", type=int, metavar="K", help="sample among the K most likely tokens")
+    group.add_argument("--top-p", type=float, metavar="P", help="nucleus sampling threshold in (0, 1]")
+    group.add_argument("--min-p", type=float, metavar="P", help="drop tokens less likely than P x the top token")
+    group.add_argument("--repetition-penalty", type=float, metavar="R", help="> 1 discourages repeats")
+    group.add_argument("--seed", type=int, metavar="S", help="seed for reproducible sampling")
+    group.add_argument(
+        "--stop", action="append", default=[], metavar="STR",
+        help="stop when STR appears; not printed (repeatable)",
+    )
+    group.add_argument("--greedy", action="store_true", help="always take the most likely token")
+    group.add_argument("--system", metavar="PROMPT", help="system prompt (needs a model with a chat template)")
+
+
+def _build_generator(args: argparse.Namespace) -> Any:
+    from inference4py import OnnxTextGenerator
+
+    builder = OnnxTextGenerator.builder()
+    folder = Path(args.model).expanduser()
+    builder = builder.model_path(folder) if folder.is_dir() else builder.model_id(args.model)
+    if args.revision:
+        builder = builder.revision(args.revision)
+    for dest, method in _GENERATION_OPTIONS:
+        value = getattr(args, dest)
+        if value is not None:
+            builder = getattr(builder, method)(value)
+    for stop in args.stop:
+        builder = builder.stop_sequence(stop)
+    if args.greedy:  # last, so that it wins over sampling options
+        builder = builder.greedy()
+    if args.system is not None:
+        builder = builder.system_prompt(args.system)
+    if getattr(args, "chat_template", False):
+        builder = builder.chat_template()
+    return builder.build()
+
+
+def _add_generate_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_generation_arguments(parser)
+    parser.add_argument(
+        "--chat-template", action="store_true",
+        help="render the prompt with the model's chat template (implied by --system)",
+    )
+    parser.add_argument("prompt", nargs="?", help="the prompt; read from stdin when omitted")
+
+
+def _run_generate(args: argparse.Namespace) -> int:
+    prompt = args.prompt if args.prompt is not None else sys.stdin.read()
+    if not prompt.strip():
+        raise InvalidInputError("The prompt is empty: pass it as an argument or on stdin.")
+    # A system prompt only exists in a conversation: send the prompt as a user message.
+    request: str | list[dict[str, str]] = (
+        [{"role": "user", "content": prompt}] if args.system is not None else prompt
+    )
+    echo = _Echo(sys.stdout)
+    with _build_generator(args) as generator:
+        generator.generate(request, on_token=echo)
+    echo.end_line()
+    return EXIT_OK
+
+
+def _add_chat_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_generation_arguments(parser)
+
+
+_CHAT_HELP = "Chat: one message per line; /reset clears the history, /exit or Ctrl-D quits."
+
+
+def _run_chat(args: argparse.Namespace) -> int:
+    interactive = sys.stdin.isatty()
+    messages: list[dict[str, str]] = []
+    with _build_generator(args) as generator:
+        if interactive:
+            print(_CHAT_HELP, file=sys.stderr)
+        while True:
+            if interactive:
+                print(">>> ", end="", file=sys.stderr, flush=True)
+            line = sys.stdin.readline()
+            if not line:  # EOF
+                break
+            text = line.rstrip("\r\n")
+            command = text.strip()
+            if command == "/exit":
+                break
+            if command == "/reset":
+                messages.clear()
+                continue
+            if not command:
+                continue
+            messages.append({"role": "user", "content": text})
+            echo = _Echo(sys.stdout)
+            generator.generate(list(messages), on_token=echo)
+            echo.end_line()
+            messages.append({"role": "assistant", "content": echo.text})
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- pull
+
+
+def _add_pull_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="ID", help="Hugging Face repo id (org/name)")
+    parser.add_argument("--revision", metavar="R", help="branch, tag or commit (default: main)")
+    parser.add_argument(
+        "--variant", metavar="V",
+        help="precision variant (fp16, quantized, q4, ...) or genai folder instead of full precision",
+    )
+
+
+def _run_pull(args: argparse.Namespace) -> int:
+    from inference4py.hub import pull
+
+    folder = pull(args.model, revision=args.revision, variant=args.variant)
+    print(folder)
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- table and entry point
+
+#: Subcommand name -> Command.  Add an entry to add a command.
+COMMANDS: dict[str, Command] = {
+    "generate": Command(
+        help="generate text from a prompt, streamed to stdout",
+        add_arguments=_add_generate_arguments,
+        run=_run_generate,
+    ),
+    "chat": Command(
+        help="multi-turn chat on stdin/stdout (/exit or EOF ends it)",
+        add_arguments=_add_chat_arguments,
+        run=_run_chat,
+        description=_CHAT_HELP,
+    ),
+    "pull": Command(
+        help="download a model into the Hugging Face cache and print its folder",
+        add_arguments=_add_pull_arguments,
+        run=_run_pull,
+    ),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with one sub-parser per entry of :data:`COMMANDS`."""
+    from inference4py import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="inference4py",
+        description="Run generative ONNX models (LLMs, T5/BART/Marian, Whisper) on ONNX Runtime.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, command in COMMANDS.items():
+        sub = subparsers.add_parser(name, help=command.help, description=command.description or command.help)
+        command.add_arguments(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 2 error, 130 interrupted)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, usage errors
+        return exc.code if isinstance(exc.code, int) else EXIT_ERROR
+    try:
+        return COMMANDS[args.command].run(args)
+    except Inference4pyError as exc:
+        sys.stdout.flush()
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        print(file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,229 @@
+"""Encoder-decoder step functions (T5, BART, Marian, Whisper).
+
+The encoder runs once per generation (the pipeline's ``init``).  The decoder
+carries two caches:
+
+* self-attention (``past_key_values.{i}.decoder.*``): grows by one position per step;
+* cross-attention (``past_key_values.{i}.encoder.*``): produced by the first decoder
+  run from the encoder output, then frozen.  Later steps bind the very same
+  OrtValues again: it is never recomputed nor copied.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import onnxruntime as ort
+
+from inference4py.engine.decoder import context_length
+from inference4py.engine.kv_cache import KVLayout, discover_layout
+from inference4py.engine.pipeline import PipelineSpec
+from inference4py.engine.sessions import SessionOptions, TensorInfo, create_session, graph_inputs, graph_outputs, run_binding
+from inference4py.errors import InvalidInputError, PromptTooLongError, UnsupportedModelError
+
+__all__ = ["Seq2SeqRuntime", "Seq2SeqState"]
+
+_ENCODER_INPUTS = ("input_ids", "input_features")
+
+
+class _DecoderGraph:
+    def __init__(self, session: ort.InferenceSession, config: Mapping[str, Any], name: str) -> None:
+        self.session = session
+        self.name = name
+        self.inputs: dict[str, TensorInfo] = graph_inputs(session)
+        self.outputs: dict[str, TensorInfo] = graph_outputs(session)
+        if "input_ids" not in self.inputs or "logits" not in self.outputs:
+            raise UnsupportedModelError(
+                f"{name} is not a text decoder (it needs 'input_ids' and 'logits'). "
+                "Check the folder's ONNX files or describe them in an inference4py.json pipeline file."
+            )
+        self.layout: KVLayout = discover_layout(self.inputs, self.outputs, config, graph_name=name)
+        self.ids_dtype = self.inputs["input_ids"].dtype
+        self.has_cache_branch = "use_cache_branch" in self.inputs
+        self.takes_hidden = "encoder_hidden_states" in self.inputs
+        self.takes_mask = "encoder_attention_mask" in self.inputs
+        self.takes_decoder_mask = "decoder_attention_mask" in self.inputs
+        # Cross-attention entries this graph can emit (first run) vs only consume (later runs).
+        self.cross_outputs = [e for e in self.layout.cross_entries if e.output in self.outputs]
+        if not self.layout.entries:
+            # decoder_model.onnx of the three-file layout takes no past but emits present.*
+            self.emitted = [n for n in self.outputs if n.startswith("present")]
+        else:
+            self.emitted = []
+
+
+class Seq2SeqRuntime:
+    """Loaded sessions of an encoder-decoder pipeline; creates per-call states."""
+
+    def __init__(self, spec: PipelineSpec, config: Mapping[str, Any], options: SessionOptions | None = None) -> None:
+        if not spec.has("encoder"):
+            raise UnsupportedModelError(
+                f"{spec.folder} holds a decoder-only model ({spec.sessions['decoder'].file}), not an encoder-decoder one. "
+                "Use OnnxTextGenerator for it, or point this class at a T5 / BART / Marian export "
+                "(encoder_model.onnx + decoder_model_merged.onnx)."
+            )
+        self.spec = spec
+        self.config = dict(config)
+        self.encoder = create_session(spec.path("encoder"), options)
+        enc_inputs = graph_inputs(self.encoder)
+        self.encoder_input = next((n for n in _ENCODER_INPUTS if n in enc_inputs), None)
+        if self.encoder_input is None or not graph_outputs(self.encoder):
+            raise UnsupportedModelError(
+                f"{spec.sessions['encoder'].file} does not look like an encoder (inputs: {sorted(enc_inputs)}); "
+                "expected 'input_ids' or 'input_features'."
+            )
+        self.encoder_inputs = enc_inputs
+        self.encoder_output = next(iter(graph_outputs(self.encoder).values()))
+        self.first = _DecoderGraph(create_session(spec.path("decoder"), options), config, spec.sessions["decoder"].file)
+        self.rest = (
+            _DecoderGraph(create_session(spec.path("decoder_with_past"), options), config, spec.sessions["decoder_with_past"].file)
+            if spec.has("decoder_with_past")
+            else self.first
+        )
+        self.layout = self.rest.layout
+        if not self.layout.self_entries:
+            raise UnsupportedModelError(
+                f"{self.rest.name} has no self-attention cache inputs; export the model with past key values "
+                "(optimum: --task text2text-generation-with-past)."
+            )
+        vocab = self.first.outputs["logits"].dim(-1) or self.config.get("vocab_size")
+        self.vocab_size: int | None = int(vocab) if vocab else None
+        # T5 uses relative positions: no fixed limit. BART / Marian / Whisper have one.
+        self.max_source_positions = self.config.get("max_source_positions") or (
+            context_length(self.config) if self.encoder_input == "input_ids" and self.config.get("model_type") != "t5" else None
+        )
+        self.max_target_positions = self.config.get("max_target_positions") or (
+            context_length(self.config) if self.config.get("model_type") != "t5" else None
+        )
+        self.encoder_runs = 0  # observable: tests check the encoder runs once per generation
+
+    # ------------------------------------------------------------------ encoder
+    def encode(self, inputs: np.ndarray, attention_mask: np.ndarray | None = None) -> tuple[ort.OrtValue, np.ndarray]:
+        """Run the encoder: returns (hidden states OrtValue, attention mask [batch, src_len])."""
+        arr = np.asarray(inputs)
+        if self.encoder_input == "input_ids":
+            arr = arr.astype(self.encoder_inputs["input_ids"].dtype, copy=False)
+            if arr.ndim == 1:
+                arr = arr[None, :]
+            if arr.shape[1] == 0:
+                raise InvalidInputError("The input is empty: pass some text or token ids.")
+            if self.max_source_positions and arr.shape[1] > self.max_source_positions:
+                raise PromptTooLongError(
+                    f"The input has {arr.shape[1]} tokens but the encoder accepts at most {self.max_source_positions}. "
+                    "Shorten the text, or enable truncation (truncate=True) to keep only the first "
+                    f"{self.max_source_positions} tokens."
+                )
+            mask = np.ones(arr.shape, dtype=np.int64) if attention_mask is None else np.asarray(attention_mask, dtype=np.int64)
+        else:  # speech: [batch, mel_bins, frames]
+            arr = arr.astype(self.encoder_inputs["input_features"].dtype, copy=False)
+            if arr.ndim == 2:
+                arr = arr[None]
+            mask = np.ones((arr.shape[0], 1), dtype=np.int64)
+        binding = self.encoder.io_binding()
+        binding.bind_cpu_input(self.encoder_input, np.ascontiguousarray(arr))
+        if "attention_mask" in self.encoder_inputs and self.encoder_input == "input_ids":
+            binding.bind_cpu_input("attention_mask", mask.astype(self.encoder_inputs["attention_mask"].dtype, copy=False))
+        binding.bind_output(self.encoder_output.name, "cpu")
+        run_binding(self.encoder, binding, what=f"encoder ({self.spec.sessions['encoder'].file})")
+        self.encoder_runs += 1
+        return binding.get_outputs()[0], mask
+
+    def new_state(self, inputs: np.ndarray, attention_mask: np.ndarray | None = None) -> "Seq2SeqState":
+        """Encode ``inputs`` and return a fresh decoding state attending to them."""
+        hidden, mask = self.encode(inputs, attention_mask)
+        return Seq2SeqState(self, hidden, mask)
+
+
+class Seq2SeqState:
+    """Decoding state of one call: frozen encoder output + cross cache, growing self cache."""
+
+    def __init__(self, runtime: Seq2SeqRuntime, hidden: ort.OrtValue, encoder_mask: np.ndarray) -> None:
+        self.rt = runtime
+        self.hidden = hidden  # [batch, src_len, d_model]
+        self.encoder_mask = encoder_mask  # [batch, src_len]
+        self.batch = encoder_mask.shape[0]
+        self.length = 0
+        self._self: dict[str, Any] = {}
+        self.cross: dict[str, Any] = {}  # input name -> OrtValue, set once by the first decoder run
+        self.cross_computations = 0
+
+    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray:
+        """Feed the decoder start tokens ``[batch, n]``; returns last-position logits."""
+        ids = np.asarray(input_ids, dtype=np.int64)
+        if ids.ndim == 1:
+            ids = ids[None, :]
+        return self._run(ids)
+
+    def step(self, tokens: np.ndarray | int) -> np.ndarray:
+        """Feed one token per row; returns the next logits ``[batch, vocab]``."""
+        return self._run(np.asarray(tokens, dtype=np.int64).reshape(self.batch, 1))
+
+    def reorder(self, indices: np.ndarray) -> None:
+        """Row i <- row indices[i] for the self cache; the cross cache follows only if rows change source."""
+        idx = np.asarray(indices, dtype=np.int64)
+        for entry in self.rt.layout.self_entries:
+            arr = self._self[entry.input].numpy()
+            self._self[entry.input] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(np.take(arr, idx, axis=0)))
+        self.batch = len(idx)
+
+    def expand_source(self, indices: np.ndarray) -> None:
+        """Repeat encoder rows (e.g. once per beam): done once, before decoding starts."""
+        idx = np.asarray(indices, dtype=np.int64)
+        hidden = np.ascontiguousarray(np.take(self.hidden.numpy(), idx, axis=0))
+        self.hidden = ort.OrtValue.ortvalue_from_numpy(hidden)
+        self._hidden_np = hidden
+        self.encoder_mask = np.ascontiguousarray(self.encoder_mask[idx])
+        for name, value in list(self.cross.items()):
+            arr = np.ascontiguousarray(np.take(value.numpy(), idx, axis=0))
+            self.cross[name] = ort.OrtValue.ortvalue_from_numpy(arr)
+        self.batch = len(idx)
+
+    def _run(self, ids: np.ndarray) -> np.ndarray:
+        first_run = self.length == 0
+        g = self.rt.first if first_run else self.rt.rest
+        binding = g.session.io_binding()
+        keep = []
+
+        def bind(name: str, array: np.ndarray) -> None:
+            array = np.ascontiguousarray(array)
+            keep.append(array)
+            binding.bind_cpu_input(name, array)
+
+        bind("input_ids", ids.astype(g.ids_dtype, copy=False))
+        if g.takes_mask:
+            bind("encoder_attention_mask", self.encoder_mask.astype(g.inputs["encoder_attention_mask"].dtype, copy=False))
+        if g.takes_hidden:
+            binding.bind_ortvalue_input("encoder_hidden_states", self.hidden)
+        if g.takes_decoder_mask:
+            bind("decoder_attention_mask", np.ones((self.batch, self.length + ids.shape[1]), dtype=np.int64))
+        if g.has_cache_branch:
+            bind("use_cache_branch", np.array([not first_run], dtype=np.bool_))
+        for entry in g.layout.entries:
+            source = self._self if entry.kind != "cross" else self.cross
+            value = source.get(entry.input)
+            if value is None:
+                bind(entry.input, g.layout.empty(entry, self.batch))  # unused by the no-cache branch
+            else:
+                binding.bind_ortvalue_input(entry.input, value)
+        out_names = ["logits"]
+        if g.layout.entries:
+            out_names += [e.output for e in g.layout.self_entries]
+            if first_run:
+                out_names += [e.output for e in g.cross_outputs]
+        else:
+            out_names += g.emitted
+        for name in out_names:
+            binding.bind_output(name, "cpu")
+        run_binding(g.session, binding, what=g.name)
+        produced = dict(zip(out_names, binding.get_outputs()))
+        for entry in self.rt.layout.self_entries:
+            self._self[entry.input] = produced[entry.output]
+        if first_run:
+            for entry in self.rt.layout.cross_entries:
+                out = entry.output or entry.input.replace("past_key_values", "present")
+                self.cross[entry.input] = produced[out]
+            self.cross_computations += 1
+        self.length += ids.shape[1]
+        logits = produced["logits"].numpy()
+        return (logits[:, -1, :] if logits.ndim == 3 else logits).astype(np.float32, copy=False)
