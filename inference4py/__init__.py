@@ -22,6 +22,16 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "OnnxTextGenerator": "inference4py.tasks.text_generation",
     "TextGeneratorBuilder": "inference4py.tasks.text_generation",
+    "FlanT5TextGenerator": "inference4py.tasks.flan_t5",
+    "BartSummarizer": "inference4py.tasks.bart",
+    "MarianTranslator": "inference4py.tasks.marian",
+    "CoeditGrammarCorrector": "inference4py.tasks.coedit",
+    "T5SqlGenerator": "inference4py.tasks.t5_sql",
+    "Language": "inference4py.tasks.languages",
+    "TextOutput": "inference4py.tasks.seq2seq_base",
+    "summarize": "inference4py._quick",
+    "translate": "inference4py._quick",
+    "correct": "inference4py._quick",
     "GenerationConfig": "inference4py.generation.config",
     "GenerationResult": "inference4py.generation.result",
     "GenerationChunk": "inference4py.generation.result",
@@ -49,6 +59,14 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from inference4py.errors import *  # noqa: F401,F403
     from inference4py.generation.config import GenerationConfig
     from inference4py.generation.result import Candidate, GenerationChunk, GenerationResult
+    from inference4py._quick import correct, summarize, translate
+    from inference4py.tasks.bart import BartSummarizer
+    from inference4py.tasks.coedit import CoeditGrammarCorrector
+    from inference4py.tasks.flan_t5 import FlanT5TextGenerator
+    from inference4py.tasks.languages import Language
+    from inference4py.tasks.marian import MarianTranslator
+    from inference4py.tasks.seq2seq_base import TextOutput
+    from inference4py.tasks.t5_sql import T5SqlGenerator
     from inference4py.tasks.text_generation import OnnxTextGenerator, TextGeneratorBuilder
     from inference4py.tokenization import Tokenizer, load_tokenizer
 

@@ -1,0 +1,252 @@
+"""Streaming text out of a token stream: incremental detokenization and stop strings.
+
+:class:`IncrementalDetokenizer` turns token ids into text pieces as soon as the
+text is final.  Its invariant: the concatenation of every piece returned by
+:meth:`~IncrementalDetokenizer.add` and :meth:`~IncrementalDetokenizer.finish`
+equals ``tokenizer.decode(ids, skip_special_tokens=...)`` exactly, and no piece
+carries a U+FFFD made by a multi-byte character split across tokens.
+
+It works for any :class:`~inference4py.tokenization.Tokenizer` with one
+algorithm (the prefix/read offsets of HF's ``TextStreamer`` and vLLM's
+``detokenize_incrementally``): each step decodes only a small window of recent
+tokens, and text is emitted only at token boundaries where the window's
+decoding is stable:
+
+* a window whose text ends in U+FFFD waits (a multi-byte character is incomplete);
+* a window whose text does not extend the text of its already-emitted tokens
+  waits (the decoder changed earlier text, e.g. a sentencepiece ``strip``);
+* with ``clean_up_tokenization_spaces`` (which rewrites ``" ."`` into ``"."``,
+  ``" n't"`` into ``"n't"``...), a window ending with the start of such a
+  pattern waits until the pattern is decided.
+
+The window starts at the token boundary of the previous emission, so decoders
+that treat the first token specially (Metaspace / sentencepiece drop its
+leading space) treat the same token specially in both decodes.  The cost per
+token is a decode of a few tokens, never of the whole sequence.
+
+:class:`StopSequenceMatcher` cuts a text stream at the first stop string, even
+when the stop string arrives split across any number of pieces, and never lets
+any part of it out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigurationError, InvalidInputError
+
+if TYPE_CHECKING:
+    from ..tokenization import Tokenizer
+
+__all__ = ["IncrementalDetokenizer", "StopSequenceMatcher"]
+
+_REPLACEMENT = "\ufffd"
+# Text ending with one of these may still be rewritten by transformers'
+# clean_up_tokenization (its patterns: " .", " ?", " !", " ,", " ' ", " n't",
+# " 'm", " 's", " 've", " 're"); they are the proper prefixes of those patterns.
+_CLEANUP_OPEN_TAILS = (" ", " '", " n", " n'", " 'v", " 'r")
+
+
+class IncrementalDetokenizer:
+    """Decode a growing sequence of token ids into text pieces, UTF-8 safe.
+
+    Args:
+        tokenizer: The model's tokenizer.
+        skip_special_tokens: As in ``tokenizer.decode``.
+        prompt_ids: Ids that precede the generated ones.  The last few are used
+            as context only (never emitted), so the first generated token is
+            decoded as it reads after the prompt (e.g. its leading space is kept
+            by sentencepiece decoders).  The pieces then equal
+            ``decode(context + ids)`` minus ``decode(context)``.  Without it,
+            they equal ``decode(ids)``.
+        context_tokens: How many trailing prompt ids to keep as context.
+
+    Example:
+        >>> detok = IncrementalDetokenizer(tokenizer)       # doctest: +SKIP
+        >>> for token_id in generated:                       # doctest: +SKIP
+        ...     print(detok.add(token_id), end="")
+        >>> print(detok.finish())                            # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        *,
+        skip_special_tokens: bool = True,
+        prompt_ids: Sequence[int] | None = None,
+        context_tokens: int = 4,
+    ) -> None:
+        if context_tokens < 1:
+            raise ConfigurationError(f"context_tokens must be >= 1, got {context_tokens}.")
+        self._tokenizer = tokenizer
+        self._skip = skip_special_tokens
+        self._cleanup = bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
+        context = [int(i) for i in (prompt_ids or [])][-context_tokens:]
+        self._ids: list[int] = list(context)
+        self._start = len(context)
+        # ids[prefix:read] were emitted and are re-decoded as context;
+        # ids[read:] are waiting.
+        self._prefix = 0
+        self._read = len(context)
+        self._prefix_text = self._decode(0, len(context))
+        self._context_text = self._prefix_text
+        self._pieces: list[str] = []
+        self._finished = False
+
+    def _decode(self, start: int, stop: int | None = None) -> str:
+        ids = self._ids[start:stop]
+        if not ids:
+            return ""
+        return self._tokenizer.decode(ids, skip_special_tokens=self._skip)
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The ids added so far (without the prompt context)."""
+        return self._ids[self._start :]
+
+    @property
+    def text(self) -> str:
+        """The text emitted so far."""
+        return "".join(self._pieces)
+
+    def add(self, token_id: int) -> str:
+        """Add one generated id; return the text it completed (often ``""``).
+
+        Raises:
+            InvalidInputError: After :meth:`finish`.
+        """
+        if self._finished:
+            raise InvalidInputError("This detokenizer is finished; create a new one for a new sequence.")
+        self._ids.append(int(token_id))
+        text = self._decode(self._prefix)
+        prefix_text = self._prefix_text
+        if len(text) <= len(prefix_text) or not text.startswith(prefix_text):
+            return ""
+        if text.endswith(_REPLACEMENT):
+            return ""
+        if self._cleanup and text.endswith(_CLEANUP_OPEN_TAILS):
+            return ""
+        piece = text[len(prefix_text) :]
+        self._prefix = self._read
+        self._read = len(self._ids)
+        self._prefix_text = self._decode(self._prefix, self._read)
+        self._pieces.append(piece)
+        return piece
+
+    def add_many(self, token_ids: Iterable[int]) -> str:
+        """:meth:`add` for several ids; returns the joined text."""
+        return "".join(self.add(t) for t in token_ids)
+
+    def finish(self) -> str:
+        """Return the text still held back (an incomplete character at the end is
+        decoded as the tokenizer does, usually as U+FFFD).  Idempotent."""
+        if self._finished:
+            return ""
+        self._finished = True
+        text = self._decode(self._prefix)
+        if text.startswith(self._prefix_text):
+            piece = text[len(self._prefix_text) :]
+        else:
+            # The decoder rewrote text across our window boundary: fall back to
+            # one full decode and emit whatever follows what was already emitted.
+            full = self._decode(0)
+            if self._start and full.startswith(self._context_text):
+                full = full[len(self._context_text) :]
+            elif self._start:
+                full = self._decode(self._start)
+            emitted = self.text
+            piece = full[len(emitted) :] if full.startswith(emitted) else ""
+        if piece:
+            self._pieces.append(piece)
+        return piece
+
+
+class StopSequenceMatcher:
+    """Cut a stream of text pieces at the first stop string.
+
+    :meth:`push` holds back any tail that could be the start of a stop string,
+    so a stop string split across pieces is still caught and none of it is
+    ever returned.
+
+    Args:
+        stop_sequences: Non-empty strings; an empty collection passes text through.
+
+    Raises:
+        ConfigurationError: A stop string is empty or not a string.
+
+    Example:
+        >>> m = StopSequenceMatcher(["\\nUser:"])
+        >>> m.push("Hi!\\nUs")
+        ('Hi!', False)
+        >>> m.push("er: more")
+        ('', True)
+    """
+
+    def __init__(self, stop_sequences: Iterable[str]) -> None:
+        if isinstance(stop_sequences, str):
+            stop_sequences = [stop_sequences]
+        stops: list[str] = []
+        for s in stop_sequences:
+            if not isinstance(s, str) or not s:
+                raise ConfigurationError(
+                    f"Stop sequences must be non-empty strings, got {s!r}. Remove it from stop_sequences."
+                )
+            if s not in stops:
+                stops.append(s)
+        self._stops = tuple(stops)
+        self._prefixes = frozenset(s[:k] for s in stops for k in range(1, len(s)))
+        self._max_hold = max((len(s) - 1 for s in stops), default=0)
+        self._held = ""
+        self._stopped = False
+        self._matched: str | None = None
+
+    @property
+    def stop_sequences(self) -> tuple[str, ...]:
+        return self._stops
+
+    @property
+    def stopped(self) -> bool:
+        """True once a stop string was found."""
+        return self._stopped
+
+    @property
+    def matched(self) -> str | None:
+        """The stop string that matched, if any."""
+        return self._matched
+
+    def push(self, text: str) -> tuple[str, bool]:
+        """Add a piece of text.
+
+        Returns:
+            ``(safe_text, stopped)``: the text that can be shown now, and whether
+            a stop string was reached (``safe_text`` then ends right before it;
+            later pushes return ``("", True)``).
+        """
+        if self._stopped:
+            return "", True
+        if not self._stops:
+            return text, False
+        buf = self._held + text
+        best = -1
+        for s in self._stops:
+            i = buf.find(s)
+            if i != -1 and (best == -1 or i < best or (i == best and len(s) > len(self._matched or ""))):
+                best = i
+                self._matched = s
+        if best != -1:
+            self._stopped = True
+            self._held = ""
+            return buf[:best], True
+        hold = 0
+        for k in range(min(len(buf), self._max_hold), 0, -1):
+            if buf[-k:] in self._prefixes:
+                hold = k
+                break
+        self._held = buf[len(buf) - hold :] if hold else ""
+        return buf[: len(buf) - hold], False
+
+    def flush(self) -> str:
+        """Return the held-back tail at the end of the stream (``""`` after a stop)."""
+        held, self._held = self._held, ""
+        return "" if self._stopped else held

@@ -1,0 +1,245 @@
+"""What the encoder-decoder task classes share (T5, BART, Marian, CoEdIT, text-to-SQL).
+
+The encoder runs once per call; the decoder loop is the same ``generate_step``
+as decoder-only models, over a :class:`~inference4py.engine.seq2seq.Seq2SeqState`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence, Union
+
+from inference4py.engine.pipeline import load_pipeline, read_model_config
+from inference4py.engine.seq2seq import Seq2SeqRuntime
+from inference4py.errors import ConfigurationError, InvalidInputError
+from inference4py.generation.config import GenerationConfig
+from inference4py.generation.generate import collect, stream_generate
+from inference4py.generation.processors import make_logits_processors
+from inference4py.generation.result import GenerationChunk, GenerationResult
+from inference4py.generation.sampling import make_rng, make_sampler
+from inference4py.generation.search import generate_step
+from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
+from inference4py.tokenization import Tokenizer, load_tokenizer
+
+__all__ = ["Seq2SeqBuilder", "Seq2SeqTask", "TextOutput"]
+
+Source = Union[str, Sequence[int]]
+
+
+class TextOutput(str):
+    """A ``str`` (the generated text) that also carries its :class:`GenerationResult`.
+
+    Convenience methods such as ``summarize`` return it, so ``print(bart.summarize(a))``
+    works and ``bart.summarize(a, on_token=...).finish_reason`` too; the return type
+    is the same whatever the arguments.
+    """
+
+    result: GenerationResult
+
+    def __new__(cls, result: GenerationResult) -> "TextOutput":
+        obj = super().__new__(cls, result.text)
+        obj.result = result
+        return obj
+
+    @property
+    def text(self) -> str:
+        return self.result.text
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        return self.result.token_ids
+
+    @property
+    def finish_reason(self) -> str:
+        return self.result.finish_reason
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.result.prompt_tokens
+
+    @property
+    def generated_tokens(self) -> int:
+        return self.result.generated_tokens
+
+    @property
+    def duration(self) -> float:
+        return self.result.duration
+
+    @property
+    def time_to_first_token(self) -> float:
+        return self.result.time_to_first_token
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.result.tokens_per_second
+
+    @property
+    def candidates(self):  # noqa: ANN201 - tuple[Candidate, ...]
+        return self.result.candidates
+
+
+class Seq2SeqBuilder(GenerationBuilder[Any]):
+    """Builder options shared by the encoder-decoder task classes."""
+
+    def __init__(self, *, preset: str | None = None, model_id: str | None = None, **preset_fields: Any) -> None:
+        super().__init__(preset=preset, model_id=model_id, **preset_fields)
+        self._truncate = False
+        self._prompt_formatter: Callable[..., str] | None = preset_fields.get("prompt_formatter")
+
+    def truncate(self, value: bool = True) -> "Seq2SeqBuilder":
+        """Cut inputs longer than the encoder's limit instead of raising PromptTooLongError."""
+        self._truncate = bool(value)
+        return self
+
+    def prompt_formatter(self, fn: Callable[..., str]) -> "Seq2SeqBuilder":
+        """Replace the preset's prompt format: ``fn(text, **fields) -> str`` (see each class)."""
+        if not callable(fn):
+            raise ConfigurationError("prompt_formatter needs a callable returning the model input string.")
+        self._prompt_formatter = fn
+        return self
+
+    def num_beams(self, n: int) -> "Seq2SeqBuilder":
+        """Beam width (1 = greedy / sampling)."""
+        return self._set(num_beams=n)
+
+
+class Seq2SeqTask(ClosableTask):
+    """Generic encoder-decoder generation; subclasses add task-shaped methods."""
+
+    _builder_cls = Seq2SeqBuilder
+
+    @classmethod
+    def builder(cls) -> Seq2SeqBuilder:
+        """A builder with no model chosen: call ``model_id`` or ``model_path``."""
+        b = cls._builder_cls()
+        b._task = cls
+        return b
+
+    @classmethod
+    def _preset(cls, name: str, model_id: str | None, **fields: Any) -> Seq2SeqBuilder:
+        b = cls._builder_cls(preset=name, model_id=model_id, **fields)
+        b._task = cls
+        return b
+
+    @classmethod
+    def _from_builder(cls, b: Seq2SeqBuilder) -> "Seq2SeqTask":
+        return cls(b.resolve_folder(), b)
+
+    def __init__(self, folder: Path, builder: Seq2SeqBuilder) -> None:
+        self.folder = Path(folder)
+        self._builder_repr = repr(builder)
+        spec = load_pipeline(self.folder)
+        config = read_model_config(self.folder)
+        self._runtime = Seq2SeqRuntime(spec, config, builder.session_options())
+        self.tokenizer: Tokenizer = load_tokenizer(self.folder)
+        defaults, totals = resolve_generation_defaults(self.folder)
+        if defaults.decoder_start_token_id is None:
+            start = config.get("decoder_start_token_id", defaults.pad_token_id)
+            if start is None:
+                raise ConfigurationError(
+                    f"{self.folder} does not say which token starts the decoder (decoder_start_token_id in "
+                    "config.json / generation_config.json). Add it to generation_config.json."
+                )
+            defaults = defaults.replace(decoder_start_token_id=start)
+        if not defaults.eos_token_id and self.tokenizer.eos_token_id is not None:
+            defaults = defaults.replace(eos_token_id=(self.tokenizer.eos_token_id,))
+        self._planner = CallPlanner(defaults, totals, builder.generation_overrides(), extra_eos=builder._eos,
+                                    context=self._runtime.max_target_positions, total_counts_prompt=False)
+        self._processors = tuple(builder._processors)
+        self._truncate = builder._truncate
+        self._formatter = builder._prompt_formatter
+        self._preset_fields = dict(builder._preset_fields)
+
+    @property
+    def generation_config(self) -> GenerationConfig:
+        return self._planner.base
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(folder={str(self.folder)!r}, builder={self._builder_repr})"
+
+    def _release(self) -> None:
+        self._runtime = None  # type: ignore[assignment]
+
+    # ------------------------------------------------------------------ inputs
+    def encode_source(self, source: Source) -> list[int]:
+        """Encoder token ids for a text (as-is, no prompt format) or a list of ids."""
+        if isinstance(source, str):
+            if not source.strip():
+                raise InvalidInputError("The input text is empty. Pass the text to process.")
+            ids = self.tokenizer.encode(source)
+        elif isinstance(source, (list, tuple)) and source and all(isinstance(t, int) and not isinstance(t, bool) for t in source):
+            ids = list(source)
+            vocab = self._runtime.vocab_size
+            bad = [t for t in ids if t < 0 or (vocab is not None and t >= vocab)]
+            if bad:
+                raise InvalidInputError(f"Token id(s) {bad[:5]} are outside the model's vocabulary (0..{(vocab or 0) - 1}).")
+            return ids
+        else:
+            raise InvalidInputError(
+                f"Unsupported input of type {type(source).__name__}: pass a non-empty str or a list of token ids."
+            )
+        limit = self._runtime.max_source_positions
+        if self._truncate and limit and len(ids) > limit:
+            eos = self.tokenizer.eos_token_id
+            ids = ids[: limit - 1] + [ids[-1]] if eos is not None and ids[-1] == eos else ids[:limit]
+        return ids
+
+    # ------------------------------------------------------------------ generation
+    def _chunks(self, source_ids: list[int], config: GenerationConfig) -> Iterator[GenerationChunk]:
+        state = self._runtime.new_state([source_ids])
+        start = [int(config.decoder_start_token_id)]  # type: ignore[arg-type]
+        tokens = generate_step(
+            state,
+            start,
+            config,
+            processors=make_logits_processors(config, prompt_length=len(start), extra=self._processors),
+            sampler=make_sampler(config),
+            rng=make_rng(config.seed),
+        )
+        return stream_generate(tokens, self.tokenizer, config)
+
+    def stream_chunks(self, source: Source, **overrides: Any) -> Iterator[GenerationChunk]:
+        """Chunks (text, token id, finish reason) for a raw model input."""
+        self._check_open()
+        ids = self.encode_source(source)
+        config = self._planner.for_call(1, overrides)
+        return self._chunks(ids, config)
+
+    def generate(self, source: Source, on_token: Callable[[str], None] | None = None, **overrides: Any) -> GenerationResult:
+        """Run the model on a raw input (no prompt format is added) or on encoder token ids.
+
+        Args:
+            source: the exact encoder input text, or a list of encoder token ids used as-is.
+            on_token: called with each piece of output text as soon as it is final.
+            **overrides: generation options for this call only.
+
+        Raises:
+            InvalidInputError: empty input. PromptTooLongError: input over the encoder's
+            limit (use ``.truncate()`` on the builder to cut instead).
+        """
+        started = time.perf_counter()
+        self._check_open()
+        ids = self.encode_source(source)
+        config = self._planner.for_call(1, overrides)
+        return collect(self._chunks(ids, config), prompt_tokens=len(ids), started=started, on_token=on_token)
+
+    def stream(self, source: Source, **overrides: Any) -> Iterator[str]:
+        """Yield the output text piece by piece."""
+        for chunk in self.stream_chunks(source, **overrides):
+            if chunk.text:
+                yield chunk.text
+
+    def _run_formatted(
+        self,
+        text: str,
+        on_token: Callable[[str], None] | None,
+        overrides: dict[str, Any],
+        default_formatter: Callable[..., str] | None = None,
+        **fields: Any,
+    ) -> TextOutput:
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInputError("The input text is empty. Pass the text to process.")
+        formatter = self._formatter or default_formatter
+        prompt = formatter(text, **fields) if formatter else text
+        return TextOutput(self.generate(prompt, on_token=on_token, **overrides))
