@@ -1,0 +1,192 @@
+"""Samplers: greedy, reproducibility, and the sampled distribution against transformers' warpers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inference4py.generation.config import GenerationConfig
+from inference4py.generation.processors import apply_processors, make_logits_warpers
+from inference4py.generation.sampling import greedy, make_rng, make_sampler
+
+REFERENCES = Path(__file__).resolve().parents[1] / "fixtures" / "references"
+META = json.loads((REFERENCES / "processors.json").read_text(encoding="utf-8"))
+with np.load(REFERENCES / "processors.npz") as _npz:
+    ARRAYS = {k: _npz[k] for k in _npz.files}
+LOGITS = ARRAYS["logits"]
+INPUT_IDS = ARRAYS["input_ids"]
+N = 20_000
+
+
+def _softmax64(scores: np.ndarray) -> np.ndarray:
+    s = scores.astype(np.float64)
+    e = np.exp(s - s.max())
+    return e / e.sum()
+
+
+class _GridRng:
+    """Stand-in for np.random.Generator: ``random(n)`` returns (i + 0.5) / n.
+
+    With one row per grid point, the count of each token is its probability
+    times n, up to 1: an exact, noise-free picture of the sampled distribution.
+    """
+
+    def random(self, size: int) -> np.ndarray:
+        return (np.arange(size) + 0.5) / size
+
+
+def _counts(sampler, row: np.ndarray, rng, n: int = N) -> np.ndarray:
+    tokens = sampler(np.tile(row, (n, 1)), rng)
+    assert tokens.dtype == np.int64 and tokens.shape == (n,)
+    return np.bincount(tokens, minlength=row.shape[0])
+
+
+def _fits(counts: np.ndarray, probs: np.ndarray, n: int) -> bool:
+    """Empirical frequencies within 5 sigma of ``probs``; impossible tokens never drawn."""
+    freq = counts / n
+    if counts[probs == 0].any():
+        return False
+    bound = 5.0 * np.sqrt(probs * (1.0 - probs) / n) + 2.0 / n
+    return bool((np.abs(freq - probs) <= bound).all())
+
+
+# ----------------------------------------------------------------------------- greedy
+def test_greedy_is_argmax_with_first_index_on_ties():
+    scores = np.array([[0.0, 3.0, 3.0, 1.0], [-np.inf, -1.0, -1.0, -2.0], [5.0, 5.0, 5.0, 5.0]], np.float32)
+    sampler = make_sampler(GenerationConfig())
+    out = sampler(scores, make_rng(0))
+    assert out.dtype == np.int64 and out.tolist() == [1, 1, 0]
+    assert sampler is greedy
+
+
+@pytest.mark.parametrize("cfg", [GenerationConfig(top_k=3), GenerationConfig(do_sample=True, temperature=0.0, top_p=0.5)])
+def test_without_sampling_the_sampler_is_greedy(cfg):
+    out = make_sampler(cfg)(LOGITS, make_rng(1))
+    assert out.tolist() == [10, int(np.argmax(LOGITS[1])), 42]  # row 0: 10, 50, 120 tie -> 10
+
+
+# ----------------------------------------------------------------------------- reproducibility
+SAMPLING = GenerationConfig(do_sample=True, temperature=1.3, top_k=50, top_p=0.95)
+
+
+def test_same_seed_same_tokens_and_different_seeds_differ():
+    scores = np.tile(LOGITS[1], (64, 1))
+    sampler = make_sampler(SAMPLING)
+    a = sampler(scores, make_rng(123))
+    b = sampler(scores, make_rng(123))
+    c = sampler(scores, make_rng(124))
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    # A sequence of calls on one generator is reproducible too.
+    r1, r2 = make_rng(7), make_rng(7)
+    assert [sampler(scores, r1).tolist() for _ in range(3)] == [sampler(scores, r2).tolist() for _ in range(3)]
+
+
+def test_sampler_does_not_modify_its_input():
+    scores = LOGITS.copy()
+    make_sampler(GenerationConfig(do_sample=True, temperature=0.5, top_k=5, top_p=0.5, min_p=0.2))(scores, make_rng(0))
+    np.testing.assert_array_equal(scores, LOGITS)
+
+
+# ----------------------------------------------------------------------------- distributions
+def _sampling_cases():
+    for case in META["sampling"]:
+        for row in range(LOGITS.shape[0]):
+            if row not in case["ambiguous_rows"]:
+                yield pytest.param(case, row, id=f"{case['name']}-row{row}")
+
+
+@pytest.mark.parametrize("case, row", list(_sampling_cases()))
+def test_exact_distribution_matches_transformers_warpers(case, row):
+    """Stratified draws: every token's count is n * p(token) +- 1, where p is the
+    softmax of transformers' warped scores; removed tokens are never drawn."""
+    cfg = GenerationConfig(do_sample=True, **case["config"])
+    probs = _softmax64(ARRAYS[f"sampling/{case['name']}"][row])
+    counts = _counts(make_sampler(cfg), LOGITS[row], _GridRng())
+    assert counts[probs == 0].sum() == 0
+    assert np.abs(counts - probs * N).max() <= 1.0 + 1e-6 * N
+    assert (counts[probs * N >= 1.0] > 0).all()  # every kept token of visible mass is drawn
+
+
+@pytest.mark.parametrize(
+    "name, row",
+    [("temperature_1.3", 1), ("top_k_5", 0), ("top_k_1_ties", 0), ("top_p_0.9", 1),
+     ("min_p_0.05", 0), ("top_k_50_top_p_0.9_min_p_0.05", 1), ("top_k_11_ties", 0)],
+)
+def test_random_draws_match_transformers_distribution(name, row):
+    case = next(c for c in META["sampling"] if c["name"] == name)
+    cfg = GenerationConfig(do_sample=True, seed=0, **case["config"])
+    probs = _softmax64(ARRAYS[f"sampling/{name}"][row])
+    counts = _counts(make_sampler(cfg), LOGITS[row], make_rng(2024))
+    assert _fits(counts, probs, N)
+
+
+def test_the_statistical_check_rejects_near_miss_distributions():
+    """The bound of _fits is tight enough to catch an ignored temperature and a
+    nucleus one token too large or too small."""
+    row = LOGITS[1]
+    cfg = GenerationConfig(do_sample=True, temperature=1.3, top_p=0.9)
+    counts = _counts(make_sampler(cfg), row, make_rng(5))
+    scaled = row / np.float32(1.3)
+    warped = apply_processors(make_logits_warpers(cfg), INPUT_IDS[1:2], scaled[None].copy() * np.float32(1.3))[0]
+    kept = np.isfinite(warped)
+    assert _fits(counts, _softmax64(warped), N)
+
+    wrong_temperature = np.where(kept, row, -np.inf)
+    assert not _fits(counts, _softmax64(wrong_temperature), N)
+
+    order = np.argsort(-scaled, kind="stable")
+    n_kept = int(kept.sum())
+    for size in (n_kept - 1, n_kept + 1):
+        other = np.full_like(scaled, -np.inf)
+        other[order[:size]] = scaled[order[:size]]
+        assert not _fits(counts, _softmax64(other), N), size
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"temperature": 0.7},
+        {"top_k": 7},
+        {"top_k": 1},
+        {"top_p": 0.8},
+        {"top_p": 0.3, "temperature": 2.0},
+        {"min_p": 0.1},
+        {"min_p": 0.5, "temperature": 0.6},
+        {"top_k": 20, "top_p": 0.7, "min_p": 0.02, "temperature": 1.5},
+        {"top_k": 3, "top_p": 0.2, "num_beams": 2},
+        {"top_k": 4, "min_p": 0.9, "num_beams": 3, "eos_token_id": [1, 2]},
+        {"top_p": 0.05, "min_p": 0.9, "num_beams": 2},
+        {"min_p": 0.9, "num_beams": 4, "eos_token_id": [0, 1, 2]},
+    ],
+)
+def test_fast_sampler_equals_reference_warpers_on_random_logits(options):
+    """make_sampler's shortcuts (argpartition, candidate-only top-p/min-p) give the
+    distribution of the full-vocabulary warpers, including min_tokens_to_keep."""
+    cfg = GenerationConfig(do_sample=True, **options)
+    rng = np.random.default_rng(99)
+    for _ in range(3):
+        row = (rng.normal(0, 3, 500) + rng.gumbel(size=500)).astype(np.float32)
+        row[rng.choice(500, 20, replace=False)] = -np.inf
+        warped = apply_processors(make_logits_warpers(cfg), np.zeros((1, 1), np.int64), row[None].copy())[0]
+        probs = _softmax64(warped)
+        counts = _counts(make_sampler(cfg), row, _GridRng(), n=10_000)
+        assert counts[probs == 0].sum() == 0
+        assert np.abs(counts - probs * 10_000).max() <= 1.01
+
+
+def test_top_k_keeps_every_token_tied_with_the_kth():
+    scores = np.array([[1.0, 3.0, 2.0, 2.0, 2.0, 0.0]], np.float32)
+    counts = _counts(make_sampler(GenerationConfig(do_sample=True, top_k=2)), scores[0], _GridRng(), n=3000)
+    assert set(np.flatnonzero(counts)) == {1, 2, 3, 4}
+
+
+def test_batch_rows_are_sampled_independently():
+    scores = np.full((4, 6), -np.inf, np.float32)
+    for r, tok in enumerate([5, 0, 3, 1]):
+        scores[r, tok] = 0.0
+    out = make_sampler(GenerationConfig(do_sample=True, top_k=3, top_p=0.9))(scores, make_rng(0))
+    assert out.tolist() == [5, 0, 3, 1]
