@@ -40,6 +40,7 @@ __all__ = [
     "SUPPORT_FILES",
     "KNOWN_VARIANTS",
     "resolve_model_folder",
+    "local_model_folder",
     "pull",
     "select_model_files",
 ]
@@ -373,6 +374,27 @@ def resolve_model_folder(
     )
 
 
+def local_model_folder(path: str | os.PathLike[str]) -> Path:
+    """An existing local model folder (``~`` expanded); never a hub look-up.
+
+    For ``model_path(...)``-style options, where a missing folder must not be
+    mistaken for a repo id.
+
+    Raises:
+        ModelNotFoundError: the folder does not exist or is a file.
+    """
+    text = os.fspath(path)
+    folder = Path(text).expanduser()
+    if folder.is_dir():
+        return folder
+    if folder.exists():
+        raise ModelNotFoundError(
+            f"'{text}' is a file, not a model folder; pass the folder that contains the model's files."
+        )
+    hint = "" if _looks_like_path(text) else " To download from the Hugging Face Hub, pass it as a model id instead."
+    raise ModelNotFoundError(f"Model folder '{text}' does not exist (resolved to '{folder.absolute()}').{hint}")
+
+
 def pull(
     model_id: str,
     *,
@@ -505,7 +527,9 @@ def _resolve_repo(
     return Path(snapshot) / selection.folder if selection.folder else Path(snapshot)
 
 
-def _list_repo_files(repo_id: str, *, revision: str | None, token: str | bool | None, endpoint: str | None) -> list[str]:
+def _list_repo_files(
+    repo_id: str, *, revision: str | None, token: str | bool | None, endpoint: str | None
+) -> list[str]:
     from huggingface_hub import HfApi
 
     api = HfApi(endpoint=endpoint, token=token)

@@ -626,6 +626,10 @@ class _SentencePieceTokenizer(Tokenizer):
     ) -> None:
         super().__init__(**kwargs)
         self._flavour = flavour
+        # transformers' slow T5/Llama decode puts a space *before the text that
+        # precedes* a special token when special tokens are kept, so that text
+        # is only final once the next special token (or the end) is known.
+        self._stream_hold_until_special = flavour in ("t5", "llama")
         self._source = source
         self._target = target
         self._encoder = encoder  # piece -> id (Marian's vocab.json); None: the spm ids

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from inference4py import _env
+from inference4py import _env, hub
 from inference4py.errors import (
     ConfigurationError,
     HubError,
@@ -513,3 +513,12 @@ def test_env_providers(monkeypatch):
     monkeypatch.setenv("INFERENCE4PY_PROVIDERS", "CUDAExecutionProvider,,CPUExecutionProvider")
     with pytest.raises(ConfigurationError, match="empty provider name"):
         _env.default_providers()
+
+
+def test_local_model_folder_never_goes_to_the_hub(tmp_path):
+    assert hub.local_model_folder(tmp_path) == tmp_path
+    with pytest.raises(ModelNotFoundError, match="does not exist.*model id"):
+        hub.local_model_folder("org/name")
+    with pytest.raises(ModelNotFoundError, match="not a model folder"):
+        (tmp_path / "f").write_text("x")
+        hub.local_model_folder(tmp_path / "f")

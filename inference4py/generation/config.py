@@ -38,7 +38,7 @@ class GenerationConfig:
         min_new_tokens: EOS is blocked until this many tokens were generated.
         do_sample: Sample from the distribution instead of taking the argmax.
         temperature: Logit divisor when sampling (> 0); ``0`` means greedy.
-        top_k: Keep the k most likely tokens (0 disables).
+        top_k: Keep the k most likely tokens when sampling (0 disables; 50 by default, as in transformers).
         top_p: Keep the smallest set with cumulative probability >= top_p, in (0, 1].
         min_p: Drop tokens less likely than ``min_p`` times the top token, in [0, 1].
         repetition_penalty: > 0; 1.0 disables (CTRL-style, as in transformers).
@@ -64,7 +64,7 @@ class GenerationConfig:
     min_new_tokens: int = 0
     do_sample: bool = False
     temperature: float = 1.0
-    top_k: int = 0
+    top_k: int = 50
     top_p: float = 1.0
     min_p: float = 0.0
     repetition_penalty: float = 1.0

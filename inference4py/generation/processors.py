@@ -265,7 +265,7 @@ class Temperature(_Repr):
         self.temperature = float(temperature)
 
     def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        # float32 / Python float stays float32 and rounds like torch's division.
+        # A float32 division, bit-identical to torch's (checked by the fixtures).
         np.divide(scores, np.float32(self.temperature), out=scores)
         return scores
 
@@ -286,16 +286,29 @@ class TopK(_Repr):
         return scores
 
 
-def _top_p_remove_sorted(sorted_asc: np.ndarray, top_p: float, min_tokens_to_keep: int) -> np.ndarray:
+def _top_p_remove_sorted(
+    sorted_asc: np.ndarray,
+    top_p: float,
+    min_tokens_to_keep: int,
+    *,
+    probs: np.ndarray | None = None,
+    offset: np.ndarray | None = None,
+) -> np.ndarray:
     """Top-p removal mask over scores sorted ascending (transformers' rule).
 
     A token is removed when the cumulative probability up to and including it,
     in ascending order, is <= 1 - top_p; the last ``min_tokens_to_keep`` are kept.
     The cumulative sum accumulates in float64 and is rounded to float32 like
-    torch's CPU ``cumsum``.
+    torch's CPU ``cumsum``.  ``probs`` are the float32 probabilities of the
+    sorted scores (computed when None); ``offset`` [batch] is the probability
+    mass of lower tokens left out of ``sorted_asc``.
     """
-    probs = _softmax32(sorted_asc)
-    cumulative = np.cumsum(probs, axis=1, dtype=np.float64).astype(np.float32)
+    if probs is None:
+        probs = _softmax32(sorted_asc)
+    cumulative = np.cumsum(probs, axis=1, dtype=np.float64)
+    if offset is not None:
+        cumulative += offset[:, None]
+    cumulative = cumulative.astype(np.float32)
     remove = cumulative <= np.float32(1.0 - top_p)
     remove[:, sorted_asc.shape[1] - min_tokens_to_keep :] = False
     return remove

@@ -19,6 +19,7 @@ import numpy as np
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.processors import (
     _min_p_remove,
+    _softmax32,
     _sort_ascending,
     _top_p_remove_sorted,
     min_tokens_to_keep,
@@ -89,30 +90,52 @@ class _WarpedSampler:
         )
 
     def __call__(self, scores: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        idx, vals = self.warp(scores)
+        pos = _draw(vals, rng)
+        if idx is None:
+            return pos
+        return idx[np.arange(pos.shape[0]), pos]
+
+    def warp(self, scores: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+        """Warped scores of the candidate tokens: ``(ids [batch, K] or None, scores [batch, K])``.
+
+        Scattering ``scores`` to ``ids`` over a -inf row gives what
+        ``make_logits_warpers`` returns; ``ids`` None means all tokens, in order.
+        """
         s = np.asarray(scores, dtype=np.float32)
         if self.temperature != 1.0:
             s = s / np.float32(self.temperature)  # float32 like transformers; new array
-        batch, vocab = s.shape
+        vocab = s.shape[1]
         keep = self.min_tokens_to_keep
 
         idx: np.ndarray | None = None  # token id of each column of ``vals``; None = identity
         ascending = False  # whether each row of ``vals`` is sorted ascending
+        probs: np.ndarray | None = None  # float32 probabilities of ``vals`` over the whole vocabulary
+        rest: np.ndarray | None = None  # [batch] probability mass of tokens left out of ``vals``
         if 0 < self.top_k < vocab:
             idx, vals = _top_k_candidates(s, self.top_k)
+        elif self.top_p < 1.0:
+            found = _nucleus_candidates(s, self.top_p)
+            if found is None:
+                idx = _sort_ascending(s)
+                vals = np.take_along_axis(s, idx, axis=1)
+                ascending = True
+            else:
+                idx, vals, probs, rest = found
+        else:
+            vals = s
+        if idx is not None and not ascending:
             # Ascending by score, equal scores with the higher id first (see _sort_ascending).
             order = np.lexsort((-idx, vals), axis=-1)
             idx = np.take_along_axis(idx, order, axis=1)
             vals = np.take_along_axis(vals, order, axis=1)
+            if probs is not None:
+                probs = np.take_along_axis(probs, order, axis=1)
             ascending = True
-        elif self.top_p < 1.0:
-            idx = _sort_ascending(s)
-            vals = np.take_along_axis(s, idx, axis=1)
-            ascending = True
-        else:
-            vals = s
 
         if self.top_p < 1.0:
-            vals = np.where(_top_p_remove_sorted(vals, self.top_p, keep), _NEG_INF, vals)
+            remove = _top_p_remove_sorted(vals, self.top_p, keep, probs=probs, offset=rest)
+            vals = np.where(remove, _NEG_INF, vals)
         if self.min_p > 0.0:
             remove = _min_p_remove(vals, self.min_p)
             if keep > 1:
@@ -122,11 +145,7 @@ class _WarpedSampler:
                     top = np.argpartition(-vals, keep - 1, axis=1)[:, :keep]
                     np.put_along_axis(remove, top, False, axis=1)
             vals = np.where(remove, _NEG_INF, vals)
-
-        pos = _draw(vals, rng)
-        if idx is None:
-            return pos
-        return idx[np.arange(batch), pos]
+        return idx, vals
 
 
 def _top_k_candidates(s: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -151,6 +170,39 @@ def _top_k_candidates(s: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     if width > k:
         vals = np.where(vals < kth, _NEG_INF, vals)
     return ids.astype(np.int64, copy=False), vals
+
+
+def _nucleus_candidates(
+    s: np.ndarray, top_p: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The top tokens of each row that contain its whole top-p nucleus, without a full sort.
+
+    Tokens outside a candidate set whose left-out mass is <= 1 - top_p have an
+    ascending cumulative probability <= 1 - top_p, so transformers removes them
+    all; only the candidates need sorting.  The set grows 4x until that holds,
+    or None is returned when it would exceed a quarter of the vocabulary.
+
+    Returns:
+        ``(ids, scores, probs, rest)``: candidate ids and scores [batch, K] (surplus
+        columns -inf, as in :func:`_top_k_candidates`), their float32 probabilities
+        over the whole vocabulary, and the left-out mass [batch] (float64).
+    """
+    batch, vocab = s.shape
+    limit = (1.0 - top_p) - 1e-6  # margin for the rounding of the left-out mass
+    m = 256
+    probs_all: np.ndarray | None = None
+    while m * 4 <= vocab:
+        if probs_all is None:
+            probs_all = _softmax32(s)
+            total = probs_all.sum(axis=1, dtype=np.float64)
+        ids, vals = _top_k_candidates(s, m)
+        probs = np.take_along_axis(probs_all, ids, axis=1)
+        probs[np.isneginf(vals)] = 0.0  # surplus columns belong to the left-out mass
+        rest = total - probs.sum(axis=1, dtype=np.float64)
+        if (rest <= limit).all():
+            return ids, vals, probs, rest
+        m *= 4
+    return None
 
 
 def _draw(vals: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -31,6 +31,7 @@ any part of it out.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["IncrementalDetokenizer", "StopSequenceMatcher"]
 
 _REPLACEMENT = "\ufffd"
+_BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 # Text ending with one of these may still be rewritten by transformers'
 # clean_up_tokenization (its patterns: " .", " ?", " !", " ,", " ' ", " n't",
 # " 'm", " 's", " 've", " 're"); they are the proper prefixes of those patterns.
@@ -82,6 +84,10 @@ class IncrementalDetokenizer:
         self._tokenizer = tokenizer
         self._skip = skip_special_tokens
         self._cleanup = bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
+        self._hold_until_special = not skip_special_tokens and bool(
+            getattr(tokenizer, "_stream_hold_until_special", False)
+        )
+        self._special_ids = frozenset(tokenizer.all_special_ids) if self._hold_until_special else frozenset()
         context = [int(i) for i in (prompt_ids or [])][-context_tokens:]
         self._ids: list[int] = list(context)
         self._start = len(context)
@@ -93,6 +99,25 @@ class IncrementalDetokenizer:
         self._context_text = self._prefix_text
         self._pieces: list[str] = []
         self._finished = False
+        self._hold_cache: dict[int, bool] = {}
+
+    def _holds(self, token_id: int) -> bool:
+        """True when text cannot be final right after ``token_id``.
+
+        Byte-fallback decoders turn a whole run of ``<0xXX>`` tokens into U+FFFDs
+        when the run is not valid UTF-8, so a run is final only once a token
+        with text ends it; a token that decodes to nothing (e.g. a skipped
+        special token) does not end it.
+        """
+        hold = self._hold_cache.get(token_id)
+        if hold is None:
+            piece = self._tokenizer.id_to_token(token_id)
+            hold = (bool(piece) and _BYTE_PIECE.fullmatch(piece) is not None) or (
+                self._tokenizer.decode([token_id], skip_special_tokens=self._skip) == ""
+            )
+            if len(self._hold_cache) < 65536:
+                self._hold_cache[token_id] = hold
+        return hold
 
     def _decode(self, start: int, stop: int | None = None) -> str:
         ids = self._ids[start:stop]
@@ -118,7 +143,12 @@ class IncrementalDetokenizer:
         """
         if self._finished:
             raise InvalidInputError("This detokenizer is finished; create a new one for a new sequence.")
-        self._ids.append(int(token_id))
+        token_id = int(token_id)
+        self._ids.append(token_id)
+        if self._hold_until_special and token_id not in self._special_ids:
+            return ""
+        if self._holds(token_id):
+            return ""
         text = self._decode(self._prefix)
         prefix_text = self._prefix_text
         if len(text) <= len(prefix_text) or not text.startswith(prefix_text):
@@ -128,7 +158,10 @@ class IncrementalDetokenizer:
         if self._cleanup and text.endswith(_CLEANUP_OPEN_TAILS):
             return ""
         piece = text[len(prefix_text) :]
-        self._prefix = self._read
+        if not (self._hold_until_special and self._ids[self._read] in self._special_ids):
+            # (in hold-until-special mode, never start a window on a special
+            # token: the slow Llama decode treats a leading special one specially)
+            self._prefix = self._read
         self._read = len(self._ids)
         self._prefix_text = self._decode(self._prefix, self._read)
         self._pieces.append(piece)

@@ -47,6 +47,7 @@ class GenerationBuilder(Generic[T]):
         self._revision: str | None = None
         self._token: str | bool | None = None
         self._local_files_only = False
+        self._variant: str | None = None
         self._providers: tuple[str, ...] | None = None
         self._threads: int | None = None
         self._generation: dict[str, Any] = {}
@@ -81,6 +82,13 @@ class GenerationBuilder(Generic[T]):
     def local_files_only(self: B, value: bool = True) -> B:
         """Never contact the hub; use the local cache only."""
         self._local_files_only = bool(value)
+        return self
+
+    def variant(self: B, variant: str) -> B:
+        """Which precision of a hub repo to download when it has several (e.g. "fp16", "quantized", "q4")."""
+        if not isinstance(variant, str) or not variant:
+            raise ConfigurationError("variant must be a non-empty string such as 'fp16' or 'quantized'.")
+        self._variant = variant
         return self
 
     def providers(self: B, providers: Sequence[str]) -> B:
@@ -187,14 +195,15 @@ class GenerationBuilder(Generic[T]):
         from inference4py import hub
 
         if self._model_path is not None:
-            return hub.resolve_model_folder(self._model_path)
+            return hub.local_model_folder(self._model_path)
         if self._model_id is None:
             raise ConfigurationError(
                 f"No model chosen{' for preset ' + self._preset if self._preset else ''}: call "
                 ".model_id('org/name') or .model_path('folder') before build()."
             )
         return hub.resolve_model_folder(
-            self._model_id, revision=self._revision, token=self._token, local_files_only=self._local_files_only
+            self._model_id, revision=self._revision, token=self._token, local_files_only=self._local_files_only,
+            variant=self._variant,
         )
 
     def session_options(self) -> SessionOptions:

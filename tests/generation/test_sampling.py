@@ -131,7 +131,7 @@ def test_the_statistical_check_rejects_near_miss_distributions():
     cfg = GenerationConfig(do_sample=True, temperature=1.3, top_p=0.9)
     counts = _counts(make_sampler(cfg), row, make_rng(5))
     scaled = row / np.float32(1.3)
-    warped = apply_processors(make_logits_warpers(cfg), INPUT_IDS[1:2], scaled[None].copy() * np.float32(1.3))[0]
+    warped = apply_processors(make_logits_warpers(cfg), INPUT_IDS[1:2], row[None].copy())[0]
     kept = np.isfinite(warped)
     assert _fits(counts, _softmax64(warped), N)
 
@@ -190,3 +190,44 @@ def test_batch_rows_are_sampled_independently():
         scores[r, tok] = 0.0
     out = make_sampler(GenerationConfig(do_sample=True, top_k=3, top_p=0.9))(scores, make_rng(0))
     assert out.tolist() == [5, 0, 3, 1]
+
+
+def _scatter(idx, vals, vocab):
+    if idx is None:
+        return vals
+    full = np.full((vals.shape[0], vocab), -np.inf, np.float32)
+    np.put_along_axis(full, idx, vals, axis=1)
+    return full
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"top_p": 0.9},  # candidate set grows 256 -> 1024 -> 4096 (+ ties)
+        {"top_p": 0.5, "temperature": 0.8},
+        {"top_p": 0.99},  # nucleus too wide: full sort
+        {"top_p": 0.999999},
+        {"top_p": 0.7, "min_p": 0.01},
+        {"top_p": 0.3, "num_beams": 2, "eos_token_id": [3]},
+        {"top_k": 40, "top_p": 0.8, "min_p": 0.05, "temperature": 1.2},
+        {"top_k": 1},
+        {"min_p": 0.2, "num_beams": 3},
+    ],
+)
+def test_sampler_candidates_equal_reference_warpers_on_a_large_vocabulary(options):
+    """The fast paths (top-k candidates, nucleus candidates without a full sort)
+    keep exactly the tokens the full-vocabulary warpers keep, with equal scores."""
+    cfg = GenerationConfig(do_sample=True, **options)
+    rng = np.random.default_rng(3)
+    vocab = 50_000
+    scores = (rng.normal(0, 2.5, (4, vocab)) + rng.gumbel(size=(4, vocab))).astype(np.float32)
+    scores[0, :20] = scores[0].max() + 0.5  # a row with a wide tie at the top
+    scores[1] = np.round(scores[1] * 4) / 4  # many ties everywhere
+    scores[2, rng.choice(vocab, 1000, replace=False)] = -np.inf
+    scores[3] *= 3.0  # peaked
+    expected = apply_processors(make_logits_warpers(cfg), np.zeros((4, 1), np.int64), scores.copy())
+    sampler = make_sampler(cfg)
+    got = _scatter(*sampler.warp(scores), vocab)
+    np.testing.assert_array_equal(got, expected)
+    tokens = sampler(scores, make_rng(0))
+    assert np.isfinite(expected[np.arange(4), tokens]).all()

@@ -1,0 +1,57 @@
+"""Rebuild the committed test fixtures (tiny random models + reference outputs).
+
+    python tools/build_fixtures.py                 # every builder
+    python tools/build_fixtures.py --only decoder  # one builder (repeatable)
+
+Needs the heavy tools (``pip install -e .[tools]``); the tests themselves do not.
+Builds are deterministic: fixed seeds, corpus written in tools/fixtures/common.py.
+To add a builder: write tools/fixtures/<name>.py with ``build(fixtures_dir)`` and
+add one line to BUILDERS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# name -> module exposing build(fixtures_dir: pathlib.Path) -> None
+BUILDERS = {
+    "decoder": "tools.fixtures.decoder",
+    "processors": "tools.fixtures.processors",
+    "seq2seq": "tools.fixtures.seq2seq",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", choices=sorted(BUILDERS), metavar="NAME",
+                        help=f"run only this builder (repeatable): {', '.join(BUILDERS)}")
+    parser.add_argument("--fixtures-dir", type=Path, default=REPO / "tests" / "fixtures",
+                        help="output root (default: tests/fixtures)")
+    args = parser.parse_args(argv)
+
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    for name in args.only or list(BUILDERS):
+        module_name = BUILDERS[name]
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            print(f"[{name}] skipped: {module_name} does not exist yet")
+            continue
+        start = time.perf_counter()
+        print(f"[{name}] building into {args.fixtures_dir}")
+        module.build(args.fixtures_dir)
+        print(f"[{name}] done in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
