@@ -41,7 +41,7 @@ from .errors import (
     ModelLoadError,
 )
 
-__all__ = ["Tokenizer", "load_tokenizer", "render_chat_template"]
+__all__ = ["Tokenizer", "load_tokenizer", "render_chat_template", "clean_up_tokenization"]
 
 _SPECIAL_ATTRS = (
     "bos_token",
@@ -324,12 +324,20 @@ class Tokenizer(ABC):
         """
 
     @abstractmethod
-    def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:
+    def decode(
+        self,
+        ids: Iterable[int],
+        *,
+        skip_special_tokens: bool = True,
+        clean_up_tokenization_spaces: bool | None = None,
+    ) -> str:
         """Text of ``ids``, as transformers' ``tokenizer.decode``.
 
         Args:
             ids: Token ids.
             skip_special_tokens: Drop special tokens (BOS, EOS, pad...) from the text.
+            clean_up_tokenization_spaces: Override the tokenizer config's setting
+                (None keeps it).
 
         Returns:
             The text, with ``clean_up_tokenization_spaces`` applied when the
@@ -354,6 +362,11 @@ class Tokenizer(ABC):
     def encode_batch(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list[list[int]]:
         """:meth:`encode` for several texts."""
         return [self.encode(t, add_special_tokens=add_special_tokens) for t in texts]
+
+    def _clean(self, text: str, clean_up_tokenization_spaces: bool | None) -> str:
+        if clean_up_tokenization_spaces is None:
+            clean_up_tokenization_spaces = self.clean_up_tokenization_spaces
+        return clean_up_tokenization(text) if clean_up_tokenization_spaces else text
 
     def decode_batch(self, batch: Iterable[Iterable[int]], *, skip_special_tokens: bool = True) -> list[str]:
         """:meth:`decode` for several id lists."""
@@ -524,8 +537,9 @@ class Tokenizer(ABC):
         )
 
 
-def _clean_up_tokenization(text: str) -> str:
-    # transformers' PreTrainedTokenizerBase.clean_up_tokenization, verbatim.
+def clean_up_tokenization(text: str) -> str:
+    """transformers' ``clean_up_tokenization``: drop the space before punctuation
+    and English contractions (``" ."`` -> ``"."``, ``" n't"`` -> ``"n't"``...)."""
     return (
         text.replace(" .", ".")
         .replace(" ?", "?")
@@ -569,9 +583,15 @@ class _FastTokenizer(Tokenizer):
                 raise InvalidInputError(f"texts must be strings, got {type(t).__name__}.")
         return [e.ids for e in self._backend.encode_batch(texts, add_special_tokens=add_special_tokens)]
 
-    def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:
+    def decode(
+        self,
+        ids: Iterable[int],
+        *,
+        skip_special_tokens: bool = True,
+        clean_up_tokenization_spaces: bool | None = None,
+    ) -> str:
         text = self._backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
-        return _clean_up_tokenization(text) if self.clean_up_tokenization_spaces else text
+        return self._clean(text, clean_up_tokenization_spaces)
 
     def id_to_token(self, token_id: int) -> str | None:
         return self._backend.id_to_token(int(token_id))
@@ -775,7 +795,13 @@ class _SentencePieceTokenizer(Tokenizer):
         out += sp.decode(current)
         return out.strip() if self._flavour == "t5" else out
 
-    def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:
+    def decode(
+        self,
+        ids: Iterable[int],
+        *,
+        skip_special_tokens: bool = True,
+        clean_up_tokenization_spaces: bool | None = None,
+    ) -> str:
         tokens = []
         for i in ids:
             i = int(i)
@@ -799,8 +825,7 @@ class _SentencePieceTokenizer(Tokenizer):
                 current.append(token)
         if current:
             sub_texts.append(self._tokens_to_string(current))
-        text = " ".join(sub_texts)
-        return _clean_up_tokenization(text) if self.clean_up_tokenization_spaces else text
+        return self._clean(" ".join(sub_texts), clean_up_tokenization_spaces)
 
     @property
     def vocab_size(self) -> int:

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError, InvalidInputError
+from ..tokenization import clean_up_tokenization
 
 if TYPE_CHECKING:
     from ..tokenization import Tokenizer
@@ -113,17 +114,27 @@ class IncrementalDetokenizer:
         if hold is None:
             piece = self._tokenizer.id_to_token(token_id)
             hold = (bool(piece) and _BYTE_PIECE.fullmatch(piece) is not None) or (
-                self._tokenizer.decode([token_id], skip_special_tokens=self._skip) == ""
+                self._decode_ids([token_id]) == ""
             )
             if len(self._hold_cache) < 65536:
                 self._hold_cache[token_id] = hold
         return hold
 
     def _decode(self, start: int, stop: int | None = None) -> str:
-        ids = self._ids[start:stop]
+        return self._decode_ids(self._ids[start:stop])
+
+    def _decode_ids(self, ids: list[int]) -> str:
+        # Raw text (no clean-up): the clean-up is applied to each emitted piece,
+        # cut where no clean-up pattern can straddle two pieces.
         if not ids:
             return ""
-        return self._tokenizer.decode(ids, skip_special_tokens=self._skip)
+        return self._tokenizer.decode(ids, skip_special_tokens=self._skip, clean_up_tokenization_spaces=False)
+
+    def _emit(self, raw: str) -> str:
+        piece = clean_up_tokenization(raw) if self._cleanup else raw
+        if piece:
+            self._pieces.append(piece)
+        return piece
 
     @property
     def token_ids(self) -> list[int]:
@@ -157,15 +168,14 @@ class IncrementalDetokenizer:
             return ""
         if self._cleanup and text.endswith(_CLEANUP_OPEN_TAILS):
             return ""
-        piece = text[len(prefix_text) :]
+        raw = text[len(prefix_text) :]
         if not (self._hold_until_special and self._ids[self._read] in self._special_ids):
             # (in hold-until-special mode, never start a window on a special
             # token: the slow Llama decode treats a leading special one specially)
             self._prefix = self._read
         self._read = len(self._ids)
         self._prefix_text = self._decode(self._prefix, self._read)
-        self._pieces.append(piece)
-        return piece
+        return self._emit(raw)
 
     def add_many(self, token_ids: Iterable[int]) -> str:
         """:meth:`add` for several ids; returns the joined text."""
@@ -179,17 +189,20 @@ class IncrementalDetokenizer:
         self._finished = True
         text = self._decode(self._prefix)
         if text.startswith(self._prefix_text):
-            piece = text[len(self._prefix_text) :]
-        else:
-            # The decoder rewrote text across our window boundary: fall back to
-            # one full decode and emit whatever follows what was already emitted.
-            full = self._decode(0)
-            if self._start and full.startswith(self._context_text):
-                full = full[len(self._context_text) :]
-            elif self._start:
-                full = self._decode(self._start)
-            emitted = self.text
-            piece = full[len(emitted) :] if full.startswith(emitted) else ""
+            return self._emit(text[len(self._prefix_text) :])
+        # The decoder rewrote text across the window boundary: fall back to one
+        # full decode and emit whatever follows what was already emitted.
+        full = self._decode(0)
+        if self._start and full.startswith(self._context_text):
+            full = full[len(self._context_text) :]
+        elif self._start:
+            full = self._decode(self._start)
+        if self._cleanup:
+            full = clean_up_tokenization(full)
+        emitted = self.text
+        return self._emit_clean(full[len(emitted) :] if full.startswith(emitted) else "")
+
+    def _emit_clean(self, piece: str) -> str:
         if piece:
             self._pieces.append(piece)
         return piece

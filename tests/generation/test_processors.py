@@ -168,8 +168,9 @@ def test_warpers_only_when_sampling():
     names = [type(w).__name__ for w in make_logits_warpers(
         GenerationConfig(do_sample=True, temperature=0.7, top_k=5, top_p=0.5, min_p=0.1))]
     assert names == ["Temperature", "TopK", "TopP", "MinP"]
-    # Defaults of each option are inactive: top_p=1.0, top_k=0, min_p=0, temperature=1.
-    assert make_logits_warpers(GenerationConfig(do_sample=True)) == []
+    # Defaults follow transformers: top_k=50 is active, top_p=1.0, min_p=0 and temperature=1 are not.
+    assert [type(w).__name__ for w in make_logits_warpers(GenerationConfig(do_sample=True))] == ["TopK"]
+    assert make_logits_warpers(GenerationConfig(do_sample=True, top_k=0)) == []
 
 
 def test_extra_processors_go_last():

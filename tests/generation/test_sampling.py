@@ -103,7 +103,7 @@ def _sampling_cases():
 def test_exact_distribution_matches_transformers_warpers(case, row):
     """Stratified draws: every token's count is n * p(token) +- 1, where p is the
     softmax of transformers' warped scores; removed tokens are never drawn."""
-    cfg = GenerationConfig(do_sample=True, **case["config"])
+    cfg = GenerationConfig(do_sample=True, **{"top_k": 0, **case["config"]})
     probs = _softmax64(ARRAYS[f"sampling/{case['name']}"][row])
     counts = _counts(make_sampler(cfg), LOGITS[row], _GridRng())
     assert counts[probs == 0].sum() == 0
@@ -118,7 +118,7 @@ def test_exact_distribution_matches_transformers_warpers(case, row):
 )
 def test_random_draws_match_transformers_distribution(name, row):
     case = next(c for c in META["sampling"] if c["name"] == name)
-    cfg = GenerationConfig(do_sample=True, seed=0, **case["config"])
+    cfg = GenerationConfig(do_sample=True, seed=0, **{"top_k": 0, **case["config"]})
     probs = _softmax64(ARRAYS[f"sampling/{name}"][row])
     counts = _counts(make_sampler(cfg), LOGITS[row], make_rng(2024))
     assert _fits(counts, probs, N)
@@ -128,7 +128,7 @@ def test_the_statistical_check_rejects_near_miss_distributions():
     """The bound of _fits is tight enough to catch an ignored temperature and a
     nucleus one token too large or too small."""
     row = LOGITS[1]
-    cfg = GenerationConfig(do_sample=True, temperature=1.3, top_p=0.9)
+    cfg = GenerationConfig(do_sample=True, temperature=1.3, top_p=0.9, top_k=0)
     counts = _counts(make_sampler(cfg), row, make_rng(5))
     scaled = row / np.float32(1.3)
     warped = apply_processors(make_logits_warpers(cfg), INPUT_IDS[1:2], row[None].copy())[0]
@@ -166,7 +166,7 @@ def test_the_statistical_check_rejects_near_miss_distributions():
 def test_fast_sampler_equals_reference_warpers_on_random_logits(options):
     """make_sampler's shortcuts (argpartition, candidate-only top-p/min-p) give the
     distribution of the full-vocabulary warpers, including min_tokens_to_keep."""
-    cfg = GenerationConfig(do_sample=True, **options)
+    cfg = GenerationConfig(do_sample=True, **{"top_k": 0, **options})
     rng = np.random.default_rng(99)
     for _ in range(3):
         row = (rng.normal(0, 3, 500) + rng.gumbel(size=500)).astype(np.float32)
@@ -217,7 +217,7 @@ def _scatter(idx, vals, vocab):
 def test_sampler_candidates_equal_reference_warpers_on_a_large_vocabulary(options):
     """The fast paths (top-k candidates, nucleus candidates without a full sort)
     keep exactly the tokens the full-vocabulary warpers keep, with equal scores."""
-    cfg = GenerationConfig(do_sample=True, **options)
+    cfg = GenerationConfig(do_sample=True, **{"top_k": 0, **options})
     rng = np.random.default_rng(3)
     vocab = 50_000
     scores = (rng.normal(0, 2.5, (4, vocab)) + rng.gumbel(size=(4, vocab))).astype(np.float32)

@@ -146,7 +146,7 @@ def test_cost_is_windowed(tokenizers):
     class Counting:
         clean_up_tokenization_spaces = False
 
-        def decode(self, ids, *, skip_special_tokens=True):
+        def decode(self, ids, *, skip_special_tokens=True, clean_up_tokenization_spaces=None):
             lengths.append(len(ids))
             return tok.decode(ids, skip_special_tokens=skip_special_tokens)
 
