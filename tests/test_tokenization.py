@@ -536,39 +536,95 @@ def test_sandboxed():
 
 # --------------------------------------------------------------------------- #
 # transformers' reference ids for the committed fixture folders
+# (produced by tools/build_fixtures.py with transformers 4.57)
 # --------------------------------------------------------------------------- #
 
-_REFERENCE = FIXTURES / "references" / "tokenizers.json"
+_REFERENCES = FIXTURES / "references"
 
 
-def _reference_cases():
-    if not _REFERENCE.is_file():
-        return []
-    data = json.loads(_REFERENCE.read_text(encoding="utf-8"))
-    return [pytest.param(name, entry, id=name) for name, entry in _reference_entries(data)]
+def _load_reference(name):
+    path = _REFERENCES / name
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-def _reference_entries(data):
-    # accept {"folders": {name: entry}} or {name: entry} or a list of entries with "folder"
-    if isinstance(data, dict) and "folders" in data:
-        data = data["folders"]
-    if isinstance(data, dict):
-        return list(data.items())
-    return [(e.get("folder") or e.get("name"), e) for e in data]
+def _decoder_reference_cases():
+    data = _load_reference("tokenizers.json")
+    if data is None:
+        return [pytest.param(None, None, marks=pytest.mark.skip(reason="references/tokenizers.json not built"))]
+    return [pytest.param(name, entry, id=name) for name, entry in data["tokenizers"].items()]
 
 
-@pytest.mark.skipif(not _REFERENCE.is_file(), reason="tests/fixtures/references/tokenizers.json not generated yet")
-@pytest.mark.parametrize("name,entry", _reference_cases())
+def _seq2seq_reference_cases():
+    data = _load_reference("marian_tokenizer.json")
+    if data is None:
+        return [pytest.param(None, None, marks=pytest.mark.skip(reason="references/marian_tokenizer.json not built"))]
+    return [
+        pytest.param(folder, entry, id=folder.split("/")[-1])
+        for entry in data["tokenizers"].values()
+        for folder in entry["folders"]
+    ]
+
+
+@pytest.mark.parametrize("name,entry", _decoder_reference_cases())
 def test_matches_transformers_reference(name, entry):
-    folder = FIXTURES / "models" / (entry.get("folder") or name)
-    tok = load_tokenizer(folder)
-    cases = entry.get("cases") or entry.get("strings") or []
-    assert cases, f"no cases for {name}"
-    for case in cases:
+    tok = load_tokenizer(FIXTURES / entry["folder"])
+    for attr in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id"):
+        assert getattr(tok, attr) == entry[attr], attr
+    assert tok.all_special_ids == frozenset(entry["all_special_ids"])
+    assert tok.vocab_size == entry["vocab_size"]
+    assert tok.clean_up_tokenization_spaces == entry["clean_up_tokenization_spaces"]
+    assert entry["cases"]
+    for case in entry["cases"]:
         text = case["text"]
-        if "ids" in case:
-            assert tok.encode(text) == case["ids"], (name, text)
-        if "ids_no_special" in case:
-            assert tok.encode(text, add_special_tokens=False) == case["ids_no_special"], (name, text)
-        if "decoded" in case:
-            assert tok.decode(case["ids"], skip_special_tokens=True) == case["decoded"], (name, text)
+        assert tok.encode(text) == case["ids"], text
+        assert tok.encode(text, add_special_tokens=False) == case["ids_no_special"], text
+        assert [tok.id_to_token(i) for i in case["ids_no_special"]] == case["tokens"], text
+        assert tok.decode(case["ids"]) == case["decoded"], text
+        assert tok.decode(case["ids"], skip_special_tokens=False) == case["decoded_with_special"], text
+        # and the streaming detokenizer reproduces the same text
+        from inference4py.generation.streaming import IncrementalDetokenizer
+
+        detok = IncrementalDetokenizer(tok)
+        pieces = [detok.add(i) for i in case["ids"]] + [detok.finish()]
+        assert "".join(pieces) == case["decoded"], text
+
+
+@pytest.mark.parametrize("folder,entry", _seq2seq_reference_cases())
+def test_matches_transformers_seq2seq_reference(folder, entry):
+    tok = load_tokenizer(FIXTURES / folder)
+    assert entry["cases"]
+    for case in entry["cases"]:
+        text = case["text"]
+        assert tok.encode(text) == case["input_ids"], text
+        # Marian decodes with the target model; "decoded" is of the target ids
+        ids = case.get("target_ids", case["input_ids"])
+        assert tok.decode(ids) == case["decoded"], text
+
+
+def _generation_reference_cases():
+    data = _load_reference("decoder.json")
+    if data is None:
+        return [pytest.param(None, None, marks=pytest.mark.skip(reason="references/decoder.json not built"))]
+    return [
+        pytest.param(model["folder"], case, id=f"{name}-{case['name']}")
+        for name, model in data["models"].items()
+        for case in model["cases"]
+    ]
+
+
+@pytest.mark.parametrize("folder,case", _generation_reference_cases())
+def test_prompts_and_outputs_of_generation_references(folder, case):
+    """Prompt ids (chat-templated or plain) and generated text as transformers made them."""
+    from inference4py.generation.streaming import IncrementalDetokenizer
+
+    tok = load_tokenizer(FIXTURES / folder)
+    if case["kind"] == "chat":
+        rendered = tok.apply_chat_template(case["messages"])
+        assert rendered == case["rendered"]
+        assert tok.encode(rendered, add_special_tokens=False) == case["prompt_ids"]
+    else:
+        assert tok.encode(case["prompt"]) == case["prompt_ids"]
+    assert tok.decode(case["output_ids"]) == case["text"]
+    detok = IncrementalDetokenizer(tok)
+    pieces = [detok.add(i) for i in case["output_ids"]] + [detok.finish()]
+    assert "".join(pieces) == case["text"]
