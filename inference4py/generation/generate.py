@@ -28,6 +28,7 @@ def stream_generate(tokens: Iterator[int], tokenizer, config: GenerationConfig) 
     eos = frozenset(config.eos_token_id)
     reason: FinishReason = "length"
     last: int | None = None
+    held = ""  # text of the EOS token itself (non-special EOS ids decode to text, as in transformers)
     try:
         for token in tokens:
             last = token
@@ -39,17 +40,18 @@ def stream_generate(tokens: Iterator[int], tokenizer, config: GenerationConfig) 
                     return
             if token in eos:
                 reason = "eos"
+                held = piece
                 break
             yield GenerationChunk(piece, token, None)
         tail = detok.finish()
         if stops is not None:
             tail, stopped = stops.push(tail)
             if stopped:
-                yield GenerationChunk(tail, last if reason == "eos" else None, "stop")
+                yield GenerationChunk(held + tail, last if reason == "eos" else None, "stop")
                 return
             tail += stops.flush()
         if reason == "eos":
-            yield GenerationChunk(tail, last, "eos")
+            yield GenerationChunk(held + tail, last, "eos")
         else:
             yield GenerationChunk(tail, None, "length")
     finally:

@@ -267,3 +267,6 @@ class OnnxTextGenerator(ClosableTask):
         for chunk in self.stream_chunks(prompt, **overrides):
             if chunk.text:
                 yield chunk.text
+
+
+TextGeneratorBuilder._task = OnnxTextGenerator
