@@ -69,7 +69,7 @@ class SessionOptions:
         if threads:
             opts.intra_op_num_threads = threads
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.log_severity_level = 3  # keep onnxruntime's warnings about unused initializers off the console
+        opts.log_severity_level = 4  # errors reach the user wrapped in ours; keep onnxruntime's own log quiet
         return opts
 
 

@@ -290,13 +290,18 @@ class CallPlanner:
                 config = config.replace(max_new_tokens=max(1, self.totals["max_new_tokens"]))
             elif "max_length" in self.totals:
                 config = config.replace(max_new_tokens=max(1, self.totals["max_length"] - start))
-            if self.context is not None and self.total_counts_prompt:
-                room = self.context - prompt_len
+            if self.context is not None:
+                room = self.context - start
                 if room >= 1 and config.max_new_tokens > room:
                     config = config.replace(max_new_tokens=room)
         if "min_length" in self.totals and self.totals["min_length"] - start > config.min_new_tokens:
             config = config.replace(min_new_tokens=min(config.max_new_tokens, self.totals["min_length"] - start))
-        if self.context is not None and self.total_counts_prompt and prompt_len + config.max_new_tokens > self.context:
+        if self.context is not None and start + config.max_new_tokens > self.context:
+            if not self.total_counts_prompt:
+                raise PromptTooLongError(
+                    f"max_new_tokens={config.max_new_tokens} is more than the decoder can produce: it has "
+                    f"{self.context} positions, so at most {self.context - start} new tokens. Lower max_new_tokens."
+                )
             if prompt_len >= self.context:
                 raise PromptTooLongError(
                     f"The prompt has {prompt_len} tokens but the model's context is {self.context} tokens. "

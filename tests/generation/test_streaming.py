@@ -246,41 +246,44 @@ def test_stop_matcher_every_split():
             assert out == "prefix text " and stopped
 
 
+STOP_CASES = [
+    ("Hello world, stop here please", "stop here"),
+    ("你好，世界！这是一个测试。", "世界"),
+    ("emoji 😀🎉 and family 👨‍👩‍👧‍👦 done", "👨‍👩"),
+    ("def f(x):\n\tif x:\n\t\treturn x\n", "\n\t\t"),
+    ("Crème brûlée, naïve café", "brûlée"),
+]
+
+
 @pytest.mark.parametrize("name", ALL)
-@pytest.mark.parametrize(
-    "text,stop",
-    [
-        ("Hello world, stop here please", "stop here"),
-        ("你好，世界！这是一个测试。", "世界"),
-        ("emoji 😀🎉 and family 👨‍👩‍👧‍👦 done", "👨‍👩"),
-        ("def f(x):\n\tif x:\n\t\treturn x\n", "\n\t\t"),
-        ("Crème brûlée, naïve café", "brûlée"),
-    ],
-)
-def test_stop_strings_over_token_stream(tokenizers, name, text, stop):
+def test_stop_strings_over_token_stream(tokenizers, name):
     tok = tokenizers[name]
-    ids = tok.encode(text, add_special_tokens=False)
-    full = tok.decode(ids)
-    if stop not in full:
-        pytest.skip("the tokenizer cannot represent the stop string (unknown characters)")
-    cut = full[: full.index(stop)]
-    detok = IncrementalDetokenizer(tok)
-    matcher = StopSequenceMatcher([stop])
-    out = []
-    stopped = False
-    for i in ids:
-        safe, stopped = matcher.push(detok.add(i))
-        out.append(safe)
-        assert stop not in "".join(out)
-        if stopped:
-            break
-    if not stopped:
-        safe, stopped = matcher.push(detok.finish())
-        out.append(safe)
-    assert stopped
-    assert "".join(out) == cut
-    # the stop string is longer than one token here, so it really was split
-    assert len(tok.encode(stop, add_special_tokens=False)) > 1
+    checked = 0
+    for text, stop in STOP_CASES:
+        ids = tok.encode(text, add_special_tokens=False)
+        full = tok.decode(ids)
+        if stop not in full:
+            continue  # a small sentencepiece vocabulary maps some of these characters to <unk>
+        checked += 1
+        cut = full[: full.index(stop)]
+        detok = IncrementalDetokenizer(tok)
+        matcher = StopSequenceMatcher([stop])
+        out = []
+        stopped = False
+        for i in ids:
+            safe, stopped = matcher.push(detok.add(i))
+            out.append(safe)
+            assert stop not in "".join(out)
+            if stopped:
+                break
+        if not stopped:
+            safe, stopped = matcher.push(detok.finish())
+            out.append(safe)
+        assert stopped, (text, stop)
+        assert "".join(out) == cut
+        # the stop string is longer than one token here, so it really was split
+        assert len(tok.encode(stop, add_special_tokens=False)) > 1
+    assert checked >= 2, f"{name}: too few stop cases representable to test anything"
 
 
 @pytest.mark.parametrize("name", ALL)
