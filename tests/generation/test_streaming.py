@@ -248,6 +248,8 @@ def test_stop_matcher_every_split():
 
 STOP_CASES = [
     ("Hello world, stop here please", "stop here"),
+    ("The quick brown fox jumps over the lazy dog", "over the"),
+    ("Please say: the answer is final, then stop", "is final"),
     ("你好，世界！这是一个测试。", "世界"),
     ("emoji 😀🎉 and family 👨‍👩‍👧‍👦 done", "👨‍👩"),
     ("def f(x):\n\tif x:\n\t\treturn x\n", "\n\t\t"),
