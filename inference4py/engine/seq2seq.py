@@ -111,7 +111,7 @@ class Seq2SeqRuntime:
             if self.max_source_positions and arr.shape[1] > self.max_source_positions:
                 raise PromptTooLongError(
                     f"The input has {arr.shape[1]} tokens but the encoder accepts at most {self.max_source_positions}. "
-                    "Shorten the text, or enable truncation (truncate=True) to keep only the first "
+                    "Shorten the text, or build with .truncate() (CLI: --truncate) to keep only the first "
                     f"{self.max_source_positions} tokens."
                 )
             mask = np.ones(arr.shape, dtype=np.int64) if attention_mask is None else np.asarray(attention_mask, dtype=np.int64)

@@ -1,0 +1,42 @@
+"""The examples run (offline, on the fixtures)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = "tests/fixtures/models"
+
+RUNS = {
+    "generate.py": (["--model", f"{MODELS}/qwen2", "--prompt", "Hello", "--max-new-tokens", "8"], None),
+    "chat.py": (["--model", f"{MODELS}/qwen2", "--max-new-tokens", "6"], "Hi there\nAnd then?\n\n"),
+    "seq2seq_tasks.py": (["--fixtures", MODELS], None),
+}
+
+
+def test_every_example_is_exercised():
+    present = {p.name for p in (ROOT / "examples").glob("*.py")}
+    assert present <= set(RUNS) | EXTRA, f"examples without a test run: {present - set(RUNS) - EXTRA}"
+
+
+EXTRA: set[str] = set()  # examples tested elsewhere (e.g. with their feature's tests)
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_example_runs(name):
+    args, stdin = RUNS[name]
+    proc = subprocess.run([sys.executable, f"examples/{name}", *args], cwd=ROOT, input=stdin, text=True,
+                          capture_output=True, timeout=120, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip()
+    if name == "generate.py":
+        assert "prompt tokens" in proc.stdout
+    if name == "chat.py":
+        assert proc.stdout.count("assistant:") == 2
+    if name == "seq2seq_tasks.py":
+        for label in ("summary:", "German:", "corrected:", "SQL:"):
+            assert label in proc.stdout
