@@ -167,6 +167,22 @@ class Seq2SeqState:
             self._self[entry.input] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(np.take(arr, idx, axis=0)))
         self.batch = len(idx)
 
+    def rewind(self, length: int) -> None:
+        """Forget decoder positions after the first ``length`` (the cross cache is kept)."""
+        if not 0 <= length <= self.length:
+            raise InvalidInputError(f"Cannot rewind to {length}: the decoder cache holds {self.length} tokens.")
+        if length == self.length:
+            return
+        if length == 0:
+            self._self = {}
+            self.cross = {}  # recomputed by the next first run
+            self.length = 0
+            return
+        for entry in self.rt.layout.self_entries:
+            arr = self._self[entry.input].numpy()
+            self._self[entry.input] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr[:, :, :length, :]))
+        self.length = length
+
     def expand_source(self, indices: np.ndarray) -> None:
         """Repeat encoder rows (e.g. once per beam): done once, before decoding starts."""
         idx = np.asarray(indices, dtype=np.int64)

@@ -11,6 +11,7 @@ from inference4py.engine.pipeline import load_pipeline, read_model_config
 from inference4py.errors import ConfigurationError, InvalidInputError
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.generate import collect, stream_generate
+from inference4py.generation.generator import Generator
 from inference4py.generation.processors import make_logits_processors
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.generation.sampling import make_rng, make_sampler
@@ -262,11 +263,79 @@ class OnnxTextGenerator(ClosableTask):
         config = self._planner.for_call(len(ids), overrides)
         return collect(self._chunks(ids, config), prompt_tokens=len(ids), started=started, on_token=on_token)
 
+    def generator(self, **overrides: Any) -> Generator:
+        """A step-level :class:`~inference4py.generation.generator.Generator` over this model.
+
+        ``max_new_tokens`` (from the builder or ``overrides``) limits each turn; use
+        ``append_tokens`` / ``generate_next_token`` / ``rewind_to`` to drive it.
+        """
+        self._check_open()
+        config = self._planner.for_call(1, overrides)
+        return Generator(self._runtime.new_state(1), config, extra_processors=self._processors)
+
+    def chat_session(self, *, system_prompt: str | None = None, **overrides: Any) -> "ChatSession":
+        """A multi-turn conversation that keeps its KV cache between turns (see :class:`ChatSession`)."""
+        self._check_open()
+        return ChatSession(self, system_prompt=system_prompt, overrides=overrides)
+
     def stream(self, prompt: Prompt, **overrides: Any) -> Iterator[str]:
         """Yield the completion's text piece by piece (complete UTF-8, no stop sequences)."""
         for chunk in self.stream_chunks(prompt, **overrides):
             if chunk.text:
                 yield chunk.text
+
+
+class ChatSession:
+    """A conversation whose KV cache survives between turns.
+
+    Each turn renders the whole conversation with the chat template, keeps the
+    cached tokens the new rendering shares with what the model has already
+    seen (``rewind_to`` the common prefix), and prefills only the rest.  Greedy
+    replies are the same as re-running the whole conversation from scratch.
+    """
+
+    def __init__(self, model: OnnxTextGenerator, *, system_prompt: str | None, overrides: Mapping[str, Any]) -> None:
+        self._model = model
+        self._overrides = dict(overrides)
+        self.messages: list[dict[str, Any]] = []
+        if system_prompt is not None:
+            self.messages.append({"role": "system", "content": system_prompt})
+        self._generator: Generator | None = None
+        self.reused_tokens = 0  # cached tokens reused by the last turn (observable for tests / stats)
+
+    def send(self, text: str, on_token: Callable[[str], None] | None = None) -> GenerationResult:
+        """Add a user message, generate the reply, add it to the conversation and return it."""
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInputError("The message is empty. Type something to send.")
+        started = time.perf_counter()
+        model = self._model
+        model._check_open()
+        messages = [*self.messages, {"role": "user", "content": text}]
+        ids = model.encode_prompt(messages)
+        config = model._planner.for_call(len(ids), self._overrides)
+        if self._generator is None:
+            self._generator = Generator(model._runtime.new_state(1), config, extra_processors=model._processors)
+        g = self._generator
+        g.set_config(config)
+        cached = g.sequence(0)
+        common = 0
+        for a, b in zip(cached, ids):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(ids) - 1)  # at least one new token to feed
+        g.rewind_to(common)
+        self.reused_tokens = common
+        g.append_tokens(ids[common:])
+
+        def tokens() -> Iterator[int]:
+            while not g.is_done():
+                yield g.generate_next_token()
+
+        result = collect(stream_generate(tokens(), model.tokenizer, config), prompt_tokens=len(ids),
+                         started=started, on_token=on_token)
+        self.messages = [*messages, {"role": "assistant", "content": result.text}]
+        return result
 
 
 TextGeneratorBuilder._task = OnnxTextGenerator
