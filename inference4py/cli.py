@@ -166,8 +166,9 @@ _CHAT_HELP = "Chat: one message per line; /reset clears the history, /exit or Ct
 
 def _run_chat(args: argparse.Namespace) -> int:
     interactive = sys.stdin.isatty()
-    messages: list[dict[str, str]] = []
     with _build_generator(args) as generator:
+        # The session keeps the KV cache between turns: only each new turn is prefilled.
+        session = generator.chat_session()
         if interactive:
             print(_CHAT_HELP, file=sys.stderr)
         while True:
@@ -181,15 +182,13 @@ def _run_chat(args: argparse.Namespace) -> int:
             if command == "/exit":
                 break
             if command == "/reset":
-                messages.clear()
+                session = generator.chat_session()
                 continue
             if not command:
                 continue
-            messages.append({"role": "user", "content": text})
             echo = _Echo(sys.stdout)
-            generator.generate(list(messages), on_token=echo)
+            session.send(text, on_token=echo)
             echo.end_line()
-            messages.append({"role": "assistant", "content": echo.text})
     return EXIT_OK
 
 

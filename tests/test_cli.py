@@ -121,11 +121,28 @@ class FakeGenerator:
                 on_token(piece)
         return object()
 
+    def chat_session(self):
+        return FakeSession(self)
+
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.log["closed"] = True
+
+
+class FakeSession:
+    """Like ChatSession: keeps the history, sends the whole conversation each turn."""
+
+    def __init__(self, generator: FakeGenerator) -> None:
+        self.generator = generator
+        self.messages: list[dict] = []
+
+    def send(self, text, on_token=None):
+        self.messages.append({"role": "user", "content": text})
+        pieces: list[str] = []
+        self.generator.generate(list(self.messages), on_token=lambda p: (pieces.append(p), on_token and on_token(p)))
+        self.messages.append({"role": "assistant", "content": "".join(pieces)})
 
 
 class FakeBuilder:
