@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+
+import numpy as np
 from typing import Any, Callable, Iterator, Sequence, Union
 
 from inference4py.engine.pipeline import load_pipeline, read_model_config
 from inference4py.engine.seq2seq import Seq2SeqRuntime
 from inference4py.errors import ConfigurationError, InvalidInputError
 from inference4py.generation.config import GenerationConfig
+from inference4py.generation.batch import generate_batch_ids, result_from_ids, right_pad
 from inference4py.generation.generate import collect, stream_generate
 from inference4py.generation.processors import make_logits_processors
 from inference4py.generation.result import GenerationChunk, GenerationResult
@@ -198,6 +201,31 @@ class Seq2SeqTask(ClosableTask):
             rng=make_rng(config.seed),
         )
         return stream_generate(tokens, self.tokenizer, config)
+
+    def generate_batch(self, sources: Sequence[Source], **overrides: Any) -> list[GenerationResult]:
+        """Run several raw inputs at once (encoder inputs padded with a mask, one decoder pass per step)."""
+        started = time.perf_counter()
+        self._check_open()
+        if not isinstance(sources, (list, tuple)) or not sources:
+            raise InvalidInputError("generate_batch needs a non-empty list of inputs.")
+        rows = [self.encode_source(s) for s in sources]
+        config = self._planner.for_call(1, overrides)
+        if config.num_beams > 1 or config.num_return_sequences > 1:
+            raise ConfigurationError(
+                "generate_batch runs greedy or sampling with one sequence per input; for beam search call generate()."
+            )
+        pad = next(int(c) for c in (config.pad_token_id, self.tokenizer.pad_token_id, 0) if c is not None)
+        enc_ids, enc_mask = right_pad(rows, pad)
+        state = self._runtime.new_state(enc_ids, enc_mask)
+        start = np.full((len(rows), 1), int(config.decoder_start_token_id), dtype=np.int64)  # type: ignore[arg-type]
+        out = generate_batch_ids(
+            state, start, None, config,
+            processors=make_logits_processors(config, prompt_length=1, extra=self._processors),
+            sampler=make_sampler(config), rng=make_rng(config.seed), pad_id=pad,
+        )
+        elapsed = time.perf_counter() - started
+        return [result_from_ids(o, self.tokenizer, config, prompt_tokens=len(r), duration=elapsed,
+                                time_to_first_token=elapsed) for o, r in zip(out, rows)]
 
     def stream_chunks(self, source: Source, **overrides: Any) -> Iterator[GenerationChunk]:
         """Chunks (text, token id, finish reason) for a raw model input."""

@@ -11,6 +11,7 @@ from inference4py.engine.pipeline import load_pipeline, read_model_config
 from inference4py.errors import ConfigurationError, InvalidInputError
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.generate import collect, stream_generate
+from inference4py.generation.batch import generate_batch_ids, left_pad, result_from_ids
 from inference4py.generation.generator import Generator
 from inference4py.generation.processors import make_logits_processors
 from inference4py.generation.result import GenerationChunk, GenerationResult
@@ -263,6 +264,35 @@ class OnnxTextGenerator(ClosableTask):
         config = self._planner.for_call(len(ids), overrides)
         return collect(self._chunks(ids, config), prompt_tokens=len(ids), started=started, on_token=on_token)
 
+    def generate_batch(self, prompts: Sequence[Prompt], **overrides: Any) -> list[GenerationResult]:
+        """Generate for several prompts at once: one forward pass per step for the whole batch.
+
+        Prompts are left-padded with an attention mask; each row stops on its own EOS and
+        its result does not depend on the other rows.  Returns one result per prompt, in order.
+        """
+        started = time.perf_counter()
+        self._check_open()
+        if not isinstance(prompts, (list, tuple)) or not prompts:
+            raise InvalidInputError("generate_batch needs a non-empty list of prompts.")
+        rows = [self.encode_prompt(p) for p in prompts]
+        config = self._planner.for_call(max(len(r) for r in rows), overrides)
+        if config.num_beams > 1 or config.num_return_sequences > 1:
+            raise ConfigurationError(
+                "generate_batch runs greedy or sampling with one sequence per prompt; for beam search or several "
+                "sequences call generate() per prompt."
+            )
+        pad = _pad_id(config, self.tokenizer)
+        ids, mask = left_pad(rows, pad)
+        state = self._runtime.new_state(len(rows))
+        out = generate_batch_ids(
+            state, ids, mask, config,
+            processors=make_logits_processors(config, prompt_length=ids.shape[1], extra=self._processors),
+            sampler=make_sampler(config), rng=make_rng(config.seed), pad_id=pad,
+        )
+        elapsed = time.perf_counter() - started
+        return [result_from_ids(o, self.tokenizer, config, prompt_tokens=len(r), duration=elapsed,
+                                time_to_first_token=elapsed) for o, r in zip(out, rows)]
+
     def generator(self, **overrides: Any) -> Generator:
         """A step-level :class:`~inference4py.generation.generator.Generator` over this model.
 
@@ -283,6 +313,13 @@ class OnnxTextGenerator(ClosableTask):
         for chunk in self.stream_chunks(prompt, **overrides):
             if chunk.text:
                 yield chunk.text
+
+
+def _pad_id(config: GenerationConfig, tokenizer: Tokenizer) -> int:
+    for candidate in (config.pad_token_id, tokenizer.pad_token_id, *config.eos_token_id, 0):
+        if candidate is not None:
+            return int(candidate)
+    return 0
 
 
 class ChatSession:

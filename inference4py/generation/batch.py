@@ -1,0 +1,108 @@
+"""Batched generation: one forward pass per step for several prompts.
+
+Decoder-only prompts are left-padded (the engine derives position ids from the
+attention mask); every row stops on its own EOS, after which it is fed the pad
+token like transformers does, and its result does not depend on other rows.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from inference4py.generation.config import GenerationConfig
+from inference4py.generation.processors import LogitsProcessor
+from inference4py.generation.sampling import Sampler
+from inference4py.generation.search import StepModel
+
+__all__ = ["left_pad", "right_pad", "generate_batch_ids"]
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, mask)`` ``[batch, max_len]`` with the padding on the left (decoder-only prompts)."""
+    width = max(len(r) for r in rows)
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = row
+        mask[i, width - len(row):] = 1
+    return ids, mask
+
+
+def right_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, mask)`` with the padding on the right (encoder inputs)."""
+    width = max(len(r) for r in rows)
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = row
+        mask[i, : len(row)] = 1
+    return ids, mask
+
+
+def generate_batch_ids(
+    model: StepModel,
+    input_ids: np.ndarray,
+    attention_mask: np.ndarray | None,
+    config: GenerationConfig,
+    *,
+    processors: Sequence[LogitsProcessor],
+    sampler: Sampler,
+    rng: np.random.Generator,
+    pad_id: int,
+) -> list[list[int]]:
+    """Generate for every row of ``input_ids`` ``[batch, n]``; returns each row's new ids (EOS included)."""
+    batch, n = input_ids.shape
+    ids = np.empty((batch, n + config.max_new_tokens), dtype=np.int64)  # [batch, prompt + new]
+    ids[:, :n] = input_ids
+    eos = np.asarray(sorted(config.eos_token_id), dtype=np.int64)
+    unfinished = np.ones(batch, dtype=bool)
+    lengths = np.zeros(batch, dtype=np.int64)  # generated tokens per row
+    logits = model.prefill(input_ids, attention_mask)  # [batch, vocab]
+    for i in range(config.max_new_tokens):
+        cur = n + i
+        scores = logits
+        for proc in processors:
+            scores = proc(ids[:, :cur], scores)
+        tokens = np.asarray(sampler(scores, rng), dtype=np.int64)
+        tokens = np.where(unfinished, tokens, pad_id)
+        ids[:, cur] = tokens
+        lengths += unfinished
+        if eos.size:
+            unfinished &= ~np.isin(tokens, eos)
+        if not unfinished.any() or i + 1 == config.max_new_tokens:
+            break
+        logits = model.step(tokens)
+    return [ids[r, n: n + int(lengths[r])].tolist() for r in range(batch)]
+
+
+def result_from_ids(
+    token_ids: Sequence[int],
+    tokenizer,
+    config: GenerationConfig,
+    *,
+    prompt_tokens: int,
+    duration: float,
+    time_to_first_token: float,
+):
+    """A :class:`GenerationResult` for ids generated without streaming (stop sequences cut afterwards)."""
+    from inference4py.generation.result import Candidate, GenerationResult
+
+    text = tokenizer.decode(list(token_ids), skip_special_tokens=True)
+    reason = "eos" if token_ids and token_ids[-1] in config.eos_token_id else "length"
+    cuts = [text.find(s) for s in config.stop_sequences if s in text]
+    if cuts:
+        text = text[: min(cuts)]
+        reason = "stop"
+    ids = tuple(int(t) for t in token_ids)
+    return GenerationResult(
+        text=text,
+        token_ids=ids,
+        prompt_tokens=prompt_tokens,
+        generated_tokens=len(ids),
+        finish_reason=reason,  # type: ignore[arg-type]
+        duration=duration,
+        time_to_first_token=time_to_first_token,
+        candidates=(Candidate(text, ids, None, reason),),  # type: ignore[arg-type]
+    )

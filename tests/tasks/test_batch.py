@@ -1,0 +1,56 @@
+"""generate_batch: row by row equal to generate() on each prompt alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from inference4py import BartSummarizer, MarianTranslator, OnnxTextGenerator
+from tests.conftest import MODELS, load_reference
+
+DEC = load_reference("decoder")["models"]
+S2S = load_reference("seq2seq")["models"]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "qwen2"])
+def test_decoder_batch_equals_single_runs(name):
+    cases = [c for c in DEC[name]["cases"] if c["kind"] == "text" and c["prompt"]][:6]
+    with OnnxTextGenerator.builder().model_path(MODELS / name).build() as gen:
+        prompts = [c["prompt"] for c in cases]
+        # an EOS override that ends one row after 4 tokens, long before the others
+        eos_case = next(c for c in DEC[name]["cases"] if c["name"] == "eos-override")
+        eos = eos_case["settings"]["eos_token_id"]
+        eos_ids = tuple(dict.fromkeys([*gen.generation_config.eos_token_id, eos]))
+        results = gen.generate_batch([*prompts, eos_case["prompt"]], max_new_tokens=20, eos_token_id=eos_ids)
+        singles = [gen.generate(p, max_new_tokens=20, eos_token_id=eos_ids) for p in [*prompts, eos_case["prompt"]]]
+    assert len({len(c["prompt_ids"]) for c in cases}) > 1  # prompts of different lengths
+    for got, alone in zip(results, singles):
+        assert got.token_ids == alone.token_ids
+        assert got.text == alone.text
+        assert got.finish_reason == alone.finish_reason
+    assert results[-1].finish_reason == "eos" and results[-1].generated_tokens < 20
+    assert max(r.generated_tokens for r in results) == 20
+
+
+@pytest.mark.parametrize("name,cls", [("bart", BartSummarizer), ("marian", MarianTranslator)])
+def test_seq2seq_batch_equals_single_runs(name, cls):
+    cases = S2S[name]["cases"][:5]
+    with cls.builder().model_path(MODELS / name).build() as task:
+        inputs = [c["input"] for c in cases]
+        results = task.generate_batch(inputs, max_new_tokens=20)
+        for case, got in zip(cases, results):
+            alone = task.generate(case["input"], max_new_tokens=20)
+            assert got.token_ids == alone.token_ids
+            if case["settings"].get("max_new_tokens", 20) == 20 and "eos_token_id" not in case["settings"]:
+                assert list(got.token_ids) == case["generated_ids"]
+
+
+def test_seq2seq_batch_row_finishing_early():
+    case = next(c for c in S2S["bart"]["cases"] if "eos_token_id" in c["settings"])
+    eos = case["settings"]["eos_token_id"]
+    eos = tuple(eos) if isinstance(eos, list) else (eos,)
+    with BartSummarizer.builder().model_path(MODELS / "bart").build() as task:
+        others = [c["input"] for c in S2S["bart"]["cases"][:3]]
+        results = task.generate_batch([case["input"], *others], max_new_tokens=case["max_new_tokens"], eos_token_id=eos)
+        alone = [task.generate(s, max_new_tokens=case["max_new_tokens"], eos_token_id=eos) for s in [case["input"], *others]]
+    assert list(results[0].token_ids) == case["generated_ids"]
+    assert [r.token_ids for r in results] == [a.token_ids for a in alone]
