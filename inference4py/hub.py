@@ -28,6 +28,7 @@ import logging
 import os
 import posixpath
 import re
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -465,11 +466,9 @@ def _resolve_repo(
     variant: str | None,
     endpoint: str | None,
 ) -> Path:
-    import requests
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
-        OfflineModeIsEnabled,
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
@@ -488,14 +487,11 @@ def _resolve_repo(
             repo_files = _list_repo_files(repo_id, revision=revision, token=token, endpoint=endpoint)
     except HubError as exc:
         cause = exc.__cause__
-        network_down = isinstance(
-            cause, (requests.ConnectionError, requests.Timeout, OfflineModeIsEnabled, ConnectionError)
-        )
+        network_down = isinstance(cause, _unreachable_errors())
         server_error = (
             isinstance(cause, HfHubHTTPError)
             and not isinstance(cause, (RepositoryNotFoundError, GatedRepoError, RevisionNotFoundError))
-            and cause.response is not None
-            and cause.response.status_code >= 500
+            and (_status_code(cause) or 0) >= 500
         )
         if not (network_down or server_error):
             raise
@@ -587,10 +583,16 @@ def _from_cache(
     try:
         snapshot = Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, local_files_only=True))
     except LocalEntryNotFoundError as exc:
-        raise HubError(
-            f"Model {label} is not in the local Hugging Face cache ({cache_dir}) and {reason}. "
-            f"Download it first with `{pull_command}` while online, or pass a local folder with model_path(...)."
-        ) from (cause or exc)
+        # huggingface_hub >= 1.x raises IncompleteSnapshotError (a LocalEntryNotFoundError) when the
+        # snapshot lacks files of the repo's cached tree listing -- always the case here, since only
+        # one layout is downloaded.  The snapshot is usable if it holds that layout: checked below.
+        partial = getattr(exc, "snapshot_path", None)
+        if partial is None or not Path(partial).is_dir():
+            raise HubError(
+                f"Model {label} is not in the local Hugging Face cache ({cache_dir}) and {reason}. "
+                f"Download it first with `{pull_command}` while online, or pass a local folder with model_path(...)."
+            ) from (cause or exc)
+        snapshot = Path(partial)
 
     source = f"the cached snapshot {snapshot}"
     files = _local_files(snapshot)
@@ -620,17 +622,17 @@ def _local_files(folder: Path) -> list[str]:
 
 @contextlib.contextmanager
 def _hub_errors(repo_id: str, revision: str | None) -> Iterator[None]:
-    """Translate huggingface_hub / requests errors into inference4py errors."""
-    import requests
+    """Translate huggingface_hub / requests / httpx errors into inference4py errors."""
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
         LocalEntryNotFoundError,
-        OfflineModeIsEnabled,
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
 
+    unreachable = _unreachable_errors()
+    request_failed = _http_client_errors()
     try:
         yield
     except GatedRepoError as exc:
@@ -652,13 +654,56 @@ def _hub_errors(repo_id: str, revision: str | None) -> Iterator[None]:
         raise HubError(
             f"Cannot download '{repo_id}' and it is not in the local cache ({_env.hf_hub_cache()}): {exc}"
         ) from exc
-    except (requests.ConnectionError, requests.Timeout, OfflineModeIsEnabled, ConnectionError) as exc:
+    except unreachable as exc:
         raise HubError(f"the Hugging Face Hub cannot be reached ({type(exc).__name__}: {exc})") from exc
     except HfHubHTTPError as exc:
-        status = exc.response.status_code if exc.response is not None else "?"
+        status = _status_code(exc) or "?"
         raise HubError(f"the Hugging Face Hub answered HTTP {status} for '{repo_id}': {exc}") from exc
-    except requests.RequestException as exc:
+    except request_failed as exc:
         raise HubError(f"downloading '{repo_id}' failed: {exc}") from exc
+
+
+# huggingface_hub < 1.0 talks HTTP through ``requests``; 1.x through ``httpx``; 2.x through
+# ``httpx2``.  Only the client library huggingface_hub imported can raise, so the exception
+# types are looked up in sys.modules instead of importing (or requiring) any of them.
+_HTTP_CLIENTS = ("requests", "httpx", "httpx2")
+
+
+def _unreachable_errors() -> tuple[type[BaseException], ...]:
+    """Exception types meaning "the Hub cannot be reached" (connection, timeout, proxy, offline)."""
+    errors: list[type[BaseException]] = [ConnectionError]  # includes huggingface_hub's OfflineModeIsEnabled
+    for name in _HTTP_CLIENTS:
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        if name == "requests":  # requests' ProxyError is a ConnectionError
+            attrs = ("ConnectionError", "Timeout")
+        else:  # httpx / httpx2: TransportError minus UnsupportedProtocol (a bad URL, not a network problem)
+            attrs = ("NetworkError", "TimeoutException", "ProxyError", "ProtocolError")
+        errors.extend(_exception_types(module, attrs))
+    return tuple(errors)
+
+
+def _http_client_errors() -> tuple[type[BaseException], ...]:
+    """Base exception types of the HTTP client libraries: any other failed request."""
+    errors: list[type[BaseException]] = []
+    for name in _HTTP_CLIENTS:
+        module = sys.modules.get(name)
+        if module is not None:
+            errors.extend(_exception_types(module, ("RequestException", "HTTPError")))
+    return tuple(errors)
+
+
+def _exception_types(module: Any, names: Sequence[str]) -> list[type[BaseException]]:
+    found = (getattr(module, name, None) for name in names)
+    return [t for t in found if isinstance(t, type) and issubclass(t, BaseException)]
+
+
+def _status_code(exc: BaseException) -> int | None:
+    """The HTTP status of a huggingface_hub HTTP error (requests or httpx response), if any."""
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    return status if isinstance(status, int) else None
 
 
 @contextlib.contextmanager

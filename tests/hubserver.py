@@ -1,13 +1,18 @@
 """A tiny fake Hugging Face Hub for download tests: an HTTP server on 127.0.0.1
 and :func:`populate_cache`, which writes a pre-downloaded repo into the cache.
 
-The server implements just what huggingface_hub 0.36 uses for ``model_info``,
-``list_repo_files``, ``hf_hub_download`` and ``snapshot_download``:
+The server implements just what huggingface_hub (0.2x/0.3x on ``requests``, 1.x/2.x on
+``httpx``/``httpx2``) uses for ``model_info``, ``list_repo_files``, ``hf_hub_download`` and
+``snapshot_download``:
 
 - ``GET /api/models/{org}/{name}[/revision/{rev}]`` -> ``{"id", "sha", "siblings"}``
 - ``GET /api/models/{org}/{name}/tree/{rev}[/{path}]`` -> ``[{"type": "file", "path", ...}]``
+  (one page: no ``Link`` header)
 - ``HEAD|GET /{org}/{name}/resolve/{rev}/{path}`` -> ``X-Repo-Commit``, ``ETag``,
   ``X-Linked-Etag``, ``Content-Length`` (+ the bytes for GET)
+
+No ``X-Xet-Hash`` header and no ``xetHash`` tree field is ever sent, so huggingface_hub
+(with or without hf_xet installed) downloads over plain HTTP from this server.
 
 Errors carry the ``X-Error-Code`` header huggingface_hub maps to its exception
 types (``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``, ``GatedRepo``).
@@ -27,6 +32,34 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+
+def hub_client_online(monkeypatch) -> None:
+    """Turn offline mode off, for inference4py and inside huggingface_hub, and let it reach 127.0.0.1.
+
+    huggingface_hub freezes ``HF_HUB_OFFLINE`` into ``huggingface_hub.constants`` at import
+    (conftest sets it to 1), so the constant is patched too.  ``NO_PROXY`` keeps a proxy from
+    the environment away from the fake Hub; huggingface_hub's cached HTTP session/client read
+    the proxy settings when created, so it is dropped here (and should be again after the test:
+    call :func:`reset_hub_client`).
+    """
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False, raising=False)
+    reset_hub_client()
+
+
+def reset_hub_client() -> None:
+    """Drop huggingface_hub's cached HTTP session (``requests``, < 1.0) or client (``httpx``, >= 1.0)."""
+    from huggingface_hub import utils
+
+    for name in ("close_session", "reset_sessions"):  # >= 1.0, < 1.0
+        reset = getattr(utils, name, None)
+        if callable(reset):
+            reset()
+            return
 
 
 @dataclass

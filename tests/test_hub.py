@@ -23,7 +23,7 @@ from inference4py.errors import (
     ModelNotFoundError,
 )
 from inference4py.hub import _escape_pattern, pull, resolve_model_folder, select_model_files
-from tests.hubserver import FakeHub, FakeRepo, populate_cache
+from tests.hubserver import FakeHub, FakeRepo, hub_client_online, populate_cache, reset_hub_client
 
 # --------------------------------------------------------------------------- realistic listings
 
@@ -341,15 +341,10 @@ def test_pull_offline_returns_the_cached_snapshot():
 @pytest.fixture
 def online(monkeypatch):
     """Offline mode off, also inside huggingface_hub (which froze HF_HUB_OFFLINE at import)."""
-    import huggingface_hub.constants
-    from huggingface_hub.utils import reset_sessions
-
+    hub_client_online(monkeypatch)
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    reset_sessions()
     yield
-    reset_sessions()
+    reset_hub_client()
 
 
 def _tjs_repo() -> dict[str, bytes]:

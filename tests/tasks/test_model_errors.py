@@ -171,17 +171,16 @@ def test_download_through_the_hub_client_then_offline(monkeypatch):
     files = {name: path.read_bytes() for name, path in _fixture_files("qwen2").items()}
     files["onnx/model_quantized.onnx"] = b"not needed"
     case = REF["qwen2"]["cases"][0]
-    import huggingface_hub.constants
+    from tests.hubserver import hub_client_online, reset_hub_client
 
     with FakeHub({"inference4j/qwen2.5-1.5b-instruct": files}) as fake:
-        monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-        # huggingface_hub froze HF_HUB_OFFLINE=1 (set by conftest) when it was imported
-        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        hub_client_online(monkeypatch)  # also inside huggingface_hub, which froze HF_HUB_OFFLINE=1 at import
         monkeypatch.setenv("HF_ENDPOINT", fake.url)
         with OnnxTextGenerator.qwen2().max_new_tokens(case["max_new_tokens"]).build() as gen:
             assert gen.encode_prompt(case["prompt"]) != case["prompt_ids"]  # the preset renders its chat template
             assert list(gen.generate(case["prompt_ids"]).token_ids) == case["output_ids"]
         assert "onnx/model_quantized.onnx" not in fake.downloaded("inference4j/qwen2.5-1.5b-instruct")
+    reset_hub_client()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with OnnxTextGenerator.qwen2().max_new_tokens(4).build() as gen:
         assert gen.generate("hi").generated_tokens <= 4
