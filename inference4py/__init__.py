@@ -29,6 +29,9 @@ _EXPORTS: dict[str, str] = {
     "T5SqlGenerator": "inference4py.tasks.t5_sql",
     "Language": "inference4py.tasks.languages",
     "TextOutput": "inference4py.tasks.seq2seq_base",
+    "WhisperSpeechModel": "inference4py.tasks.whisper",
+    "Transcription": "inference4py.tasks.whisper",
+    "Segment": "inference4py.tasks.whisper",
     "summarize": "inference4py._quick",
     "translate": "inference4py._quick",
     "correct": "inference4py._quick",
@@ -68,6 +71,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from inference4py.tasks.seq2seq_base import TextOutput
     from inference4py.tasks.t5_sql import T5SqlGenerator
     from inference4py.tasks.text_generation import OnnxTextGenerator, TextGeneratorBuilder
+    from inference4py.tasks.whisper import Segment, Transcription, WhisperSpeechModel
     from inference4py.tokenization import Tokenizer, load_tokenizer
 
 

@@ -13,12 +13,12 @@ from typing import Any, Mapping
 import numpy as np
 import onnxruntime as ort
 
-from inference4py.engine.kv_cache import CacheEntry, KVLayout, discover_layout
+from inference4py.engine.kv_cache import CacheEntry, KVLayout, check_cache_names, discover_layout
 from inference4py.engine.pipeline import PipelineSpec
 from inference4py.engine.sessions import SessionOptions, TensorInfo, create_session, graph_inputs, graph_outputs, run_binding
-from inference4py.errors import InvalidInputError, UnsupportedModelError
+from inference4py.errors import InvalidInputError, PipelineSpecError, UnsupportedModelError
 
-__all__ = ["DecoderRuntime", "DecoderState", "context_length"]
+__all__ = ["DecoderRuntime", "DecoderState", "context_length", "open_session"]
 
 _LOGITS_TO_KEEP = ("num_logits_to_keep", "logits_to_keep")
 
@@ -35,10 +35,21 @@ def context_length(config: Mapping[str, Any]) -> int | None:
     return None
 
 
+def open_session(spec: PipelineSpec, role: str, options: SessionOptions | None = None) -> ort.InferenceSession:
+    """Create the session of ``role`` with the description's provider and session options.
+
+    The caller's explicit providers / threads (``options``) win over the description's.
+    """
+    session = spec.session(role)
+    return create_session(spec.path(role), options, provider=session.provider,
+                          provider_options=session.provider_options, settings=session.options)
+
+
 class _Graph:
     """One decoder graph and what it expects."""
 
-    def __init__(self, session: ort.InferenceSession, config: Mapping[str, Any], name: str) -> None:
+    def __init__(self, session: ort.InferenceSession, config: Mapping[str, Any], name: str,
+                 spec: PipelineSpec | None = None) -> None:
         self.session = session
         self.name = name
         self.inputs: dict[str, TensorInfo] = graph_inputs(session)
@@ -49,10 +60,22 @@ class _Graph:
                 f"(inputs: {sorted(self.inputs)[:8]}, outputs: {sorted(self.outputs)[:8]}). "
                 "Use the task class that matches this model, or describe it in an inference4py.json pipeline file."
             )
-        self.layout: KVLayout = discover_layout(self.inputs, self.outputs, config, graph_name=name)
+        kv = spec.state.kv_cache if spec is not None else None
+        self.layout: KVLayout = discover_layout(
+            self.inputs, self.outputs, config, graph_name=name, names=kv.names if kv else None,
+            num_kv_heads=kv.num_kv_heads if kv else None, head_size=kv.head_size if kv else None,
+        )
         self.ids_dtype = self.inputs["input_ids"].dtype
         self.has_mask = "attention_mask" in self.inputs
-        self.has_positions = "position_ids" in self.inputs
+        position = spec.state.position_ids if spec is not None else None
+        self.position_name = position.input_name if position else "position_ids"
+        self.has_positions = self.position_name in self.inputs and (position is None or position.strategy != "none")
+        if position is not None and position.strategy == "default" and not self.has_positions:
+            raise PipelineSpecError(
+                f'The pipeline description sets the position_ids strategy "default", but {name} has no input '
+                f'"{self.position_name}". Fix state.position_ids.input_name, or use "strategy": "none" when the graph '
+                "computes positions itself."
+            )
         self.has_cache_branch = "use_cache_branch" in self.inputs
         self.logits_to_keep = next((n for n in _LOGITS_TO_KEEP if n in self.inputs), None)
         self.logits_dtype = self.outputs["logits"].dtype
@@ -68,19 +91,22 @@ class DecoderRuntime:
     def __init__(self, spec: PipelineSpec, config: Mapping[str, Any], options: SessionOptions | None = None) -> None:
         if spec.has("encoder"):
             raise UnsupportedModelError(
-                f"{spec.folder} holds an encoder-decoder model ({spec.sessions['encoder'].file}); a decoder-only "
+                f"{spec.folder} holds an encoder-decoder model ({spec.session('encoder').file}); a decoder-only "
                 "text generator cannot run it. Use FlanT5TextGenerator, BartSummarizer, MarianTranslator or the "
                 "matching encoder-decoder task class."
             )
         self.spec = spec
         self.config = dict(config)
-        self.first = _Graph(create_session(spec.path("decoder"), options), config, spec.sessions["decoder"].file)
+        self.first = _Graph(open_session(spec, "decoder", options), config, spec.session("decoder").file, spec)
         self.rest = (
-            _Graph(create_session(spec.path("decoder_with_past"), options), config, spec.sessions["decoder_with_past"].file)
+            _Graph(open_session(spec, "decoder_with_past", options), config, spec.session("decoder_with_past").file, spec)
             if spec.has("decoder_with_past")
             else self.first
         )
         self.layout = self.rest.layout
+        names = spec.state.kv_cache.names
+        if names is not None:  # declared (or detected before the session existed): must match this graph
+            check_cache_names(self.rest.inputs, self.rest.outputs, names, graph_name=self.rest.name, declared=True)
         if not self.layout.self_entries:
             raise UnsupportedModelError(
                 f"{self.rest.name} has no KV-cache inputs (past_key_values.*), so every token would recompute the "
@@ -88,7 +114,7 @@ class DecoderRuntime:
             )
         vocab = self.first.outputs["logits"].dim(-1) or self.config.get("vocab_size")
         self.vocab_size: int | None = int(vocab) if vocab else None
-        self.max_positions = context_length(self.config)
+        self.max_positions = spec.context_length or context_length(self.config)
 
     def new_state(self, batch_size: int = 1) -> "DecoderState":
         return DecoderState(self, batch_size)
@@ -187,7 +213,7 @@ class DecoderState:
         if g.has_mask:
             bind("attention_mask", full_mask.astype(g.inputs["attention_mask"].dtype, copy=False))
         if g.has_positions:
-            bind("position_ids", positions.astype(g.inputs["position_ids"].dtype, copy=False))
+            bind(g.position_name, positions.astype(g.inputs[g.position_name].dtype, copy=False))
         if g.has_cache_branch:
             bind("use_cache_branch", np.array([not first_run], dtype=np.bool_))
         if g.logits_to_keep:

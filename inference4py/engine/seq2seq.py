@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 import onnxruntime as ort
 
-from inference4py.engine.decoder import context_length
+from inference4py.engine.decoder import context_length, open_session
 from inference4py.engine.kv_cache import KVLayout, discover_layout
 from inference4py.engine.pipeline import PipelineSpec
 from inference4py.engine.sessions import SessionOptions, TensorInfo, create_session, graph_inputs, graph_outputs, run_binding
@@ -28,7 +28,8 @@ _ENCODER_INPUTS = ("input_ids", "input_features")
 
 
 class _DecoderGraph:
-    def __init__(self, session: ort.InferenceSession, config: Mapping[str, Any], name: str) -> None:
+    def __init__(self, session: ort.InferenceSession, config: Mapping[str, Any], name: str,
+                 spec: PipelineSpec | None = None) -> None:
         self.session = session
         self.name = name
         self.inputs: dict[str, TensorInfo] = graph_inputs(session)
@@ -38,7 +39,14 @@ class _DecoderGraph:
                 f"{name} is not a text decoder (it needs 'input_ids' and 'logits'). "
                 "Check the folder's ONNX files or describe them in an inference4py.json pipeline file."
             )
-        self.layout: KVLayout = discover_layout(self.inputs, self.outputs, config, graph_name=name)
+        state = spec.state if spec is not None else None
+        self.layout: KVLayout = discover_layout(
+            self.inputs, self.outputs, config, graph_name=name,
+            names=state.kv_cache.names if state else None,
+            cross_names=state.cross_cache.names if state and state.cross_cache else None,
+            num_kv_heads=state.kv_cache.num_kv_heads if state else None,
+            head_size=state.kv_cache.head_size if state else None,
+        )
         self.ids_dtype = self.inputs["input_ids"].dtype
         self.has_cache_branch = "use_cache_branch" in self.inputs
         self.takes_hidden = "encoder_hidden_states" in self.inputs
@@ -59,25 +67,25 @@ class Seq2SeqRuntime:
     def __init__(self, spec: PipelineSpec, config: Mapping[str, Any], options: SessionOptions | None = None) -> None:
         if not spec.has("encoder"):
             raise UnsupportedModelError(
-                f"{spec.folder} holds a decoder-only model ({spec.sessions['decoder'].file}), not an encoder-decoder one. "
+                f"{spec.folder} holds a decoder-only model ({spec.session('decoder').file}), not an encoder-decoder one. "
                 "Use OnnxTextGenerator for it, or point this class at a T5 / BART / Marian export "
                 "(encoder_model.onnx + decoder_model_merged.onnx)."
             )
         self.spec = spec
         self.config = dict(config)
-        self.encoder = create_session(spec.path("encoder"), options)
+        self.encoder = open_session(spec, "encoder", options)
         enc_inputs = graph_inputs(self.encoder)
         self.encoder_input = next((n for n in _ENCODER_INPUTS if n in enc_inputs), None)
         if self.encoder_input is None or not graph_outputs(self.encoder):
             raise UnsupportedModelError(
-                f"{spec.sessions['encoder'].file} does not look like an encoder (inputs: {sorted(enc_inputs)}); "
+                f"{spec.session('encoder').file} does not look like an encoder (inputs: {sorted(enc_inputs)}); "
                 "expected 'input_ids' or 'input_features'."
             )
         self.encoder_inputs = enc_inputs
         self.encoder_output = next(iter(graph_outputs(self.encoder).values()))
-        self.first = _DecoderGraph(create_session(spec.path("decoder"), options), config, spec.sessions["decoder"].file)
+        self.first = _DecoderGraph(open_session(spec, "decoder", options), config, spec.session("decoder").file, spec)
         self.rest = (
-            _DecoderGraph(create_session(spec.path("decoder_with_past"), options), config, spec.sessions["decoder_with_past"].file)
+            _DecoderGraph(open_session(spec, "decoder_with_past", options), config, spec.session("decoder_with_past").file, spec)
             if spec.has("decoder_with_past")
             else self.first
         )
@@ -93,7 +101,7 @@ class Seq2SeqRuntime:
         self.max_source_positions = self.config.get("max_source_positions") or (
             context_length(self.config) if self.encoder_input == "input_ids" and self.config.get("model_type") != "t5" else None
         )
-        self.max_target_positions = self.config.get("max_target_positions") or (
+        self.max_target_positions = spec.context_length or self.config.get("max_target_positions") or (
             context_length(self.config) if self.config.get("model_type") != "t5" else None
         )
         self.encoder_runs = 0  # observable: tests check the encoder runs once per generation
@@ -125,7 +133,7 @@ class Seq2SeqRuntime:
         if "attention_mask" in self.encoder_inputs and self.encoder_input == "input_ids":
             binding.bind_cpu_input("attention_mask", mask.astype(self.encoder_inputs["attention_mask"].dtype, copy=False))
         binding.bind_output(self.encoder_output.name, "cpu")
-        run_binding(self.encoder, binding, what=f"encoder ({self.spec.sessions['encoder'].file})")
+        run_binding(self.encoder, binding, what=f"encoder ({self.spec.session('encoder').file})")
         self.encoder_runs += 1
         return binding.get_outputs()[0], mask
 

@@ -101,8 +101,42 @@ def graph_outputs(session: ort.InferenceSession) -> dict[str, TensorInfo]:
     return _tensor_infos(session.get_outputs())
 
 
-def create_session(path: str | os.PathLike[str], options: SessionOptions | None = None) -> ort.InferenceSession:
+_OPTIMIZATION_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+def _providers(
+    options: SessionOptions, provider: str | None, provider_options: Mapping[str, Any] | None
+) -> tuple[list[str], list[dict[str, Any]] | None]:
+    """Providers for one session: the caller's explicit choice, else the pipeline's per-session
+    preference (with the CPU as fallback; skipped when this build lacks it), else the defaults."""
+    if options.providers or not provider:
+        return options.resolved_providers(), None
+    chosen = [p for p in dict.fromkeys([provider, "CPUExecutionProvider"]) if p in ort.get_available_providers()]
+    chosen = chosen or ["CPUExecutionProvider"]
+    per = [dict(provider_options or {}) if p == provider else {} for p in chosen]
+    return chosen, per
+
+
+def create_session(
+    path: str | os.PathLike[str],
+    options: SessionOptions | None = None,
+    *,
+    provider: str | None = None,
+    provider_options: Mapping[str, Any] | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> ort.InferenceSession:
     """Load one ONNX file into an inference session.
+
+    Args:
+        options: the caller's providers and threads; explicit ones win over the pipeline's.
+        provider / provider_options: the pipeline description's execution provider for
+            this session (``sessions.<name>.execution_provider``).
+        settings: the description's ``session_options`` (see pipeline.SESSION_OPTION_KEYS).
 
     Raises:
         ModelFilesMissingError: the file (or its external-data file) does not exist.
@@ -114,8 +148,19 @@ def create_session(path: str | os.PathLike[str], options: SessionOptions | None 
         raise ModelFilesMissingError(
             f"ONNX file {path} does not exist. Check the model folder or re-download the model.", [path.name]
         )
+    ort_options = options.ort_options()
+    for key, value in (settings or {}).items():
+        if key == "intra_op_num_threads" and options.intra_op_threads is not None:
+            continue  # the caller's explicit choice wins
+        if key == "graph_optimization_level":
+            value = _OPTIMIZATION_LEVELS[value]
+        setattr(ort_options, key, value)
+    providers, per_provider = _providers(options, provider, provider_options)
     try:
-        return ort.InferenceSession(str(path), sess_options=options.ort_options(), providers=options.resolved_providers())
+        if per_provider is not None:
+            return ort.InferenceSession(str(path), sess_options=ort_options, providers=providers,
+                                        provider_options=per_provider)
+        return ort.InferenceSession(str(path), sess_options=ort_options, providers=providers)
     except Exception as exc:  # onnxruntime raises several private exception types
         text = str(exc)
         if "external data" in text.lower() or "onnx_data" in text or "No such file" in text:

@@ -3,6 +3,9 @@
 ``stream_generate`` turns a token iterator into :class:`GenerationChunk` objects
 (complete UTF-8 text, stop sequences cut across pieces, a finish reason on the
 last chunk); ``collect`` drains a chunk stream into one :class:`GenerationResult`.
+``CandidateStream`` is the chunk stream of a search that returns several
+sequences (beam search, several samples): it runs the search to the end, then
+streams the best sequence and keeps every candidate for ``collect``.
 """
 
 from __future__ import annotations
@@ -10,11 +13,12 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterable, Iterator
 
+from inference4py.generation.beam import Hypothesis
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.result import Candidate, FinishReason, GenerationChunk, GenerationResult
 from inference4py.generation.streaming import IncrementalDetokenizer, StopSequenceMatcher
 
-__all__ = ["stream_generate", "collect"]
+__all__ = ["stream_generate", "collect", "CandidateStream"]
 
 
 def stream_generate(tokens: Iterator[int], tokenizer, config: GenerationConfig) -> Iterator[GenerationChunk]:
@@ -85,6 +89,8 @@ def collect(
             reason = chunk.finish_reason
     end = time.perf_counter()
     text = "".join(pieces)
+    # A CandidateStream streams its best candidate and carries all of them.
+    candidates = getattr(chunks, "candidates", None) or (Candidate(text, tuple(ids), None, reason),)
     return GenerationResult(
         text=text,
         token_ids=tuple(ids),
@@ -93,5 +99,51 @@ def collect(
         finish_reason=reason,
         duration=end - started,
         time_to_first_token=(first_token_at or end) - started,
-        candidates=(Candidate(text, tuple(ids), None, reason),),
+        candidates=tuple(candidates),
     )
+
+
+class CandidateStream:
+    """Chunks of the best of several sequences, computed in full before the first chunk.
+
+    Beam search only knows its best sequence at the end, so nothing is streamed
+    while it runs: the first ``next()`` runs ``search`` to completion, decodes
+    every returned sequence (stop sequences cut each text, as in a stream), then
+    yields the chunks of the first (best) one.  ``candidates`` holds all of
+    them, best first, once the stream has started.
+
+    Args:
+        search: Runs the search: returns the hypotheses, best first.
+        tokenizer: Decodes the token ids.
+        config: Stop sequences and EOS ids are read from it.
+    """
+
+    def __init__(self, search: Callable[[], list[Hypothesis]], tokenizer, config: GenerationConfig) -> None:
+        self._search: Callable[[], list[Hypothesis]] | None = search
+        self._tokenizer = tokenizer
+        self._config = config
+        self._chunks: Iterator[GenerationChunk] = iter(())
+        self.candidates: tuple[Candidate, ...] = ()
+
+    def __iter__(self) -> "CandidateStream":
+        return self
+
+    def __next__(self) -> GenerationChunk:
+        if self._search is not None:
+            search, self._search = self._search, None
+            self._start(search())
+        return next(self._chunks)
+
+    def _start(self, hypotheses: list[Hypothesis]) -> None:
+        decoded = []
+        for hyp in hypotheses:
+            chunks = list(stream_generate(iter(hyp.token_ids), self._tokenizer, self._config))
+            ids = tuple(c.token_id for c in chunks if c.token_id is not None)
+            reason: FinishReason = chunks[-1].finish_reason or "length"
+            decoded.append((Candidate("".join(c.text for c in chunks), ids, hyp.score, reason), chunks))
+        self.candidates = tuple(candidate for candidate, _ in decoded)
+        self._chunks = iter(decoded[0][1] if decoded else ())
+
+    def close(self) -> None:
+        self._search = None
+        self._chunks = iter(())

@@ -107,13 +107,10 @@ class GenerationBuilder(Generic[T]):
 
     # ------------------------------------------------------------------ generation options
     def _set(self: B, **values: Any) -> B:
-        trial = {**self._generation, **values}
-        try:
-            GenerationConfig(**{k: v for k, v in trial.items() if k in _GEN_FIELDS})
-        except ConfigurationError:
-            # Re-check the new values alone so the error names them, not a combination.
-            GenerationConfig(**values)
-            raise
+        # Each value is checked on its own here (so setters can come in any order);
+        # combinations (num_return_sequences vs num_beams, ...) are checked by build().
+        neutral = {"do_sample": True, "num_beams": 1, "max_new_tokens": 2**31 - 1, "min_new_tokens": 0}
+        GenerationConfig(**{**neutral, **values})
         self._generation.update(values)
         return self
 
@@ -158,6 +155,30 @@ class GenerationBuilder(Generic[T]):
     def no_repeat_ngram_size(self: B, n: int) -> B:
         """Never repeat an n-gram of this size."""
         return self._set(no_repeat_ngram_size=n)
+
+    def num_beams(self: B, n: int) -> B:
+        """Beam search width (1 = greedy or sampling)."""
+        return self._set(num_beams=n)
+
+    def length_penalty(self: B, penalty: float) -> B:
+        """Beam scores are divided by length ** penalty (> 0 favours longer sequences)."""
+        return self._set(length_penalty=float(penalty))
+
+    def early_stopping(self: B, value: bool | str) -> B:
+        """Beam search stop rule: True, False or "never" (transformers' semantics)."""
+        return self._set(early_stopping=value)
+
+    def num_return_sequences(self: B, n: int) -> B:
+        """Return this many sequences (<= num_beams, or independent samples when sampling)."""
+        return self._set(num_return_sequences=n)
+
+    def bad_words_ids(self: B, sequences: Sequence[Sequence[int]]) -> B:
+        """Token sequences that must never be generated."""
+        return self._set(bad_words_ids=tuple(tuple(s) for s in sequences))
+
+    def suppress_tokens(self: B, token_ids: Sequence[int]) -> B:
+        """Token ids that are never generated."""
+        return self._set(suppress_tokens=tuple(token_ids))
 
     def seed(self: B, seed: int) -> B:
         """Seed for reproducible sampling."""
@@ -231,14 +252,18 @@ class GenerationBuilder(Generic[T]):
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
-def resolve_generation_defaults(folder: Path) -> tuple[GenerationConfig, dict[str, Any]]:
+def resolve_generation_defaults(folder: Path, spec: Any = None) -> tuple[GenerationConfig, dict[str, Any]]:
     """The folder's generation defaults as a config plus transformers' total-length keys.
 
     Returns the config (without length limits) and ``{"max_length": ..,
     "min_length": ..}`` where the folder sets them: those are total lengths in
     transformers and only become new-token counts once the prompt is known.
+    ``spec`` (a PipelineSpec) layers the tokens and generation defaults its
+    description declares over generation_config.json.
     """
     data = read_generation_defaults(folder)
+    if spec is not None:
+        data.update(spec.generation_defaults())
     totals = {k: data.pop(k) for k in ("max_length", "min_length", "max_new_tokens") if isinstance(data.get(k), int)}
     known = {k: v for k, v in data.items() if k in _GEN_FIELDS and v is not None}
     try:

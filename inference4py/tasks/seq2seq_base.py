@@ -17,7 +17,8 @@ from inference4py.engine.seq2seq import Seq2SeqRuntime
 from inference4py.errors import ConfigurationError, InvalidInputError
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.batch import generate_batch_ids, result_from_ids, right_pad
-from inference4py.generation.generate import collect, stream_generate
+from inference4py.generation.beam import generate_sequences, returns_several
+from inference4py.generation.generate import CandidateStream, collect, stream_generate
 from inference4py.generation.processors import make_logits_processors
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.generation.sampling import make_rng, make_sampler
@@ -102,10 +103,6 @@ class Seq2SeqBuilder(GenerationBuilder[Any]):
         self._prompt_formatter = fn
         return self
 
-    def num_beams(self, n: int) -> "Seq2SeqBuilder":
-        """Beam width (1 = greedy / sampling)."""
-        return self._set(num_beams=n)
-
 
 class Seq2SeqTask(ClosableTask):
     """Generic encoder-decoder generation; subclasses add task-shaped methods."""
@@ -136,7 +133,7 @@ class Seq2SeqTask(ClosableTask):
         config = read_model_config(self.folder)
         self._runtime = Seq2SeqRuntime(spec, config, builder.session_options())
         self.tokenizer: Tokenizer = load_tokenizer(self.folder)
-        defaults, totals = resolve_generation_defaults(self.folder)
+        defaults, totals = resolve_generation_defaults(self.folder, spec)
         if defaults.decoder_start_token_id is None:
             start = config.get("decoder_start_token_id", defaults.pad_token_id)
             if start is None:
@@ -192,11 +189,16 @@ class Seq2SeqTask(ClosableTask):
     def _chunks(self, source_ids: list[int], config: GenerationConfig) -> Iterator[GenerationChunk]:
         state = self._runtime.new_state([source_ids])
         start = [int(config.decoder_start_token_id)]  # type: ignore[arg-type]
+        processors = make_logits_processors(config, prompt_length=len(start), extra=self._processors)
+        if returns_several(config):  # beam search / several samples: search first, then stream the best
+            return CandidateStream(lambda: generate_sequences(state, start, config, processors=processors,
+                                                              sampler=make_sampler(config), rng=make_rng(config.seed)),
+                                   self.tokenizer, config)
         tokens = generate_step(
             state,
             start,
             config,
-            processors=make_logits_processors(config, prompt_length=len(start), extra=self._processors),
+            processors=processors,
             sampler=make_sampler(config),
             rng=make_rng(config.seed),
         )

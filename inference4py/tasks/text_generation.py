@@ -9,8 +9,9 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, Union
 from inference4py.engine.decoder import DecoderRuntime
 from inference4py.engine.pipeline import load_pipeline, read_model_config
 from inference4py.errors import ConfigurationError, InvalidInputError
+from inference4py.generation.beam import generate_sequences, returns_several
 from inference4py.generation.config import GenerationConfig
-from inference4py.generation.generate import collect, stream_generate
+from inference4py.generation.generate import CandidateStream, collect, stream_generate
 from inference4py.generation.batch import generate_batch_ids, left_pad, result_from_ids
 from inference4py.generation.generator import Generator
 from inference4py.generation.processors import make_logits_processors
@@ -148,7 +149,7 @@ class OnnxTextGenerator(ClosableTask):
         config = read_model_config(self.folder)
         self.tokenizer: Tokenizer = load_tokenizer(self.folder)
         self._runtime = DecoderRuntime(spec, config, builder.session_options())
-        defaults, totals = resolve_generation_defaults(self.folder)
+        defaults, totals = resolve_generation_defaults(self.folder, spec)
         if not defaults.eos_token_id and self.tokenizer.eos_token_id is not None:
             defaults = defaults.replace(eos_token_id=(self.tokenizer.eos_token_id,))
         self._planner = CallPlanner(defaults, totals, builder.generation_overrides(), extra_eos=builder._eos,
@@ -232,11 +233,16 @@ class OnnxTextGenerator(ClosableTask):
 
     def _chunks(self, ids: list[int], config: GenerationConfig) -> Iterator[GenerationChunk]:
         state = self._runtime.new_state(1)
+        processors = make_logits_processors(config, prompt_length=len(ids), extra=self._processors)
+        if returns_several(config):  # beam search / several samples: search first, then stream the best
+            return CandidateStream(lambda: generate_sequences(state, ids, config, processors=processors,
+                                                              sampler=make_sampler(config), rng=make_rng(config.seed)),
+                                   self.tokenizer, config)
         tokens = generate_step(
             state,
             ids,
             config,
-            processors=make_logits_processors(config, prompt_length=len(ids), extra=self._processors),
+            processors=processors,
             sampler=make_sampler(config),
             rng=make_rng(config.seed),
         )

@@ -1,0 +1,1 @@
+"""Benchmarks of inference4py against its peers (see benchmarks/README.md)."""

@@ -1,0 +1,167 @@
+"""Read the input/output signature of an ONNX file without loading its weights.
+
+Pipeline detection looks at the names and shapes of a graph's inputs and
+outputs before any session exists.  Creating an onnxruntime session for that
+would load every weight (gigabytes for a real LLM), so this module walks the
+protobuf wire format directly: ``ModelProto.graph`` (field 7) ->
+``GraphProto.input`` (11) / ``output`` (12) -> ``ValueInfoProto`` name + tensor
+type.  Initializers (field 5) are skipped by length through a memory map, so
+the cost does not depend on the size of the weights.  The ``onnx`` package is
+not a dependency of the library.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+import numpy as np
+
+from inference4py.engine.sessions import TensorInfo
+
+__all__ = ["GraphIO", "read_graph_io"]
+
+# TensorProto.DataType -> numpy scalar type (what onnxruntime reports, see sessions.ORT_TO_NUMPY)
+_ELEM_TYPES: dict[int, type] = {
+    1: np.float32, 2: np.uint8, 3: np.int8, 5: np.int16, 6: np.int32, 7: np.int64,
+    9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64,
+}
+
+GraphIO = tuple[dict[str, TensorInfo], dict[str, TensorInfo]]
+
+
+class _Malformed(ValueError):
+    pass
+
+
+def _varint(buf: memoryview | mmap.mmap, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= end:
+            raise _Malformed("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 70:
+            raise _Malformed("varint too long")
+
+
+def _fields(buf, start: int, end: int):
+    """Yield (field number, wire type, value or (start, end) span) of one message."""
+    pos = start
+    while pos < end:
+        key, pos = _varint(buf, pos, end)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos, end)
+            yield number, wire, value
+        elif wire == 1:
+            pos += 8
+        elif wire == 2:
+            length, pos = _varint(buf, pos, end)
+            if pos + length > end:
+                raise _Malformed("field runs past the end of its message")
+            yield number, wire, (pos, pos + length)
+            pos += length
+        elif wire == 5:
+            pos += 4
+        else:
+            raise _Malformed(f"unsupported wire type {wire}")
+    if pos != end:
+        raise _Malformed("message overruns its length")
+
+
+def _text(buf, span: tuple[int, int]) -> str:
+    return bytes(buf[span[0]:span[1]]).decode("utf-8")
+
+
+def _value_info(buf, span: tuple[int, int]) -> TensorInfo | None:
+    name = None
+    dtype: type = np.float32
+    dims: list[int | str | None] = []
+    is_tensor = False
+    for number, wire, value in _fields(buf, *span):
+        if number == 1 and wire == 2:
+            name = _text(buf, value)
+        elif number == 2 and wire == 2:  # TypeProto
+            for t_num, t_wire, t_val in _fields(buf, *value):
+                if t_num != 1 or t_wire != 2:  # tensor_type only
+                    continue
+                is_tensor = True
+                for f_num, f_wire, f_val in _fields(buf, *t_val):
+                    if f_num == 1 and f_wire == 0:
+                        dtype = _ELEM_TYPES.get(f_val, np.float32)
+                    elif f_num == 2 and f_wire == 2:  # TensorShapeProto
+                        for d_num, d_wire, d_val in _fields(buf, *f_val):
+                            if d_num != 1 or d_wire != 2:
+                                continue
+                            dim: int | str | None = None
+                            for x_num, x_wire, x_val in _fields(buf, *d_val):
+                                if x_num == 1 and x_wire == 0:
+                                    dim = x_val
+                                elif x_num == 2 and x_wire == 2:
+                                    dim = _text(buf, x_val)
+                            dims.append(dim)
+    if name is None or not is_tensor:
+        return None
+    return TensorInfo(name, dtype, tuple(dims))
+
+
+def _initializer_name(buf, span: tuple[int, int]) -> str | None:
+    for number, wire, value in _fields(buf, *span):
+        if number == 8 and wire == 2:  # TensorProto.name
+            return _text(buf, value)
+    return None
+
+
+def read_graph_io(path: str | os.PathLike[str]) -> GraphIO | None:
+    """Inputs and outputs of an ONNX file as onnxruntime would report them.
+
+    Returns None when the file cannot be parsed (the caller then leaves the
+    decision to the runtime, which opens the file with onnxruntime anyway).
+    Graph inputs that are also initializers (old IR versions) are left out,
+    like ``InferenceSession.get_inputs()`` does.
+    """
+    try:
+        with open(Path(path), "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size == 0:
+                return None
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                return _parse(buf, size)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def _parse(buf, size: int) -> GraphIO | None:
+    graph = None
+    for number, wire, value in _fields(buf, 0, size):
+        if number == 7 and wire == 2:
+            graph = value
+    if graph is None:
+        return None
+    inputs: dict[str, TensorInfo] = {}
+    outputs: dict[str, TensorInfo] = {}
+    initializers: set[str] = set()
+    for number, wire, value in _fields(buf, *graph):
+        if wire != 2:
+            continue
+        if number == 11:
+            info = _value_info(buf, value)
+            if info is not None:
+                inputs[info.name] = info
+        elif number == 12:
+            info = _value_info(buf, value)
+            if info is not None:
+                outputs[info.name] = info
+        elif number == 5:
+            name = _initializer_name(buf, value)
+            if name:
+                initializers.add(name)
+    for name in initializers & set(inputs):
+        del inputs[name]
+    return inputs, outputs

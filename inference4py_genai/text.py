@@ -1,0 +1,226 @@
+"""TextGenerator: decoder-only text generation on onnxruntime-genai's native loop."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence, Union
+
+from inference4py.errors import ConfigurationError, InvalidInputError
+from inference4py.generation.config import GenerationConfig
+from inference4py.generation.result import GenerationChunk, GenerationResult
+from inference4py.tasks.base import ClosableTask
+from inference4py.tokenization import Tokenizer, load_tokenizer
+from inference4py_genai import _base
+from inference4py_genai._runtime import load_genai_config, open_model
+
+__all__ = ["TextGenerator", "GenaiTextGeneratorBuilder", "PHI3_TEMPLATE"]
+
+Message = Mapping[str, Any]
+Prompt = Union[str, Sequence[Message], Sequence[int]]
+
+# Phi-3 instruct's chat template (the fallback when a folder carries none).
+PHI3_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] in ('system', 'user', 'assistant') %}"
+    "{{ '<|' + message['role'] + '|>\\n' + message['content'] + '<|end|>\\n' }}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}"
+)
+
+
+class GenaiTextGeneratorBuilder(_base.GenaiBuilder["TextGenerator"]):
+    """Options of a :class:`TextGenerator` (the shared ones are in GenerationBuilder)."""
+
+    def __init__(self, *, preset: str | None = None, model_id: str | None = None,
+                 chat_template: str | None = None, use_chat_template: bool = False) -> None:
+        super().__init__(preset=preset, model_id=model_id, use_chat_template=use_chat_template or None)
+        self._preset_template = chat_template  # fallback when the folder has no template
+        self._chat_template: str | None = None  # set by the user: always wins
+        self._use_chat_template = use_chat_template
+        self._system_prompt: str | None = None
+
+    def chat_template(self, template: str | None = None) -> "GenaiTextGeneratorBuilder":
+        """Render str prompts through a chat template.
+
+        Args:
+            template: a Jinja template; None uses the model's own (tokenizer_config.json
+                or chat_template.jinja).
+        """
+        if template is not None and (not isinstance(template, str) or not template.strip()):
+            raise ConfigurationError("chat_template needs a Jinja template string (or no argument for the model's own).")
+        if template is not None:
+            self._chat_template = template
+        self._use_chat_template = True
+        return self
+
+    def system_prompt(self, text: str) -> "GenaiTextGeneratorBuilder":
+        """A system message put before the user's prompt (chat models)."""
+        if not isinstance(text, str):
+            raise ConfigurationError("system_prompt must be a string.")
+        self._system_prompt = text
+        return self
+
+
+class TextGenerator(ClosableTask):
+    """Generate text with a decoder-only model exported for onnxruntime-genai.
+
+    The generation loop (KV cache, search, sampling) runs in onnxruntime-genai's
+    C++; prompts, chat templates, streaming text and stop sequences are handled
+    exactly as in :class:`inference4py.OnnxTextGenerator`, and the result is the
+    same :class:`~inference4py.GenerationResult`.
+
+    Example:
+        >>> with TextGenerator.phi3Mini().max_new_tokens(200).build() as gen:   # doctest: +SKIP
+        ...     print(gen.generate("What is ONNX?").text)
+    """
+
+    Builder = GenaiTextGeneratorBuilder
+
+    # ------------------------------------------------------------------ presets
+    @classmethod
+    def builder(cls) -> GenaiTextGeneratorBuilder:
+        """A builder with no model chosen: call ``model_id`` or ``model_path`` (a genai folder)."""
+        return GenaiTextGeneratorBuilder()
+
+    @classmethod
+    def phi3Mini(cls) -> GenaiTextGeneratorBuilder:  # noqa: N802 - inference4j's name
+        """Phi-3 Mini 4K Instruct (3.8B, int4), inference4j/phi-3-mini-4k-instruct (chat template on)."""
+        return GenaiTextGeneratorBuilder(preset="phi3Mini", model_id="inference4j/phi-3-mini-4k-instruct",
+                                         chat_template=PHI3_TEMPLATE, use_chat_template=True)
+
+    @classmethod
+    def deepSeekR1_1_5B(cls) -> GenaiTextGeneratorBuilder:  # noqa: N802 - inference4j's name
+        """DeepSeek-R1-Distill-Qwen-1.5B, inference4j/deepseek-r1-distill-qwen-1.5b (chat template on).
+
+        The model thinks aloud in ``<think>...</think>`` before answering: leave room in max_new_tokens.
+        """
+        return GenaiTextGeneratorBuilder(preset="deepSeekR1_1_5B", model_id="inference4j/deepseek-r1-distill-qwen-1.5b",
+                                         use_chat_template=True)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def _from_builder(cls, b: GenaiTextGeneratorBuilder) -> "TextGenerator":
+        return cls(b.resolve_folder(), b)
+
+    def __init__(self, folder: Path, builder: GenaiTextGeneratorBuilder) -> None:
+        self.folder = Path(folder)
+        self._builder_repr = repr(builder)
+        genai_config = load_genai_config(self.folder)
+        self.tokenizer: Tokenizer = load_tokenizer(self.folder)
+        defaults, totals, context = _base.genai_defaults(self.folder, genai_config)
+        if not defaults.eos_token_id and self.tokenizer.eos_token_id is not None:
+            defaults = defaults.replace(eos_token_id=(self.tokenizer.eos_token_id,))
+        self._vocab_size = int(genai_config["model"].get("vocab_size") or self.tokenizer.vocab_size)
+        self._planner = _base.GenaiPlanner(defaults, totals, builder.generation_overrides(), extra_eos=builder._eos,
+                                           context=context, total_counts_prompt=True, model_eos=defaults.eos_token_id)
+        self._processors = tuple(builder._processors)
+        self._system_prompt = builder._system_prompt
+        self._use_template = builder._use_chat_template
+        # The user's template wins; then the folder's own (the model author's); the preset's is the fallback.
+        self._template = builder._chat_template or self.tokenizer.chat_template or builder._preset_template
+        if self._use_template and not self._template:
+            raise ConfigurationError(
+                f"A chat template was requested but {self.folder} has none (no chat_template in "
+                "tokenizer_config.json, no chat_template.jinja). Pass one: .chat_template('{% for m in messages %}...')."
+            )
+        self._model = open_model(self.folder, genai_config, providers=builder._providers, threads=builder._threads)
+
+    @property
+    def generation_config(self) -> GenerationConfig:
+        """The defaults every call starts from (genai_config.json + builder options)."""
+        return self._planner.base
+
+    def __repr__(self) -> str:
+        return f"TextGenerator(folder={str(self.folder)!r}, builder={self._builder_repr})"
+
+    def _release(self) -> None:
+        self._model = None
+
+    # ------------------------------------------------------------------ prompts
+    def encode_prompt(self, prompt: Prompt) -> list[int]:
+        """The token ids a prompt becomes (after the chat template, when one applies).
+
+        Raises:
+            InvalidInputError: empty prompt, malformed messages, bad token ids.
+        """
+        if isinstance(prompt, str):
+            if not prompt:
+                raise InvalidInputError("The prompt is empty. Pass some text, a list of chat messages or token ids.")
+            if self._use_template:
+                return self._render_messages([{"role": "user", "content": prompt}])
+            ids = self.tokenizer.encode(prompt)
+            if not ids:
+                raise InvalidInputError("The prompt encodes to no tokens. Pass some text.")
+            return ids
+        if isinstance(prompt, (list, tuple)) and prompt:
+            if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+                bad = [t for t in prompt if t < 0 or t >= self._vocab_size]
+                if bad:
+                    raise InvalidInputError(
+                        f"Token id(s) {bad[:5]} are outside the model's vocabulary (0..{self._vocab_size - 1})."
+                    )
+                return list(prompt)
+            if all(isinstance(m, Mapping) for m in prompt):
+                return self._render_messages(list(prompt))
+        if isinstance(prompt, (list, tuple)):
+            raise InvalidInputError("The prompt is an empty list. Pass text, chat messages or token ids.")
+        raise InvalidInputError(
+            f"Unsupported prompt of type {type(prompt).__name__}: pass a str, a list of "
+            "{'role': ..., 'content': ...} messages, or a list of token ids."
+        )
+
+    def _render_messages(self, messages: list[Mapping[str, Any]]) -> list[int]:
+        if not self._template:
+            raise ConfigurationError(
+                f"Chat messages need a chat template, and {self.folder} has none. Pass one with "
+                ".chat_template('...') on the builder, or give a plain string prompt."
+            )
+        if self._system_prompt is not None and not any(m.get("role") == "system" for m in messages):
+            messages = [{"role": "system", "content": self._system_prompt}, *messages]
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, template=self._template)
+        # As transformers: a rendered template carries its special tokens; add none.
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    # ------------------------------------------------------------------ generation
+    def _call(self, prompt: Prompt, overrides: Mapping[str, Any]) -> _base.Call:
+        self._check_open()
+        ids = self.encode_prompt(prompt)
+        return _base.Call(
+            model=self._model, tokenizer=self.tokenizer, config=self._planner.for_call(len(ids), overrides),
+            feed=_base.feed_tokens(ids), prompt_ids=ids, model_eos=self._planner.model_eos,
+            extra_processors=self._processors, skip=len(ids),
+        )
+
+    def generate(self, prompt: Prompt, on_token: Callable[[str], None] | None = None, **overrides: Any) -> GenerationResult:
+        """Generate a completion.
+
+        Args:
+            prompt: text, chat messages (``[{"role": "user", "content": ...}]``) or token ids.
+            on_token: called with each piece of text as soon as it is final.
+            **overrides: generation options for this call only (``max_new_tokens=20``, ``temperature=0.7``...).
+
+        Returns:
+            GenerationResult with the text, generated ids, prompt and generated token counts, timings.
+
+        Raises:
+            InvalidInputError: empty or malformed prompt.
+            PromptTooLongError: prompt + max_new_tokens exceed the model's context.
+            ConfigurationError: invalid option values, or options genai cannot apply (min_p).
+            InferenceError: onnxruntime-genai failed while generating.
+        """
+        started = time.perf_counter()
+        return _base.run_generation(self._call(prompt, overrides), started=started, on_token=on_token)
+
+    def stream_chunks(self, prompt: Prompt, **overrides: Any) -> Iterator[GenerationChunk]:
+        """The middle tier: :class:`GenerationChunk` objects with token ids and a finish reason."""
+        return _base.stream_chunks(self._call(prompt, overrides))
+
+    def stream(self, prompt: Prompt, **overrides: Any) -> Iterator[str]:
+        """Yield the completion's text piece by piece (complete UTF-8, no stop sequences)."""
+        for chunk in self.stream_chunks(prompt, **overrides):
+            if chunk.text:
+                yield chunk.text
+
+
+GenaiTextGeneratorBuilder._task = TextGenerator

@@ -1,0 +1,300 @@
+"""WhisperSpeechModel on onnxruntime-genai: speech to text with genai's Whisper pipeline.
+
+genai runs the encoder and the decoder loop (its cross-attention cache and
+search) in C++.  Everything around it is inference4py's
+:class:`inference4py.tasks.whisper.WhisperSpeechModel`, which this class extends:
+audio loading and log-mel features (:mod:`inference4py.audio`, transformers'
+numbers), the decoder prompt (language / task / ``<|notimestamps|>``), language
+detection, Whisper's suppress lists and timestamp rules (run in Python on genai's
+logits when the folder or the call needs them), segments, and the 30 s window
+loop for audio of any length.  The result is the same
+:class:`~inference4py.tasks.whisper.Transcription`.
+
+genai folders come from ``python -m onnxruntime_genai.models.builder`` on a
+Whisper checkpoint: ``encoder.onnx`` (``audio_features`` [batch, n_mels, 3000]),
+``decoder.onnx``, ``genai_config.json`` and ``audio_processor_config.json``
+(genai's own feature extractor, read here only for the STFT / mel settings).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from inference4py import audio as _audio
+from inference4py.errors import ConfigurationError, InferenceError, UnsupportedModelError
+from inference4py.generation.processors import LogitsProcessor, SuppressTokens, SuppressTokensAtBegin
+from inference4py.generation.streaming import IncrementalDetokenizer
+from inference4py.tasks import whisper as native
+from inference4py.tasks.languages import Language
+from inference4py.tasks.whisper import Segment, Transcription
+from inference4py.tokenization import Tokenizer, load_tokenizer
+from inference4py_genai import _base
+from inference4py_genai._runtime import load_genai_config, og, open_model, raising
+
+__all__ = ["WhisperSpeechModel", "WhisperBuilder", "Transcription", "Segment"]
+
+
+class WhisperBuilder(_base.GenaiBuilder["WhisperSpeechModel"], native.WhisperBuilder):
+    """Options of the genai :class:`WhisperSpeechModel`: inference4py's WhisperBuilder (language, task,
+    timestamps, generation options) with genai's providers / threads."""
+
+
+class WhisperSpeechModel(native.WhisperSpeechModel):
+    """Transcribe or translate speech with a Whisper model exported for onnxruntime-genai.
+
+    Same calls and results as :class:`inference4py.WhisperSpeechModel`
+    (``transcribe``, ``stream``, ``detect_language``, ``features``); only the
+    encoder + decoder loop runs in onnxruntime-genai.
+
+    Example:
+        >>> with WhisperSpeechModel.whisperSmall().language("en").build() as asr:   # doctest: +SKIP
+        ...     print(asr.transcribe("clip.wav").text)
+    """
+
+    Builder = WhisperBuilder
+
+    # ------------------------------------------------------------------ presets
+    @classmethod
+    def builder(cls) -> WhisperBuilder:  # type: ignore[override]
+        """A builder with no model chosen: call ``model_id`` or ``model_path`` (a genai Whisper folder)."""
+        return cls._preset(None, None)
+
+    @classmethod
+    def _preset(cls, name: str | None, model_id: str | None) -> WhisperBuilder:  # type: ignore[override]
+        b = WhisperBuilder(preset=name, model_id=model_id)
+        b._task = cls
+        return b
+
+    @classmethod
+    def whisperSmall(cls) -> WhisperBuilder:  # type: ignore[override]  # noqa: N802 - inference4j's name
+        """Whisper small (244M, multilingual) for onnxruntime-genai, inference4j/whisper-small-genai."""
+        return cls._preset("whisperSmall", "inference4j/whisper-small-genai")
+
+    @classmethod
+    def _no_genai_repo(cls, name: str) -> WhisperBuilder:
+        raise ConfigurationError(
+            f"WhisperSpeechModel.{name}() points at an optimum export, which onnxruntime-genai cannot load. Use "
+            "inference4py.WhisperSpeechModel for it, WhisperSpeechModel.whisperSmall() here, or "
+            ".builder().model_path(folder) with a folder made by onnxruntime-genai's model builder."
+        )
+
+    # The native presets point at optimum exports (no genai_config.json): refuse them by name.
+    @classmethod
+    def whisperTiny(cls) -> WhisperBuilder:  # type: ignore[override]  # noqa: N802
+        """Not available for onnxruntime-genai (raises ConfigurationError)."""
+        return cls._no_genai_repo("whisperTiny")
+
+    @classmethod
+    def whisperBase(cls) -> WhisperBuilder:  # type: ignore[override]  # noqa: N802
+        """Not available for onnxruntime-genai (raises ConfigurationError)."""
+        return cls._no_genai_repo("whisperBase")
+
+    @classmethod
+    def whisperLargeV3Turbo(cls) -> WhisperBuilder:  # type: ignore[override]  # noqa: N802
+        """Not available for onnxruntime-genai (raises ConfigurationError)."""
+        return cls._no_genai_repo("whisperLargeV3Turbo")
+
+    @classmethod
+    def whisperTinyEn(cls) -> WhisperBuilder:  # type: ignore[override]  # noqa: N802
+        """Not available for onnxruntime-genai (raises ConfigurationError)."""
+        return cls._no_genai_repo("whisperTinyEn")
+
+    @classmethod
+    def whisperBaseEn(cls) -> WhisperBuilder:  # type: ignore[override]  # noqa: N802
+        """Not available for onnxruntime-genai (raises ConfigurationError)."""
+        return cls._no_genai_repo("whisperBaseEn")
+
+    @classmethod
+    def whisperSmallEn(cls) -> WhisperBuilder:  # type: ignore[override]  # noqa: N802
+        """Not available for onnxruntime-genai (raises ConfigurationError)."""
+        return cls._no_genai_repo("whisperSmallEn")
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def _from_builder(cls, b: WhisperBuilder) -> "WhisperSpeechModel":  # type: ignore[override]
+        return cls(b.resolve_folder(), b)
+
+    def __init__(self, folder: Path, builder: WhisperBuilder) -> None:  # noqa: D107 - not calling super(): no ORT sessions
+        self.folder = Path(folder)
+        self._builder_repr = repr(builder)
+        if builder._stops:
+            raise ConfigurationError("stop_sequence is not supported by WhisperSpeechModel; remove it.")
+        genai_config = load_genai_config(self.folder)
+        model_section = genai_config["model"]
+        if model_section.get("type") != "whisper" or not isinstance(model_section.get("encoder"), dict):
+            raise UnsupportedModelError(
+                f"{self.folder} holds a {model_section.get('type')!r} model for onnxruntime-genai, not Whisper "
+                "(genai_config.json model.type must be 'whisper'). Use TextGenerator / VisionLanguageModel for it."
+            )
+        self.tokenizer: Tokenizer = load_tokenizer(self.folder)
+        config = _read_json(self.folder / "config.json")
+        self._vocab = native._WhisperVocab.read(self.folder, self.tokenizer, config, model_section.get("vocab_size"))
+        self._features = self._genai_feature_settings(config)
+        defaults, totals, context = _base.genai_defaults(self.folder, genai_config)
+        # Whisper's own processors replace the generic suppress lists (transformers does the same).
+        defaults = defaults.replace(suppress_tokens=(), begin_suppress_tokens=(), forced_bos_token_id=None,
+                                    eos_token_id=defaults.eos_token_id or (self._vocab.eot,),
+                                    decoder_start_token_id=self._vocab.sot)
+        self._planner = _base.GenaiPlanner(defaults, totals, builder.generation_overrides(), extra_eos=builder._eos,
+                                           context=context, total_counts_prompt=True, model_eos=defaults.eos_token_id)
+        self._processors = tuple(builder._processors)
+        self._language = builder._language
+        self._task_name = builder._whisper_task
+        self._timestamps = builder._timestamps
+        self._check_request(self._language, self._task_name, self._timestamps)
+        self._model = open_model(self.folder, genai_config, providers=builder._providers, threads=builder._threads)
+
+    def _genai_feature_settings(self, config: Mapping[str, Any]) -> dict[str, int]:
+        """STFT / mel settings: preprocessor_config.json, else genai's audio_processor_config.json, else Whisper's."""
+        pre = _read_json(self.folder / "preprocessor_config.json")
+        ops: dict[str, dict[str, Any]] = {}
+        for step in _read_json(self.folder / "audio_processor_config.json").get("feature_extraction", {}).get("sequence", []):
+            op = step.get("operation", {}) if isinstance(step, dict) else {}
+            if isinstance(op.get("attrs"), dict):
+                ops[str(op.get("type"))] = op["attrs"]
+        mel, stft = ops.get("LogMelSpectrum", {}), ops.get("STFTNorm", {})
+        settings = {
+            "n_mels": int(pre.get("feature_size") or mel.get("n_mel") or config.get("num_mel_bins") or 80),
+            "n_fft": int(pre.get("n_fft") or stft.get("n_fft") or _audio.N_FFT),
+            "hop_length": int(pre.get("hop_length") or stft.get("hop_length") or _audio.HOP_LENGTH),
+            "sample_rate": int(pre.get("sampling_rate") or _audio.SAMPLE_RATE),
+        }
+        chunk = int(pre.get("chunk_length") or mel.get("chunk_size") or _audio.CHUNK_SECONDS)
+        settings["n_samples"] = int(pre.get("n_samples") or chunk * settings["sample_rate"])
+        settings["window_frames"] = settings["n_samples"] // settings["hop_length"]  # genai's encoder: 3000 frames
+        return settings
+
+    def __repr__(self) -> str:
+        return f"genai.WhisperSpeechModel(folder={str(self.folder)!r}, builder={self._builder_repr})"
+
+    def _release(self) -> None:
+        self._model = None
+
+    # ------------------------------------------------------------------ genai runs
+    def _feed(self, window: np.ndarray, ids: list[int]) -> _base.Feed:
+        """Put one window's features ``[1, n_mels, 3000]`` and the decoder prompt into a generator."""
+        prompt = np.asarray(ids, dtype=np.int32)
+
+        def feed(generator: Any) -> None:
+            inputs = og().NamedTensors()
+            inputs["audio_features"] = window
+            generator.set_inputs(inputs)
+            generator.append_tokens(prompt)
+
+        return feed
+
+    def _detect_window(self, window: np.ndarray) -> int:
+        """One decoder step after <|startoftranscript|>; the most likely language token (first on ties)."""
+        genai = og()
+        with raising(InferenceError, "detecting the language"):
+            params = genai.GeneratorParams(self._model)
+            params.set_search_options(max_length=2, do_sample=False, batch_size=1)
+            generator = genai.Generator(self._model, params)
+            self._feed(window, [self._vocab.sot])(generator)
+            logits = np.asarray(generator.get_logits(), dtype=np.float32)[0, -1]  # [vocab]
+        ids = np.fromiter(self._vocab.lang_to_id.values(), dtype=np.int64)
+        return int(ids[np.argmax(logits[ids])])
+
+    def detect_language(self, audio: _audio.AudioInput, *, sample_rate: int | None = None) -> str:
+        """The language Whisper hears in the first 30 s (code such as ``"en"``).
+
+        Raises:
+            UnsupportedModelError: an English-only model (it cannot tell languages apart).
+            AudioError: unreadable or empty audio.
+        """
+        self._check_open()
+        if not self._vocab.is_multilingual or not self._vocab.lang_to_id:
+            raise UnsupportedModelError(f"{self.folder} is an English-only model: it does not detect languages.")
+        feats = self.features(audio, sample_rate=sample_rate)
+        return self._vocab.language_of(self._detect_window(self._window(feats, 0)[0])) or ""
+
+    def _window_tokens_genai(self, window: np.ndarray, ids: list[int], config: Any,
+                             extra: list[LogitsProcessor]) -> Iterator[int]:
+        call = _base.Call(model=self._model, tokenizer=self.tokenizer, config=config, feed=self._feed(window, ids),
+                          prompt_ids=ids, model_eos=self._planner.model_eos,
+                          extra_processors=[*extra, *self._processors], skip=len(ids))
+        if config.num_beams > 1:
+            result = _base.run_generation(call, started=time.perf_counter())
+            yield from result.token_ids
+            return
+        yield from call.tokens(config)
+
+    def _events(self, audio: _audio.AudioInput, sample_rate: int | None, language: Language | str | None,
+                task: str | None, timestamps: bool | None, overrides: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+        # The window loop of inference4py's WhisperSpeechModel, with genai running each window.
+        started = time.perf_counter()
+        self._check_open()
+        lang = native.language_code(language) if language is not None else self._language
+        task_name = task if task is not None else self._task_name
+        if task_name is not None and task_name not in native.TASKS:
+            raise ConfigurationError(f"task must be 'transcribe' or 'translate', got {task_name!r}.")
+        want_ts = self._timestamps if timestamps is None else bool(timestamps)
+        self._check_request(lang, task_name, want_ts)
+
+        samples = _audio.load_audio(audio, sample_rate=sample_rate, target_rate=self._features["sample_rate"])
+        feats = self._features_of(samples)  # [n_mels, frames]
+        v = self._vocab
+        prompt, detect_at = self._prompt(lang, task_name, want_ts)
+        config = self._planner.for_call(len(prompt), overrides)
+        detok = IncrementalDetokenizer(self.tokenizer, skip_special_tokens=True)
+        tb = v.timestamp_begin
+        segments: list[Segment] = []
+        kept: list[int] = []
+        total = feats.shape[1]
+        seek = 0
+        first = True
+        while seek < total:
+            window, frames = self._window(feats, seek)  # [1, n_mels, 3000] float32, frames of real audio
+            if first and detect_at is not None:
+                prompt[detect_at] = self._detect_window(window)  # detected once, on the first window
+            first = False
+            ids = [int(t) for t in prompt if t is not None]
+            extra: list[LogitsProcessor] = []
+            if v.begin_suppress_tokens:
+                extra.append(SuppressTokensAtBegin(v.begin_suppress_tokens, len(ids)))
+            if v.suppress_tokens:
+                extra.append(SuppressTokens(v.suppress_tokens))
+            if want_ts:
+                extra.append(native.WhisperTimestampRules(v.no_timestamps, v.eot, len(ids), v.max_initial_timestamp_index))
+            out: list[int] = []
+            final = 0  # tokens of `out` known to be kept (up to the last closed pair of timestamps)
+            for token in self._window_tokens_genai(window, ids, config, extra):
+                out.append(token)
+                n = len(out)
+                if n >= 2 and out[-1] >= tb and out[-2] >= tb:  # a closed segment: everything so far is kept
+                    piece = detok.add_many(t for t in out[final:n] if t < tb)
+                    final = n
+                    if piece:
+                        yield "text", piece
+            if out and out[-1] in config.eos_token_id:
+                out.pop()
+            raw, advance = native.split_segments(out, timestamp_begin=tb, seek=seek, window_frames=frames)
+            n_kept = sum(len(s.tokens) for s in raw)
+            piece = detok.add_many(t for t in out[final:n_kept] if t < tb)
+            if piece:
+                yield "text", piece
+            kept.extend(out[:n_kept])
+            for s in raw:
+                text = self.tokenizer.decode([t for t in s.tokens if t < tb], skip_special_tokens=True)
+                segments.append(Segment(s.start, s.end, text, s.tokens))
+            seek += advance if advance > 0 else frames
+        tail = detok.finish()
+        if tail:
+            yield "text", tail
+        language_out = v.language_of(prompt[1]) if v.is_multilingual and len(prompt) > 1 and prompt[1] is not None \
+            else (None if v.is_multilingual else "en")
+        yield "done", Transcription(detok.text, tuple(segments), language_out, tuple(kept),
+                                    duration=samples.size / self._features["sample_rate"],
+                                    elapsed=time.perf_counter() - started)
+
+
+WhisperBuilder._task = WhisperSpeechModel
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return native._read_json_object(path)
+
