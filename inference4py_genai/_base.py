@@ -104,11 +104,15 @@ class GenaiBuilder(GenerationBuilder[T]):
 # --------------------------------------------------------------------------- defaults
 
 
-def genai_defaults(folder: Path, genai_config: Mapping[str, Any]) -> tuple[GenerationConfig, dict[str, int], int | None]:
+def genai_defaults(
+    folder: Path, genai_config: Mapping[str, Any], *, search_defaults: bool = True
+) -> tuple[GenerationConfig, dict[str, int], int | None]:
     """Generation defaults of a genai folder: (config, total lengths, context length).
 
     genai_config.json's ``search`` section holds the model author's defaults (the
-    model builder copies them from generation_config.json); its ``max_length`` is
+    model builder copies them from generation_config.json for text models; pass
+    ``search_defaults=False`` where it writes fixed values instead, as for Whisper,
+    whose ``top_k: 1`` would turn sampling into greedy search); its ``max_length`` is
     usually the whole context, which is *not* used as a default length: it would
     make every call allocate a KV buffer for the full context.  Only a
     ``max_length`` below the context counts (as a total, like transformers').
@@ -121,9 +125,9 @@ def genai_defaults(folder: Path, genai_config: Mapping[str, Any]) -> tuple[Gener
     values: dict[str, Any] = {}
     for key in ("do_sample", "temperature", "top_k", "top_p", "repetition_penalty", "num_beams",
                 "num_return_sequences", "length_penalty"):
-        if key in search and search[key] is not None:
+        if search_defaults and key in search and search[key] is not None:
             values[key] = search[key]
-    if isinstance(search.get("early_stopping"), bool):
+    if search_defaults and isinstance(search.get("early_stopping"), bool):
         values["early_stopping"] = search["early_stopping"]
     if not (isinstance(values.get("top_p"), (int, float)) and 0 < values["top_p"] <= 1):
         values.pop("top_p", None)  # genai uses 0 for "off"

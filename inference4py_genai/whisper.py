@@ -134,7 +134,8 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
         config = _read_json(self.folder / "config.json")
         self._vocab = native._WhisperVocab.read(self.folder, self.tokenizer, config, model_section.get("vocab_size"))
         self._features = self._genai_feature_settings(config)
-        defaults, totals, context = _base.genai_defaults(self.folder, genai_config)
+        # The builder writes fixed search values for Whisper (top_k 1...), not the model's: skip them.
+        defaults, totals, context = _base.genai_defaults(self.folder, genai_config, search_defaults=False)
         # Whisper's own processors replace the generic suppress lists (transformers does the same).
         defaults = defaults.replace(suppress_tokens=(), begin_suppress_tokens=(), forced_bos_token_id=None,
                                     eos_token_id=defaults.eos_token_id or (self._vocab.eot,),

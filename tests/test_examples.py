@@ -15,6 +15,8 @@ RUNS = {
     "generate.py": (["--model", f"{MODELS}/qwen2", "--prompt", "Hello", "--max-new-tokens", "8"], None),
     "chat.py": (["--model", f"{MODELS}/qwen2", "--max-new-tokens", "6"], "Hi there\nAnd then?\n\n"),
     "seq2seq_tasks.py": (["--fixtures", MODELS], None),
+    "transcribe.py": (["tests/fixtures/references/whisper/bursts.flac", "--model", f"{MODELS}/whisper",
+                       "--max-new-tokens", "12"], None),
 }
 
 

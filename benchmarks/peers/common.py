@@ -89,27 +89,31 @@ def chat_template(folder: Path) -> str | None:
     return read_json(folder / "tokenizer_config.json").get("chat_template")
 
 
-def render_prompt(folder: Path, prompt: dict[str, Any]) -> str:
-    """The prompt text: plain text, or chat messages through the folder's template (jinja2)."""
-    if "text" in prompt:
-        return prompt["text"]
-    import jinja2
+def prompt_encoder(folder: Path, prompt: dict[str, Any]) -> Callable[[], list[int]]:
+    """``encode() -> ids`` with the ``tokenizers`` library and jinja2 alone (what a bare loop would do).
 
-    template = chat_template(folder)
-    if template is None:
-        raise Unsupported(f"{folder} has no chat template")
-    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
-    tc = read_json(folder / "tokenizer_config.json")
-    special = {k: (v if isinstance(v, str) else (v or {}).get("content")) for k, v in tc.items()
-               if k in ("bos_token", "eos_token")}
-    return env.from_string(template).render(messages=prompt["messages"], add_generation_prompt=True, **special)
-
-
-def bare_tokenize(folder: Path, prompt: dict[str, Any]) -> list[int]:
-    """Prompt ids with the ``tokenizers`` library alone (what a bare loop would do)."""
+    The tokenizer and template are loaded once; each call renders and encodes the prompt.
+    """
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    text = render_prompt(folder, prompt)
-    # A rendered chat template already holds its special tokens (transformers: add_special_tokens=False).
-    return tok.encode(text, add_special_tokens="text" in prompt).ids
+    if "text" in prompt:
+        text = prompt["text"]
+        return lambda: tok.encode(text).ids
+    import jinja2
+
+    source = chat_template(folder)
+    if source is None:
+        raise Unsupported(f"{folder} has no chat template")
+    template = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(source)
+    tc = read_json(folder / "tokenizer_config.json")
+    special = {k: (v if isinstance(v, str) else (v or {}).get("content")) for k, v in tc.items()
+               if k in ("bos_token", "eos_token")}
+    messages = prompt["messages"]
+
+    def encode() -> list[int]:
+        text = template.render(messages=messages, add_generation_prompt=True, **special)
+        # A rendered chat template already holds its special tokens (transformers: add_special_tokens=False).
+        return tok.encode(text, add_special_tokens=False).ids
+
+    return encode

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import numpy as np
 import onnxruntime as ort
 
-from inference4py.engine.kv_cache import CacheEntry, KVLayout, check_cache_names, discover_layout
+from inference4py.engine.kv_cache import KVLayout, check_cache_names, discover_layout
 from inference4py.engine.pipeline import PipelineSpec
 from inference4py.engine.sessions import SessionOptions, TensorInfo, create_session, graph_inputs, graph_outputs, run_binding
 from inference4py.errors import InvalidInputError, PipelineSpecError, UnsupportedModelError

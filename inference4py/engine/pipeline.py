@@ -31,9 +31,12 @@ import os
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from inference4py.errors import ModelFilesMissingError, ModelLoadError, ModelNotFoundError, PipelineSpecError
+
+if TYPE_CHECKING:  # kv_cache imports onnxruntime; this module stays light until a folder is resolved
+    from inference4py.engine.kv_cache import CacheNames
 
 __all__ = [
     "SessionSpec",
@@ -157,7 +160,7 @@ class KVCacheSpec:
     """
 
     format: str = "auto"
-    names: Any = None  # kv_cache.CacheNames | None
+    names: CacheNames | None = None
     num_kv_heads: int | None = None
     head_size: int | None = None
     share_buffer: bool = False
@@ -179,7 +182,7 @@ class CrossCacheSpec:
 
     source: str
     frozen: bool = True
-    names: Any = None  # kv_cache.CacheNames | None
+    names: CacheNames | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"source": self.source, "frozen": self.frozen}
@@ -408,7 +411,8 @@ def detect_pipeline(folder: str | os.PathLike[str]) -> PipelineSpec:
        [+ ``decoder_with_past_model.onnx``]: autoregressive decoder.
     3. Any other ``*.onnx``: classified by their inputs/outputs (an encoder has no
        ``logits``; a decoder has ``input_ids`` -> ``logits``, with or without a KV
-       cache; it is a cross-attention decoder when it takes ``encoder_hidden_states``).
+       cache; it attends to an encoder when it takes ``encoder_hidden_states``,
+       ``encoder_attention_mask`` or a cross-attention cache).
 
     The KV cache names then come from the graph (see ``kv_cache``).
 
@@ -513,7 +517,8 @@ def _detect_from_graphs(root: Path, config: Mapping[str, Any]) -> dict[str, Any]
             if io is None:
                 continue
             inputs, outputs = io
-            has_past = detect_cache_names(inputs, outputs)[0] is not None
+            self_names, cross_names = detect_cache_names(inputs, outputs)
+            has_past = self_names is not None
             if "logits" not in outputs:
                 speech = any(name in inputs for name in _SPEECH_INPUTS)
                 if ("input_ids" in inputs or speech) and not has_past:
@@ -521,7 +526,7 @@ def _detect_from_graphs(root: Path, config: Mapping[str, Any]) -> dict[str, Any]
                 continue
             if "input_ids" not in inputs:
                 continue
-            if "encoder_hidden_states" in inputs:
+            if cross_names is not None or "encoder_hidden_states" in inputs or "encoder_attention_mask" in inputs:
                 cross.append((rel, has_past, "use_cache_branch" in inputs))
             elif "use_cache_branch" in inputs:
                 merged.append(rel)

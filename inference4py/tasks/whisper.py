@@ -147,6 +147,7 @@ class Transcription:
             no prompt, no ``<|endoftext|>``, timestamp tokens included, tokens after the last complete
             segment of a window dropped.
         duration: Length of the audio in seconds.
+        elapsed: Wall time of the call in seconds (not compared by ``==``).
     """
 
     text: str
@@ -764,14 +765,7 @@ class WhisperSpeechModel(ClosableTask):
                 prompt[detect_at] = self._detect(hidden, mask)  # detected once, on the first window
             first = False
             ids = [int(t) for t in prompt if t is not None]
-            extra: list[LogitsProcessor] = []
-            if v.begin_suppress_tokens:
-                extra.append(SuppressTokensAtBegin(v.begin_suppress_tokens, len(ids)))
-            if v.suppress_tokens:
-                extra.append(SuppressTokens(v.suppress_tokens))
-            if want_ts:
-                extra.append(WhisperTimestampRules(v.no_timestamps, v.eot, len(ids), v.max_initial_timestamp_index))
-            processors = make_logits_processors(config, prompt_length=len(ids), extra=[*extra, *self._processors])
+            processors = self._window_processors(config, len(ids), want_ts)
             state = Seq2SeqState(self._runtime, hidden, mask)
             out: list[int] = []
             final = 0  # tokens of `out` known to be kept (up to the last closed pair of timestamps)
@@ -806,6 +800,18 @@ class WhisperSpeechModel(ClosableTask):
         yield "done", Transcription(detok.text, tuple(segments), language_out, tuple(kept),
                                     duration=samples.size / self._features["sample_rate"],
                                     elapsed=time.perf_counter() - started)
+
+    def _window_processors(self, config: GenerationConfig, prompt_length: int, timestamps: bool) -> list[LogitsProcessor]:
+        """transformers' order: the generic processors, then begin-suppress, suppress, timestamps, the user's."""
+        v = self._vocab
+        extra: list[LogitsProcessor] = []
+        if v.begin_suppress_tokens:
+            extra.append(SuppressTokensAtBegin(v.begin_suppress_tokens, prompt_length))
+        if v.suppress_tokens:
+            extra.append(SuppressTokens(v.suppress_tokens))
+        if timestamps:
+            extra.append(WhisperTimestampRules(v.no_timestamps, v.eot, prompt_length, v.max_initial_timestamp_index))
+        return make_logits_processors(config, prompt_length=prompt_length, extra=[*extra, *self._processors])
 
     def _window_tokens(self, state: Seq2SeqState, ids: list[int], config: GenerationConfig,
                        processors: Sequence[LogitsProcessor], sampler: Any, rng: np.random.Generator) -> Iterator[int]:

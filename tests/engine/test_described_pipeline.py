@@ -14,7 +14,7 @@ import pytest
 
 from inference4py import OnnxTextGenerator
 from inference4py.engine.pipeline import DESCRIPTION_FILE, detect_pipeline, load_pipeline
-from tests.conftest import FIXTURES, MODELS, load_reference
+from tests.conftest import MODELS, load_reference
 
 REF = load_reference("architectures")["models"]["mistral"]
 

@@ -14,7 +14,7 @@ from inference4py.engine.pipeline import load_pipeline
 from tests.conftest import FIXTURES, load_reference
 
 REF = load_reference("genai")["models"]
-TEXT = [name for name, m in REF.items() if any(c["kind"] in ("text", "chat") for c in m["cases"])]
+TEXT = [name for name, m in REF.items() if any(c.get("kind") in ("text", "chat") for c in m["cases"])]
 _generators: dict[str, OnnxTextGenerator] = {}
 
 
@@ -27,7 +27,7 @@ def generator(name: str) -> OnnxTextGenerator:
 def _cases(*, plain_only: bool = False):
     for name in TEXT:
         for case in REF[name]["cases"]:
-            if case["kind"] not in ("text", "chat"):
+            if case.get("kind") not in ("text", "chat"):
                 continue
             if plain_only and set(case["settings"]) != {"do_sample"}:
                 continue

@@ -449,10 +449,8 @@ def test_inspect_errors_are_clean(tmp_path, capsys):
     assert "error:" in capsys.readouterr().err
 
 
-def test_a_renamed_three_file_decoder_is_paired_by_structure(tmp_path):
+def test_a_renamed_three_file_encoder_decoder_is_paired_by_structure(tmp_path):
     folder = copy_model("t5-3file", tmp_path / "src")
-    # Decoder-only stand-in: the llama graph as "with past", a graph without past as the prompt graph is
-    # not available for llama, so check the seq2seq pairing with unknown names instead.
     renamed = copy_model("t5-3file", tmp_path / "m", rename={"encoder_model.onnx": "e.onnx",
                                                                "decoder_model.onnx": "d0.onnx",
                                                                "decoder_with_past_model.onnx": "d1.onnx"})

@@ -1,0 +1,53 @@
+"""inference4py: OnnxTextGenerator (decoder-only) or the encoder-decoder task (T5/BART), stream_chunks."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from benchmarks.peers.common import SETTINGS, Peer, Timed, Unsupported
+
+
+def _overrides(max_new_tokens: int, setting: str) -> dict[str, Any]:
+    # min_new_tokens == max_new_tokens blocks EOS at every step (transformers' MinNewTokensLength):
+    # every peer makes exactly max_new_tokens tokens.
+    return {"max_new_tokens": max_new_tokens, "min_new_tokens": max_new_tokens, **SETTINGS[setting]}
+
+
+def load(spec: dict[str, Any]) -> Peer:
+    folder = Path(spec["folder"])
+    prompt = spec["prompt"]
+    if spec.get("seq2seq"):
+        from inference4py.tasks.seq2seq_base import Seq2SeqTask
+
+        task = Seq2SeqTask.builder().model_path(folder).build()
+        source: Any = prompt["text"]
+        encode = task.encode_source
+    else:
+        from inference4py import OnnxTextGenerator
+
+        builder = OnnxTextGenerator.builder().model_path(folder)
+        if "messages" in prompt:
+            builder = builder.chat_template()
+        task = builder.build()
+        source = prompt.get("messages", prompt.get("text"))
+        encode = task.encode_prompt
+
+    def run(src: Any, max_new_tokens: int, setting: str) -> Timed:
+        overrides = _overrides(max_new_tokens, setting)
+        if setting == "beam4" and "num_beams" not in task.generation_config.__dataclass_fields__:
+            raise Unsupported("inference4py has no num_beams option yet")
+        timed = Timed(time.perf_counter())
+        for chunk in task.stream_chunks(src, **overrides):
+            if chunk.token_id is not None:
+                timed.tick(chunk.token_id)
+        timed.ended = time.perf_counter()
+        timed.prompt_tokens = len(encode(src))
+        return timed
+
+    def generate_ids(ids: Sequence[int], max_new_tokens: int, setting: str) -> Timed:
+        return run(list(ids), max_new_tokens, setting)
+
+    return Peer(generate=lambda n, s: run(source, n, s), generate_ids=generate_ids,
+                prompt_ids=lambda: list(encode(source)), info={"class": type(task).__name__})
