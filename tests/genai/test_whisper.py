@@ -1,7 +1,7 @@
 """inference4py_genai.WhisperSpeechModel on the tiny genai Whisper, against transformers' ids.
 
 models/genai-whisper was built by onnxruntime-genai's model builder from a tiny
-random Whisper; models/genai-audio/clip.wav is the 4 s clip the references in
+random Whisper; models/genai-media/clip.wav is the 4 s clip the references in
 references/genai.json were computed on (tools/fixtures/genai.py).
 """
 
@@ -20,7 +20,7 @@ from inference4py_genai import WhisperSpeechModel  # noqa: E402
 
 REF = reference("genai-whisper")
 CASES = {c["name"]: c for c in REF["cases"]}
-CLIP = folder("genai-audio") / "clip.wav"
+CLIP = folder("genai-media") / "clip.wav"
 EOT = 1000
 
 _models: dict[str, WhisperSpeechModel] = {}
@@ -143,13 +143,13 @@ def test_suppress_tokens_from_the_folder_run_on_genais_logits(tmp_path):
 
 def test_errors():
     with pytest.raises(AudioError):
-        model("en").transcribe(folder("genai-audio") / "missing.wav")
+        model("en").transcribe(folder("genai-media") / "missing.wav")
     with pytest.raises(ConfigurationError, match="language"):
         WhisperSpeechModel.builder().language("klingon")
     with pytest.raises(UnsupportedModelError, match="whisper"):
         WhisperSpeechModel.builder().model_path(folder("genai-llama")).build()
     with pytest.raises(ModelFilesMissingError, match="genai_config.json"):
-        WhisperSpeechModel.builder().model_path(folder("genai-audio")).build()
+        WhisperSpeechModel.builder().model_path(folder("genai-media")).build()
     with pytest.raises(ConfigurationError, match="optimum export"):
         WhisperSpeechModel.whisperTiny()
 
