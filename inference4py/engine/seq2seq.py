@@ -97,12 +97,14 @@ class Seq2SeqRuntime:
             )
         vocab = self.first.outputs["logits"].dim(-1) or self.config.get("vocab_size")
         self.vocab_size: int | None = int(vocab) if vocab else None
-        # T5 uses relative positions: no fixed limit. BART / Marian / Whisper have one.
+        # Relative position buckets (T5) have no fixed limit; learned position tables
+        # (BART / Marian / Whisper) do.  Read the structure, not the model name.
+        absolute = "relative_attention_num_buckets" not in self.config
         self.max_source_positions = self.config.get("max_source_positions") or (
-            context_length(self.config) if self.encoder_input == "input_ids" and self.config.get("model_type") != "t5" else None
+            context_length(self.config) if self.encoder_input == "input_ids" and absolute else None
         )
         self.max_target_positions = spec.context_length or self.config.get("max_target_positions") or (
-            context_length(self.config) if self.config.get("model_type") != "t5" else None
+            context_length(self.config) if absolute else None
         )
         self.encoder_runs = 0  # observable: tests check the encoder runs once per generation
 
