@@ -60,10 +60,14 @@ class _Graph:
                 f"(inputs: {sorted(self.inputs)[:8]}, outputs: {sorted(self.outputs)[:8]}). "
                 "Use the task class that matches this model, or describe it in an inference4py.json pipeline file."
             )
-        kv = spec.state.kv_cache if spec is not None else None
+        state = spec.state if spec is not None else None
+        cross = state.cross_cache if state is not None else None
         self.layout: KVLayout = discover_layout(
-            self.inputs, self.outputs, config, graph_name=name, names=kv.names if kv else None,
-            num_kv_heads=kv.num_kv_heads if kv else None, head_size=kv.head_size if kv else None,
+            self.inputs, self.outputs, config, graph_name=name,
+            names=state.kv_cache.names if state else None,
+            cross_names=cross.names if cross else None,
+            num_kv_heads=state.kv_cache.num_kv_heads if state else None,
+            head_size=state.kv_cache.head_size if state else None,
         )
         self.ids_dtype = self.inputs["input_ids"].dtype
         self.has_mask = "attention_mask" in self.inputs

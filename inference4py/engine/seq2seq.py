@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 import onnxruntime as ort
 
-from inference4py.engine.decoder import context_length, open_session
+from inference4py.engine.decoder import _Graph, context_length, open_session
 from inference4py.engine.kv_cache import KVLayout, discover_layout
 from inference4py.engine.pipeline import PipelineSpec
 from inference4py.engine.sessions import SessionOptions, TensorInfo, create_session, graph_inputs, graph_outputs, run_binding
@@ -27,27 +27,12 @@ __all__ = ["Seq2SeqRuntime", "Seq2SeqState"]
 _ENCODER_INPUTS = ("input_ids", "input_features")
 
 
-class _DecoderGraph:
+class _DecoderGraph(_Graph):
+    """A decoder graph of an encoder-decoder pipeline: what it takes from the encoder side."""
+
     def __init__(self, session: ort.InferenceSession, config: Mapping[str, Any], name: str,
                  spec: PipelineSpec | None = None) -> None:
-        self.session = session
-        self.name = name
-        self.inputs: dict[str, TensorInfo] = graph_inputs(session)
-        self.outputs: dict[str, TensorInfo] = graph_outputs(session)
-        if "input_ids" not in self.inputs or "logits" not in self.outputs:
-            raise UnsupportedModelError(
-                f"{name} is not a text decoder (it needs 'input_ids' and 'logits'). "
-                "Check the folder's ONNX files or describe them in an inference4py.json pipeline file."
-            )
-        state = spec.state if spec is not None else None
-        self.layout: KVLayout = discover_layout(
-            self.inputs, self.outputs, config, graph_name=name,
-            names=state.kv_cache.names if state else None,
-            cross_names=state.cross_cache.names if state and state.cross_cache else None,
-            num_kv_heads=state.kv_cache.num_kv_heads if state else None,
-            head_size=state.kv_cache.head_size if state else None,
-        )
-        self.ids_dtype = self.inputs["input_ids"].dtype
+        super().__init__(session, config, name, spec)
         self.has_cache_branch = "use_cache_branch" in self.inputs
         self.takes_hidden = "encoder_hidden_states" in self.inputs
         self.takes_mask = "encoder_attention_mask" in self.inputs
