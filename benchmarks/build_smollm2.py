@@ -170,8 +170,11 @@ def export_genai(hf: Path, work: Path, precision: str, force: bool) -> Path:
     if out.exists():
         shutil.rmtree(out)
     cache = work / "genai-cache"
-    subprocess.run([sys.executable, str(HERE / "_genai_builder.py"), "-i", str(hf), "-o", str(out), "-p", precision,
-                    "-e", "cpu", "-c", str(cache)], check=True)
+    log = work / f"smollm2-genai-{precision}.log"
+    print(f"genai builder ({precision}) -> {out} (log: {log})")
+    with log.open("w") as f:
+        subprocess.run([sys.executable, str(HERE / "_genai_builder.py"), "-i", str(hf), "-o", str(out), "-p", precision,
+                        "-e", "cpu", "-c", str(cache)], check=True, stdout=f, stderr=subprocess.STDOUT)
     return out
 
 

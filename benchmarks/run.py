@@ -297,7 +297,9 @@ def render(results: dict[str, Any], env: dict[str, Any], command: str) -> str:
             parts.append(speed_table(setting, rows) + "\n")
         if res.get("memory"):
             parts.append(memory_tables(res["memory"], key) + "\n")
-    parts.append("### Targets\n\n" + "\n".join(targets(results)) + "\n")
+    goals = targets(results)
+    if goals:
+        parts.append("### Targets\n\n" + "\n".join(goals) + "\n")
     head = (f"Machine: {env['nproc']} cores, {env['cpu']}, {env['mem_total_mb']} MiB; load average at start "
             f"{', '.join(f'{x:.1f}' for x in env['loadavg_start'])}. Python {env['python']}; "
             + ", ".join(f"{k} {v}" for k, v in env["versions"].items() if v) + f".\n\nCommand: `{command}`\n")
@@ -326,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peers", default="", help="comma list of row names (default: all)")
     ap.add_argument("--max-new-tokens", type=int, default=0, help="override the model's default")
     ap.add_argument("--memory", action="store_true", help="also: one long generation and repeated generations")
+    ap.add_argument("--only-memory", action="store_true", help="the memory part alone (its own page section)")
     ap.add_argument("--memory-tokens", type=int, default=1000)
     ap.add_argument("--growth-generations", type=int, default=100)
     ap.add_argument("--growth-tokens", type=int, default=16)
@@ -348,8 +351,8 @@ def main(argv: list[str] | None = None) -> int:
             else "text prompt " + json.dumps(model.prompt["text"])
         res: dict[str, Any] = {"spec": {"prompt": model.prompt, "prompt_desc": prompt_desc, "runs": args.runs,
                                         "max_new_tokens": args.max_new_tokens or model.max_new_tokens}}
-        res["speed"] = bench_speed(model, args, log)
-        if args.memory:
+        res["speed"] = {} if args.only_memory else bench_speed(model, args, log)
+        if args.memory or args.only_memory:
             res["memory"] = bench_memory(model, args, log)
         results[model.key] = res
     env["loadavg_end"] = os.getloadavg()
@@ -362,8 +365,9 @@ def main(argv: list[str] | None = None) -> int:
                                "targets": targets(results)}, indent=1), encoding="utf-8")
     log(f"results: {out}")
     if args.markdown:
-        update_markdown(args.markdown, args.model, report)
-        log(f"tables written into {args.markdown} (section bench:{args.model})")
+        section = args.model + ("-memory" if args.only_memory else "")
+        update_markdown(args.markdown, section, report)
+        log(f"tables written into {args.markdown} (section bench:{section})")
     return 0
 
 

@@ -44,12 +44,10 @@ from inference4py.tasks.base import CallPlanner, GenerationBuilder, resolve_gene
 from inference4py_genai._runtime import og, provider_name, raising
 
 __all__ = ["GenaiBuilder", "GenaiPlanner", "Call", "search_options", "python_processors", "og_tokens", "og_sequences",
-           "run_generation", "stream_chunks", "feed_tokens", "genai_defaults"]
+           "run_generation", "stream_chunks", "feed_tokens", "genai_defaults", "genai_eos"]
 
 T = TypeVar("T")
 B = TypeVar("B", bound="GenaiBuilder[Any]")
-
-_GEN_FIELDS = frozenset(f.name for f in dataclasses.fields(GenerationConfig))
 
 # GenerationConfig fields onnxruntime-genai cannot apply at all, with their "off" values.
 _UNSUPPORTED: dict[str, Any] = {"min_p": 0.0}
@@ -147,6 +145,14 @@ def genai_defaults(
     if isinstance(max_length, int) and (context is None or max_length < context) and "max_new_tokens" not in totals:
         totals.setdefault("max_length", max_length)
     return config, totals, context
+
+
+def genai_eos(genai_config: Mapping[str, Any]) -> tuple[int, ...]:
+    """The EOS ids genai itself stops on (``model.eos_token_id``, an int or a list)."""
+    eos = genai_config["model"].get("eos_token_id")
+    if eos is None:
+        return ()
+    return tuple(int(i) for i in (eos if isinstance(eos, (list, tuple)) else [eos]))
 
 
 class GenaiPlanner(CallPlanner):
@@ -332,7 +338,8 @@ class Call:
         config: This call's settings.
         feed: Appends the prompt to a new ``og.Generator``.
         prompt_ids: The ids the model sees before the first generated one (the
-            decoder prompt for Whisper); their count is ``prompt_tokens``.
+            decoder prompt for Whisper; image tokens, negative in genai's
+            Phi-3-vision inputs, included); their count is ``prompt_tokens``.
         model_eos: The EOS ids genai itself stops on.
         extra_processors: The builder's ``logits_processor`` callables.
         skip: Leading ids of a finished sequence that are not generated ones.
@@ -347,14 +354,19 @@ class Call:
     extra_processors: Sequence[LogitsProcessor] = ()
     skip: int = 0
 
+    @property
+    def text_ids(self) -> list[int]:
+        """The prompt as Python processors see it: image placeholders (negative ids) left out."""
+        return [int(i) for i in self.prompt_ids if i >= 0]
+
     def processors(self, config: GenerationConfig) -> list[LogitsProcessor]:
-        return python_processors(config, prompt_length=len(self.prompt_ids), model_eos=self.model_eos,
+        return python_processors(config, prompt_length=len(self.text_ids), model_eos=self.model_eos,
                                  extra=self.extra_processors)
 
     def tokens(self, config: GenerationConfig) -> Iterator[int]:
         processors = self.processors(config)
         options = search_options(config, len(self.prompt_ids), native_processors=not processors)
-        return og_tokens(self.model, options, self.feed, processors=processors, prompt_ids=self.prompt_ids)
+        return og_tokens(self.model, options, self.feed, processors=processors, prompt_ids=self.text_ids)
 
 
 def run_generation(call: Call, *, started: float, on_token: Callable[[str], None] | None = None) -> GenerationResult:

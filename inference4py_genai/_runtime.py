@@ -16,7 +16,6 @@ from inference4py import _env
 from inference4py.errors import (
     ConfigurationError,
     Inference4pyError,
-    InferenceError,
     ModelFilesMissingError,
     ModelLoadError,
 )

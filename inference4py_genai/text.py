@@ -113,7 +113,7 @@ class TextGenerator(ClosableTask):
             defaults = defaults.replace(eos_token_id=(self.tokenizer.eos_token_id,))
         self._vocab_size = int(genai_config["model"].get("vocab_size") or self.tokenizer.vocab_size)
         self._planner = _base.GenaiPlanner(defaults, totals, builder.generation_overrides(), extra_eos=builder._eos,
-                                           context=context, total_counts_prompt=True, model_eos=defaults.eos_token_id)
+                                           context=context, total_counts_prompt=True, model_eos=_base.genai_eos(genai_config))
         self._processors = tuple(builder._processors)
         self._system_prompt = builder._system_prompt
         self._use_template = builder._use_chat_template

@@ -141,7 +141,7 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
                                     eos_token_id=defaults.eos_token_id or (self._vocab.eot,),
                                     decoder_start_token_id=self._vocab.sot)
         self._planner = _base.GenaiPlanner(defaults, totals, builder.generation_overrides(), extra_eos=builder._eos,
-                                           context=context, total_counts_prompt=True, model_eos=defaults.eos_token_id)
+                                           context=context, total_counts_prompt=True, model_eos=_base.genai_eos(genai_config))
         self._processors = tuple(builder._processors)
         self._language = builder._language
         self._task_name = builder._whisper_task

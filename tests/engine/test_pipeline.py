@@ -22,7 +22,23 @@ from inference4py.engine.pipeline import (
 from inference4py.errors import ModelFilesMissingError, ModelNotFoundError, PipelineSpecError
 from tests.conftest import MODELS
 
-ALL_FOLDERS = sorted(p.name for p in MODELS.iterdir() if p.is_dir() and any(p.rglob("*.onnx")))
+def _native(folder: Path) -> bool:
+    """genai folders with vision / speech / embedding sessions run only on inference4py_genai."""
+    config = folder / "genai_config.json"
+    if not config.is_file():
+        return True
+    model = json.loads(config.read_text(encoding="utf-8")).get("model", {})
+    return not any(key in model for key in ("vision", "speech", "embedding"))
+
+
+ALL_FOLDERS = sorted(p.name for p in MODELS.iterdir() if p.is_dir() and any(p.rglob("*.onnx")) and _native(p))
+NON_NATIVE = sorted(p.name for p in MODELS.iterdir() if p.is_dir() and any(p.rglob("*.onnx")) and not _native(p))
+
+
+@pytest.mark.parametrize("name", NON_NATIVE)
+def test_multimodal_genai_folders_are_refused_with_the_backend_to_use(name):
+    with pytest.raises(PipelineSpecError, match="inference4py_genai"):
+        load_pipeline(MODELS / name)
 
 
 def copy_model(name: str, dest: Path, *, rename: dict[str, str] | None = None) -> Path:

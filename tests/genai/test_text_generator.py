@@ -23,9 +23,7 @@ from inference4py.errors import (  # noqa: E402
     InvalidInputError,
     ModelFilesMissingError,
     ModelLoadError,
-    PipelineSpecError,
     PromptTooLongError,
-    UnsupportedModelError,
 )
 from inference4py.generation.result import GenerationResult  # noqa: E402
 from inference4py_genai import TextGenerator, _base  # noqa: E402
@@ -105,14 +103,9 @@ def test_chat_template_on_str_prompts_and_system_prompt():
 # --------------------------------------------------------------------------- native loop = genai loop
 
 
-_NATIVE_NOT_READY = (UnsupportedModelError, PipelineSpecError, ModelLoadError, ModelFilesMissingError)
-
-
-@pytest.mark.xfail(raises=_NATIVE_NOT_READY, strict=False,
-                   reason="the native engine does not load genai folders yet (GroupQueryAttention graph: no "
-                          "position_ids, symbolic KV shapes, sizes only in genai_config.json)")
 @pytest.mark.parametrize("name", ["genai-llama", "genai-qwen2", "genai-llama-int4"])
 def test_native_loop_on_a_genai_folder_gives_the_same_ids(name):
+    """inference4py's own loop reads genai folders too: same ids as genai's loop (the int4 folder included)."""
     from inference4py import OnnxTextGenerator
 
     native = OnnxTextGenerator.builder().model_path(folder(name)).build()
