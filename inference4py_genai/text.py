@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence, Union
+from typing import Any, Callable, Iterator, Mapping
 
-from inference4py.errors import ConfigurationError, InvalidInputError
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.tasks.base import ClosableTask
+from inference4py.tasks.prompts import ChatOptions, Prompt, PromptEncoder
 from inference4py.tokenization import Tokenizer, load_tokenizer
 from inference4py_genai import _base
 from inference4py_genai._runtime import load_genai_config, open_model
 
 __all__ = ["TextGenerator", "GenaiTextGeneratorBuilder", "PHI3_TEMPLATE"]
 
-Message = Mapping[str, Any]
-Prompt = Union[str, Sequence[Message], Sequence[int]]
 
 # Phi-3 instruct's chat template (the fallback when a folder carries none).
 PHI3_TEMPLATE = (
@@ -29,37 +27,13 @@ PHI3_TEMPLATE = (
 )
 
 
-class GenaiTextGeneratorBuilder(_base.GenaiBuilder["TextGenerator"]):
+class GenaiTextGeneratorBuilder(ChatOptions, _base.GenaiBuilder["TextGenerator"]):
     """Options of a :class:`TextGenerator` (the shared ones are in GenerationBuilder)."""
 
     def __init__(self, *, preset: str | None = None, model_id: str | None = None,
                  chat_template: str | None = None, use_chat_template: bool = False) -> None:
         super().__init__(preset=preset, model_id=model_id, use_chat_template=use_chat_template or None)
-        self._preset_template = chat_template  # fallback when the folder has no template
-        self._chat_template: str | None = None  # set by the user: always wins
-        self._use_chat_template = use_chat_template
-        self._system_prompt: str | None = None
-
-    def chat_template(self, template: str | None = None) -> "GenaiTextGeneratorBuilder":
-        """Render str prompts through a chat template.
-
-        Args:
-            template: a Jinja template; None uses the model's own (tokenizer_config.json
-                or chat_template.jinja).
-        """
-        if template is not None and (not isinstance(template, str) or not template.strip()):
-            raise ConfigurationError("chat_template needs a Jinja template string (or no argument for the model's own).")
-        if template is not None:
-            self._chat_template = template
-        self._use_chat_template = True
-        return self
-
-    def system_prompt(self, text: str) -> "GenaiTextGeneratorBuilder":
-        """A system message put before the user's prompt (chat models)."""
-        if not isinstance(text, str):
-            raise ConfigurationError("system_prompt must be a string.")
-        self._system_prompt = text
-        return self
+        self._init_chat(chat_template, use_chat_template)
 
 
 class TextGenerator(ClosableTask):
@@ -115,15 +89,7 @@ class TextGenerator(ClosableTask):
         self._planner = _base.GenaiPlanner(defaults, totals, builder.generation_overrides(), extra_eos=builder._eos,
                                            context=context, total_counts_prompt=True, model_eos=_base.genai_eos(genai_config))
         self._processors = tuple(builder._processors)
-        self._system_prompt = builder._system_prompt
-        self._use_template = builder._use_chat_template
-        # The user's template wins; then the folder's own (the model author's); the preset's is the fallback.
-        self._template = builder._chat_template or self.tokenizer.chat_template or builder._preset_template
-        if self._use_template and not self._template:
-            raise ConfigurationError(
-                f"A chat template was requested but {self.folder} has none (no chat_template in "
-                "tokenizer_config.json, no chat_template.jinja). Pass one: .chat_template('{% for m in messages %}...')."
-            )
+        self._prompts = PromptEncoder(self.tokenizer, self.folder, builder, self._vocab_size)
         self._model = open_model(self.folder, genai_config, providers=builder._providers, threads=builder._threads)
 
     @property
@@ -144,43 +110,7 @@ class TextGenerator(ClosableTask):
         Raises:
             InvalidInputError: empty prompt, malformed messages, bad token ids.
         """
-        if isinstance(prompt, str):
-            if not prompt:
-                raise InvalidInputError("The prompt is empty. Pass some text, a list of chat messages or token ids.")
-            if self._use_template:
-                return self._render_messages([{"role": "user", "content": prompt}])
-            ids = self.tokenizer.encode(prompt)
-            if not ids:
-                raise InvalidInputError("The prompt encodes to no tokens. Pass some text.")
-            return ids
-        if isinstance(prompt, (list, tuple)) and prompt:
-            if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-                bad = [t for t in prompt if t < 0 or t >= self._vocab_size]
-                if bad:
-                    raise InvalidInputError(
-                        f"Token id(s) {bad[:5]} are outside the model's vocabulary (0..{self._vocab_size - 1})."
-                    )
-                return list(prompt)
-            if all(isinstance(m, Mapping) for m in prompt):
-                return self._render_messages(list(prompt))
-        if isinstance(prompt, (list, tuple)):
-            raise InvalidInputError("The prompt is an empty list. Pass text, chat messages or token ids.")
-        raise InvalidInputError(
-            f"Unsupported prompt of type {type(prompt).__name__}: pass a str, a list of "
-            "{'role': ..., 'content': ...} messages, or a list of token ids."
-        )
-
-    def _render_messages(self, messages: list[Mapping[str, Any]]) -> list[int]:
-        if not self._template:
-            raise ConfigurationError(
-                f"Chat messages need a chat template, and {self.folder} has none. Pass one with "
-                ".chat_template('...') on the builder, or give a plain string prompt."
-            )
-        if self._system_prompt is not None and not any(m.get("role") == "system" for m in messages):
-            messages = [{"role": "system", "content": self._system_prompt}, *messages]
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, template=self._template)
-        # As transformers: a rendered template carries its special tokens; add none.
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        return self._prompts.encode(prompt)
 
     # ------------------------------------------------------------------ generation
     def _call(self, prompt: Prompt, overrides: Mapping[str, Any]) -> _base.Call:

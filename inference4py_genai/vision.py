@@ -23,6 +23,7 @@ import numpy as np
 from inference4py.errors import ConfigurationError, InvalidInputError, PromptTooLongError, UnsupportedModelError
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.tasks.base import ClosableTask
+from inference4py.tasks.prompts import PromptEncoder
 from inference4py.tokenization import Tokenizer, load_tokenizer
 from inference4py_genai import _base
 from inference4py_genai._runtime import load_genai_config, og, open_model, raising
@@ -118,9 +119,7 @@ class VisionLanguageModel(ClosableTask):
                                            context=context, total_counts_prompt=True, model_eos=_base.genai_eos(genai_config))
         self._context = context
         self._processors = tuple(builder._processors)
-        self._system_prompt = builder._system_prompt
-        self._use_template = builder._use_chat_template
-        self._template = builder._chat_template or self.tokenizer.chat_template or builder._preset_template
+        self._prompts = PromptEncoder(self.tokenizer, self.folder, builder, None)
         self._model = open_model(self.folder, genai_config, providers=builder._providers, threads=builder._threads)
         with raising(UnsupportedModelError, f"creating the multimodal processor of {self.folder}",
                      "The folder needs the processor configuration genai_config.json names (processor_config.json)."):
@@ -162,18 +161,11 @@ class VisionLanguageModel(ClosableTask):
                 f"Unsupported prompt of type {type(prompt).__name__}: pass a str or a list of "
                 "{'role': ..., 'content': ...} messages."
             )
-        if not self._use_template:
+        if not self._prompts.use_template:
             if not isinstance(prompt, str):
                 raise ConfigurationError("Chat messages need the chat template: do not turn it off for them.")
             return tags + prompt
-        if not self._template:
-            raise ConfigurationError(
-                f"{self.folder} has no chat template (tokenizer_config.json, chat_template.jinja). Pass one with "
-                ".chat_template('...') on the builder."
-            )
-        if self._system_prompt is not None and not any(m.get("role") == "system" for m in messages):
-            messages = [{"role": "system", "content": self._system_prompt}, *messages]
-        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, template=self._template)
+        return self._prompts.render_text(messages)
 
     def _images(self, images: Images) -> Any:
         """Images of any accepted form as one ``og.Images`` (None when there are none)."""

@@ -17,9 +17,8 @@ import numpy as np
 import onnxruntime as ort
 
 from inference4py.engine.decoder import _Graph, context_length, open_session
-from inference4py.engine.kv_cache import KVLayout, discover_layout
 from inference4py.engine.pipeline import PipelineSpec
-from inference4py.engine.sessions import SessionOptions, TensorInfo, create_session, graph_inputs, graph_outputs, run_binding
+from inference4py.engine.sessions import SessionOptions, graph_inputs, graph_outputs, run_binding
 from inference4py.errors import InvalidInputError, PromptTooLongError, UnsupportedModelError
 
 __all__ = ["Seq2SeqRuntime", "Seq2SeqState"]

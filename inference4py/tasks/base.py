@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
-import time
 from pathlib import Path
-from typing import Any, Callable, Generic, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
 
 from inference4py.engine.sessions import SessionOptions
-from inference4py.errors import ConfigurationError, GeneratorClosedError, InvalidInputError, PromptTooLongError
+from inference4py.errors import ConfigurationError, GeneratorClosedError, PromptTooLongError
 from inference4py.generation.config import GenerationConfig, read_generation_defaults
 from inference4py.generation.processors import LogitsProcessor
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence, Union
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from inference4py.engine.decoder import DecoderRuntime
 from inference4py.engine.pipeline import load_pipeline, read_model_config
@@ -19,46 +19,21 @@ from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.generation.sampling import make_rng, make_sampler
 from inference4py.generation.search import generate_step
 from inference4py.tasks import chat_templates
+from inference4py.tasks.prompts import ChatOptions, Prompt, PromptEncoder
 from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
 from inference4py.tokenization import Tokenizer, load_tokenizer
 
 __all__ = ["OnnxTextGenerator", "TextGeneratorBuilder", "Prompt"]
 
-Message = Mapping[str, Any]
-Prompt = Union[str, Sequence[Message], Sequence[int]]
 
 
-class TextGeneratorBuilder(GenerationBuilder["OnnxTextGenerator"]):
+class TextGeneratorBuilder(ChatOptions, GenerationBuilder["OnnxTextGenerator"]):
     """Options of an :class:`OnnxTextGenerator` (see GenerationBuilder for the shared ones)."""
 
     def __init__(self, *, preset: str | None = None, model_id: str | None = None,
                  chat_template: str | None = None, use_chat_template: bool = False) -> None:
         super().__init__(preset=preset, model_id=model_id, use_chat_template=use_chat_template or None)
-        self._preset_template = chat_template  # fallback when the folder has no template
-        self._chat_template: str | None = None  # set by the user: always wins
-        self._use_chat_template = use_chat_template
-        self._system_prompt: str | None = None
-
-    def chat_template(self, template: str | None = None) -> "TextGeneratorBuilder":
-        """Render str prompts through a chat template.
-
-        Args:
-            template: a Jinja template; None uses the model's own (tokenizer_config.json
-                or chat_template.jinja).
-        """
-        if template is not None and (not isinstance(template, str) or not template.strip()):
-            raise ConfigurationError("chat_template needs a Jinja template string (or no argument for the model's own).")
-        if template is not None:
-            self._chat_template = template
-        self._use_chat_template = True
-        return self
-
-    def system_prompt(self, text: str) -> "TextGeneratorBuilder":
-        """A system message put before the user's prompt (chat models)."""
-        if not isinstance(text, str):
-            raise ConfigurationError("system_prompt must be a string.")
-        self._system_prompt = text
-        return self
+        self._init_chat(chat_template, use_chat_template)
 
 
 class OnnxTextGenerator(ClosableTask):
@@ -155,15 +130,7 @@ class OnnxTextGenerator(ClosableTask):
         self._planner = CallPlanner(defaults, totals, builder.generation_overrides(), extra_eos=builder._eos,
                                     context=self._runtime.max_positions, total_counts_prompt=True)
         self._processors = tuple(builder._processors)
-        self._system_prompt = builder._system_prompt
-        self._use_template = builder._use_chat_template
-        # The user's template wins; then the folder's own (the model author's); the preset's is the fallback.
-        self._template = builder._chat_template or self.tokenizer.chat_template or builder._preset_template
-        if self._use_template and not self._template:
-            raise ConfigurationError(
-                f"A chat template was requested but {self.folder} has none (no chat_template in "
-                "tokenizer_config.json, no chat_template.jinja). Pass one: .chat_template('{% for m in messages %}...')."
-            )
+        self._prompts = PromptEncoder(self.tokenizer, self.folder, builder, self._runtime.vocab_size)
 
     @property
     def generation_config(self) -> GenerationConfig:
@@ -183,45 +150,8 @@ class OnnxTextGenerator(ClosableTask):
         Raises:
             InvalidInputError: empty prompt, malformed messages, bad token ids.
         """
-        if isinstance(prompt, str):
-            if not prompt:
-                raise InvalidInputError("The prompt is empty. Pass some text, a list of chat messages or token ids.")
-            if self._use_template:
-                return self._render_messages([{"role": "user", "content": prompt}])
-            ids = self.tokenizer.encode(prompt)
-            if not ids:
-                raise InvalidInputError("The prompt encodes to no tokens. Pass some text.")
-            return ids
-        if isinstance(prompt, (list, tuple)):
-            if not prompt:
-                raise InvalidInputError("The prompt is an empty list. Pass text, chat messages or token ids.")
-            if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-                vocab = self._runtime.vocab_size if self._runtime else None
-                bad = [t for t in prompt if t < 0 or (vocab is not None and t >= vocab)]
-                if bad:
-                    raise InvalidInputError(
-                        f"Token id(s) {bad[:5]} are outside the model's vocabulary (0..{(vocab or 0) - 1})."
-                    )
-                return list(prompt)
-            if all(isinstance(m, Mapping) for m in prompt):
-                return self._render_messages(list(prompt))
-        raise InvalidInputError(
-            f"Unsupported prompt of type {type(prompt).__name__}: pass a str, a list of "
-            "{'role': ..., 'content': ...} messages, or a list of token ids."
-        )
-
-    def _render_messages(self, messages: list[Mapping[str, Any]]) -> list[int]:
-        template = self._template
-        if not template:
-            raise ConfigurationError(
-                f"Chat messages need a chat template, and {self.folder} has none. Pass one with "
-                ".chat_template('...') on the builder, or give a plain string prompt."
-            )
-        if self._system_prompt is not None and not any(m.get("role") == "system" for m in messages):
-            messages = [{"role": "system", "content": self._system_prompt}, *messages]
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, template=template)
-        # transformers tokenizes rendered templates without adding special tokens: the template has them.
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        self._check_open()
+        return self._prompts.encode(prompt)
 
     # ------------------------------------------------------------------ generation
     def stream_chunks(self, prompt: Prompt, **overrides: Any) -> Iterator[GenerationChunk]:

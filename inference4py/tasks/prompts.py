@@ -1,0 +1,121 @@
+"""Prompts of decoder-only models: str, chat messages or token ids -> token ids.
+
+Shared by both backends (OnnxTextGenerator and inference4py_genai's
+TextGenerator), with the builder options that configure it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence, TypeVar, Union
+
+from inference4py.errors import ConfigurationError, InvalidInputError
+from inference4py.tokenization import Tokenizer
+
+__all__ = ["ChatOptions", "PromptEncoder", "Prompt"]
+
+Message = Mapping[str, Any]
+Prompt = Union[str, Sequence[Message], Sequence[int]]
+C = TypeVar("C", bound="ChatOptions")
+
+
+class ChatOptions:
+    """Builder mixin: chat template and system prompt options."""
+
+    def _init_chat(self, chat_template: str | None, use_chat_template: bool) -> None:
+        self._preset_template = chat_template  # fallback when the folder has no template
+        self._chat_template: str | None = None  # set by the user: always wins
+        self._use_chat_template = use_chat_template
+        self._system_prompt: str | None = None
+
+    def chat_template(self: C, template: str | None = None) -> C:
+        """Render str prompts through a chat template.
+
+        Args:
+            template: a Jinja template; None uses the model's own (tokenizer_config.json
+                or chat_template.jinja).
+        """
+        if template is not None and (not isinstance(template, str) or not template.strip()):
+            raise ConfigurationError("chat_template needs a Jinja template string (or no argument for the model's own).")
+        if template is not None:
+            self._chat_template = template
+        self._use_chat_template = True
+        return self
+
+    def system_prompt(self: C, text: str) -> C:
+        """A system message put before the user's prompt (chat models)."""
+        if not isinstance(text, str):
+            raise ConfigurationError("system_prompt must be a string.")
+        self._system_prompt = text
+        return self
+
+
+class PromptEncoder:
+    """Encodes prompts exactly as transformers would for the same files.
+
+    A str goes through the chat template only when one is switched on; chat
+    messages always do; token ids are checked against the vocabulary and used as-is.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, folder: Path, options: ChatOptions, vocab_size: int | None) -> None:
+        self.tokenizer = tokenizer
+        self.folder = folder
+        self.vocab_size = vocab_size
+        self.system_prompt = options._system_prompt
+        self.use_template = options._use_chat_template
+        # The user's template wins; then the folder's own (the model author's); the preset's is the fallback.
+        self.template = options._chat_template or tokenizer.chat_template or options._preset_template
+        if self.use_template and not self.template:
+            raise ConfigurationError(
+                f"A chat template was requested but {folder} has none (no chat_template in "
+                "tokenizer_config.json, no chat_template.jinja). Pass one: .chat_template('{% for m in messages %}...')."
+            )
+
+    def encode(self, prompt: Prompt) -> list[int]:
+        """The token ids of ``prompt``.
+
+        Raises:
+            InvalidInputError: empty prompt, malformed messages, ids outside the vocabulary.
+        """
+        if isinstance(prompt, str):
+            if not prompt:
+                raise InvalidInputError("The prompt is empty. Pass some text, a list of chat messages or token ids.")
+            if self.use_template:
+                return self.render([{"role": "user", "content": prompt}])
+            ids = self.tokenizer.encode(prompt)
+            if not ids:
+                raise InvalidInputError("The prompt encodes to no tokens. Pass some text.")
+            return ids
+        if isinstance(prompt, (list, tuple)):
+            if not prompt:
+                raise InvalidInputError("The prompt is an empty list. Pass text, chat messages or token ids.")
+            if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+                vocab = self.vocab_size
+                bad = [t for t in prompt if t < 0 or (vocab is not None and t >= vocab)]
+                if bad:
+                    raise InvalidInputError(
+                        f"Token id(s) {bad[:5]} are outside the model's vocabulary (0..{(vocab or 0) - 1})."
+                    )
+                return list(prompt)
+            if all(isinstance(m, Mapping) for m in prompt):
+                return self.render(list(prompt))
+        raise InvalidInputError(
+            f"Unsupported prompt of type {type(prompt).__name__}: pass a str, a list of "
+            "{'role': ..., 'content': ...} messages, or a list of token ids."
+        )
+
+    def render(self, messages: list[Message]) -> list[int]:
+        """Chat messages through the template, then tokenized without added special tokens."""
+        # transformers tokenizes rendered templates without adding special tokens: the template has them.
+        return self.tokenizer.encode(self.render_text(messages), add_special_tokens=False)
+
+    def render_text(self, messages: list[Message]) -> str:
+        """Chat messages through the template (with the system prompt when they have none)."""
+        if not self.template:
+            raise ConfigurationError(
+                f"Chat messages need a chat template, and {self.folder} has none. Pass one with "
+                ".chat_template('...') on the builder, or give a plain string prompt."
+            )
+        if self.system_prompt is not None and not any(m.get("role") == "system" for m in messages):
+            messages = [{"role": "system", "content": self.system_prompt}, *messages]
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, template=self.template)
