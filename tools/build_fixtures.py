@@ -24,7 +24,8 @@ BUILDERS = {
     "decoder": "tools.fixtures.decoder",
     "processors": "tools.fixtures.processors",
     "seq2seq": "tools.fixtures.seq2seq",
-    "beam": "tools.fixtures.beam",  # after decoder and seq2seq: reads their references
+    "beam": "tools.fixtures.beam",
+    "control": "tools.fixtures.control",  # after decoder and seq2seq: reads their references
     "genai": "tools.fixtures.genai",  # onnxruntime-genai model builder (needs onnxruntime-genai, onnx_ir)
     "architectures": "tools.fixtures.architectures",  # phi3 / gemma / mistral / qwen3: zero-code architectures
     "whisper": "tools.fixtures.whisper",  # speech-seq2seq: tiny Whisper (transformers.js layout), clips, features
