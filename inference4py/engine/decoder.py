@@ -120,25 +120,98 @@ class DecoderRuntime:
         self.vocab_size: int | None = int(vocab) if vocab else None
         self.max_positions = spec.context_length or context_length(self.config)
 
-    def new_state(self, batch_size: int = 1) -> "DecoderState":
-        return DecoderState(self, batch_size)
+        self.shared_kv = self._shares_buffer(spec)
+
+    def _shares_buffer(self, spec: PipelineSpec) -> bool:
+        """True when past and present can be one pre-allocated buffer per layer (GroupQueryAttention graphs).
+
+        onnxruntime's GroupQueryAttention writes the new keys/values into ``present`` at each row's
+        ``seqlens_k`` offset and accepts ``present`` being the very tensor bound as ``past``
+        (onnxruntime-genai's ``past_present_share_buffer``).  Detected from the graph (a
+        GroupQueryAttention node) or forced by ``state.kv_cache.share_buffer``.
+        """
+        g = self.rest
+        if (self.first is not self.rest or not g.has_mask or g.layout.cross_entries or g.has_cache_branch
+                or g.logits_to_keep or len(g.outputs["logits"].shape) != 3
+                or any(e.kind != "self" for e in g.layout.self_entries)):
+            return False
+        if spec.state.kv_cache.share_buffer:
+            return True
+        return _has_op(spec.path("decoder"), b"GroupQueryAttention")
+
+    def new_state(self, batch_size: int = 1, capacity: int | None = None) -> "DecoderState":
+        """A fresh decoding state; ``capacity`` (prompt + max_new_tokens) sizes the pre-allocated buffers.
+
+        Buffers grow when more tokens arrive than ``capacity`` says; None picks a small default.
+        """
+        return DecoderState(self, batch_size, capacity)
+
+
+def _has_op(path: Any, op_type: bytes) -> bool:
+    """Whether an .onnx file names ``op_type`` (a cheap scan of the protobuf bytes, weights included)."""
+    import mmap
+
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            return buf.find(op_type) >= 0
+    except (OSError, ValueError):
+        return False
+
+
+_DEFAULT_EXTRA = 64  # capacity beyond the first prefill when the caller does not say
 
 
 class DecoderState:
-    """The growing state of one decoding call: KV cache, attention mask, positions.
+    """The state of one decoding call: KV cache, attention mask, positions.
 
     ``prefill`` feeds the prompt (``[batch, n]``, left-padded with ``attention_mask``
     for batches) and ``step`` feeds one token per row; both return the logits of
-    the last position, ``[batch, vocab]`` float32.
+    the last position, ``[batch, vocab]`` float32.  The array returned by ``step``
+    is reused by the next call: copy it to keep it.
+
+    Two cache modes:
+
+    * growing (any graph): each step's ``present`` OrtValues are bound as the next
+      step's ``past``;
+    * shared buffer (GroupQueryAttention graphs, ``shared_buffer`` is True): one
+      ``[batch, kv_heads, capacity, head_size]`` buffer per cache tensor, bound as
+      both past and present; rows are kept right-padded (each row's valid length
+      is the sum of its attention-mask row, which is what the graph reads).
     """
 
-    def __init__(self, runtime: DecoderRuntime, batch_size: int) -> None:
+    def __init__(self, runtime: DecoderRuntime, batch_size: int, capacity: int | None = None) -> None:
         self.rt = runtime
         self.batch = batch_size
-        self.length = 0  # tokens in the cache (including padding)
-        self._past: dict[str, Any] = {}  # input name -> OrtValue (or ndarray for the first run)
-        self._mask = np.zeros((batch_size, 0), dtype=np.int64)
-        self._next_pos = np.zeros((batch_size,), dtype=np.int64)
+        self.capacity = int(capacity) if capacity else 0
+        self.shared_buffer = runtime.shared_kv
+        self.length = 0  # tokens in the cache, left-padded view (including padding)
+        g = runtime.rest
+        self._ids_dtype = g.ids_dtype
+        self._mask_dtype = g.inputs["attention_mask"].dtype if g.has_mask else np.int64
+        self._pos_dtype = g.inputs[g.position_name].dtype if g.has_positions else np.int64
+        self._logits_rank = len(g.outputs["logits"].shape)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.length = 0
+        self._past: dict[str, Any] = {}  # growing mode: input name -> OrtValue (or ndarray)
+        self._maskbuf = np.zeros((self.batch, 0), dtype=self._mask_dtype)  # [batch, cap]
+        self._next_pos = np.zeros((self.batch,), dtype=np.int64)
+        self._binding: ort.IOBinding | None = None
+        self._step_ready = False
+        self._step_logits: np.ndarray | None = None
+        # shared mode
+        self._kv: dict[str, tuple[np.ndarray, ort.OrtValue]] = {}
+        self._valid = np.zeros((self.batch,), dtype=np.int64)  # valid tokens per row
+        self._pad = np.zeros((self.batch,), dtype=np.int64)  # left padding per row (left-padded view)
+
+    @property
+    def _mask(self) -> np.ndarray:
+        """The attention mask of what is cached, ``[batch, length]`` (left-padded view)."""
+        if self.shared_buffer:
+            cols = np.arange(self.length)[None, :]
+            return ((cols >= self._pad[:, None]) & (cols < (self._pad + self._valid)[:, None])).astype(np.int64)
+        return self._maskbuf[:, : self.length]
 
     # ------------------------------------------------------------------ public
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray:
@@ -149,33 +222,89 @@ class DecoderState:
         if ids.shape[0] != self.batch or ids.shape[1] == 0:
             raise InvalidInputError(f"prefill expects [batch={self.batch}, n>0] token ids, got shape {ids.shape}.")
         mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask, dtype=np.int64)
-        full_mask = np.concatenate([self._mask, mask], axis=1)
+        if self.shared_buffer:
+            return self._prefill_shared(ids, mask)
+        n = ids.shape[1]
+        self._ensure_mask(self.length + n)
+        full_mask = self._maskbuf[:, : self.length + n]
+        full_mask[:, self.length:] = mask
         if self.length == 0:
             positions = np.cumsum(full_mask, axis=1) - 1
             positions[full_mask == 0] = 1  # padded slots: any valid index, they are masked out
         else:
             positions = self._next_pos[:, None] + np.cumsum(mask, axis=1) - 1
             positions = np.maximum(positions, 0)
-        positions = positions[:, -ids.shape[1]:]
+        positions = positions[:, -n:]
         return self._run(ids, full_mask, positions)
 
     def step(self, tokens: np.ndarray | int) -> np.ndarray:
         """Feed one token per row (``[batch]``) and return the next logits ``[batch, vocab]``."""
-        ids = np.asarray(tokens, dtype=np.int64).reshape(self.batch, 1)
-        full_mask = np.concatenate([self._mask, np.ones((self.batch, 1), dtype=np.int64)], axis=1)
-        return self._run(ids, full_mask, self._next_pos[:, None].copy())
+        if self.length == 0:
+            return self.prefill(np.asarray(tokens, dtype=np.int64).reshape(self.batch, 1))
+        if not self._step_ready:
+            self._bind_step()
+        self._step_ids[:, 0] = np.reshape(tokens, -1)
+        binding = self._binding
+        assert binding is not None
+        if self.shared_buffer:
+            top = self._top_valid  # the longest row (python int: no numpy reduction per step)
+            if top + 1 > self.capacity:
+                self._grow(top + 1)
+                self._bind_step()
+                self._step_ids[:, 0] = np.asarray(tokens).reshape(self.batch)
+            if self.batch == 1:
+                self._maskbuf[0, top] = 1
+            else:
+                self._maskbuf[self._rows, self._valid] = 1
+            if self._step_pos is not None:
+                self._step_pos[:, 0] = self._valid
+            self._valid += 1
+            self._top_valid = top + 1
+            run_binding(self.rt.rest.session, binding, what=self.rt.rest.name)
+        else:
+            g = self.rt.rest
+            self._ensure_mask(self.length + 1)
+            self._maskbuf[:, self.length] = 1
+            if g.has_mask:
+                m = self._maskbuf[:, : self.length + 1]
+                binding.bind_ortvalue_input("attention_mask", ort.OrtValue.ortvalue_from_numpy(
+                    m if self.batch == 1 else np.ascontiguousarray(m)))
+            if self._step_pos is not None:
+                self._step_pos[:, 0] = self._next_pos
+            for entry in g.layout.self_entries:
+                binding.bind_ortvalue_input(entry.input, self._past[entry.input])
+                binding.bind_output(entry.output, "cpu")
+            run_binding(g.session, binding, what=g.name)
+            outputs = binding.get_outputs()
+            self._past = {e.input: outputs[i] for i, e in self._present_index}
+            self._next_pos += 1
+        self.length += 1
+        logits = self._step_logits
+        assert logits is not None
+        last = logits[:, 0, :] if logits.ndim == 3 else logits
+        return last if last.dtype == np.float32 else last.astype(np.float32)
 
     def reorder(self, indices: np.ndarray) -> None:
         """Reorder (and possibly repeat) batch rows, e.g. for beam search: row i <- row indices[i]."""
         idx = np.asarray(indices, dtype=np.int64)
-        new_past = {}
-        for entry in self.rt.layout.self_entries:
-            arr = self._as_numpy(entry.input)
-            new_past[entry.input] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(np.take(arr, idx, axis=entry.batch_axis)))
-        self._past = new_past
-        self._mask = self._mask[idx]
-        self._next_pos = self._next_pos[idx]
+        if self.shared_buffer:
+            for name, (arr, _) in list(self._kv.items()):
+                new = np.ascontiguousarray(np.take(arr, idx, axis=0))
+                self._kv[name] = (new, ort.OrtValue.ortvalue_from_numpy(new))
+            self._maskbuf = np.ascontiguousarray(self._maskbuf[idx])
+            self._valid = self._valid[idx]
+            self._pad = self._pad[idx]
+        else:
+            new_past = {}
+            for entry in self.rt.layout.self_entries:
+                arr = self._as_numpy(entry.input)
+                new_past[entry.input] = ort.OrtValue.ortvalue_from_numpy(
+                    np.ascontiguousarray(np.take(arr, idx, axis=entry.batch_axis)))
+            self._past = new_past
+            self._maskbuf = np.ascontiguousarray(self._maskbuf[idx])
+            self._next_pos = self._next_pos[idx]
         self.batch = len(idx)
+        self._step_ready = False
 
     def rewind(self, length: int) -> None:
         """Forget everything after the first ``length`` cached tokens."""
@@ -183,8 +312,21 @@ class DecoderState:
             raise InvalidInputError(f"Cannot rewind to {length}: the cache holds {self.length} tokens.")
         if length == self.length:
             return
+        self._step_ready = False
         if length == 0:
-            self.__init__(self.rt, self.batch)  # type: ignore[misc]
+            if self.shared_buffer:  # keep the buffers: the next prefill overwrites them
+                self.length = 0
+                self._valid[:] = 0
+                self._pad[:] = 0
+                self._maskbuf[:] = 0
+            else:
+                self._reset()
+            return
+        if self.shared_buffer:
+            self._valid = np.maximum(length - self._pad, 0)
+            self._maskbuf[:] = 0
+            self._maskbuf[np.arange(self.capacity)[None, :] < self._valid[:, None]] = 1
+            self.length = length
             return
         new_past = {}
         for entry in self.rt.layout.self_entries:
@@ -193,8 +335,8 @@ class DecoderState:
             sl[entry.seq_axis] = slice(0, length)
             new_past[entry.input] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr[tuple(sl)]))
         self._past = new_past
-        self._mask = self._mask[:, :length]
-        self._next_pos = self._mask.sum(axis=1).astype(np.int64)
+        self._maskbuf[:, length:] = 0
+        self._next_pos = self._maskbuf[:, :length].sum(axis=1).astype(np.int64)
         self.length = length
 
     # ------------------------------------------------------------------ internals
@@ -202,10 +344,160 @@ class DecoderState:
         value = self._past[name]
         return value.numpy() if isinstance(value, ort.OrtValue) else value
 
+    def _want(self, needed: int) -> int:
+        cap = max(needed, self.capacity or needed + _DEFAULT_EXTRA)
+        if needed > self.capacity and self.capacity:
+            cap = max(needed, 2 * self.capacity)
+        cap = max(cap, 2)  # a one-wide buffer would make every step look like a first prompt
+        if self.shared_buffer and self.rt.max_positions:
+            cap = max(needed, min(cap, self.rt.max_positions))
+        return cap
+
+    def _ensure_mask(self, needed: int) -> None:
+        """Growing mode: the mask buffer holds at least ``needed`` columns."""
+        if needed <= self._maskbuf.shape[1]:
+            return
+        cap = self._want(needed)
+        buf = np.zeros((self.batch, cap), dtype=self._mask_dtype)
+        buf[:, : self.length] = self._maskbuf[:, : self.length]
+        self._maskbuf = buf
+        self.capacity = cap
+        self._step_ready = False
+
+    def _grow(self, needed: int) -> None:
+        """Shared mode: buffers of at least ``needed`` positions (contents kept)."""
+        cap = self._want(needed) if (needed > self.capacity or not self._kv) else self.capacity
+        layout = self.rt.layout
+        for entry in layout.self_entries:
+            old = self._kv.get(entry.input)
+            if old is not None and old[0].shape[0] == self.batch and old[0].shape[2] == cap:
+                continue
+            empty = layout.empty(entry, self.batch)
+            arr = np.zeros((self.batch, empty.shape[1], cap, empty.shape[3]), dtype=entry.dtype)
+            if old is not None and old[0].shape[0] == self.batch:
+                keep = min(old[0].shape[2], cap)
+                arr[:, :, :keep] = old[0][:, :, :keep]
+            self._kv[entry.input] = (arr, ort.OrtValue.ortvalue_from_numpy(arr))
+        if self._maskbuf.shape != (self.batch, cap):
+            buf = np.zeros((self.batch, cap), dtype=self._mask_dtype)
+            keep = min(self._maskbuf.shape[1], cap)
+            if self._maskbuf.shape[0] == self.batch:
+                buf[:, :keep] = self._maskbuf[:, :keep]
+            self._maskbuf = buf
+        self.capacity = cap
+        self._step_ready = False
+
+    def _new_binding(self, g: _Graph) -> ort.IOBinding:
+        if g is self.rt.rest:
+            if self._binding is None:
+                self._binding = g.session.io_binding()
+            return self._binding
+        return g.session.io_binding()
+
+    def _bind_step(self) -> None:
+        """Bind what stays the same from step to step (done again after prefill / reorder / rewind / growth)."""
+        g = self.rt.rest
+        binding = self._new_binding(g)
+        binding.clear_binding_inputs()
+        binding.clear_binding_outputs()
+        self._step_ids = np.zeros((self.batch, 1), dtype=g.ids_dtype)
+        self._rows = np.arange(self.batch)
+        self._top_valid = int(self._valid.max()) if self.batch else 0
+        binding.bind_ortvalue_input("input_ids", ort.OrtValue.ortvalue_from_numpy(self._step_ids))
+        self._step_pos = None
+        if g.has_positions:
+            self._step_pos = np.zeros((self.batch, 1), dtype=self._pos_dtype)
+            binding.bind_ortvalue_input(g.position_name, ort.OrtValue.ortvalue_from_numpy(self._step_pos))
+        if g.has_cache_branch:
+            self._branch = np.array([True], dtype=np.bool_)
+            binding.bind_ortvalue_input("use_cache_branch", ort.OrtValue.ortvalue_from_numpy(self._branch))
+        if g.logits_to_keep:
+            self._keep = np.array(1, dtype=g.inputs[g.logits_to_keep].dtype)
+            binding.bind_ortvalue_input(g.logits_to_keep, ort.OrtValue.ortvalue_from_numpy(self._keep))
+        vocab = self._vocab
+        shape = (self.batch, 1, vocab) if self._logits_rank == 3 else (self.batch, vocab)
+        self._step_logits = np.empty(shape, dtype=g.logits_dtype)
+        binding.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(self._step_logits))
+        if self.shared_buffer:
+            # Full-width mask: the graph reads each row's sum (seqlens_k) and its width (total_sequence_length).
+            binding.bind_ortvalue_input("attention_mask", ort.OrtValue.ortvalue_from_numpy(self._maskbuf))
+            for entry in g.layout.self_entries:
+                value = self._kv[entry.input][1]
+                binding.bind_ortvalue_input(entry.input, value)
+                binding.bind_ortvalue_output(entry.output, value)
+        else:
+            for entry in g.layout.self_entries:
+                binding.bind_output(entry.output, "cpu")
+            self._present_index = [(i + 1, e) for i, e in enumerate(g.layout.self_entries)]
+        self._step_ready = True
+
+    def _prefill_shared(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        n = ids.shape[1]
+        counts = mask.sum(axis=1).astype(np.int64)  # new valid tokens per row
+        if self.length > 0 and self.batch > 1 and n > 1:
+            if not mask.all():
+                raise InvalidInputError("A batch continuing a cached prefix cannot take padded tokens.")
+            logits = None
+            for j in range(n):  # GroupQueryAttention takes one token per row once a batch has a past
+                logits = self.step(ids[:, j])
+            assert logits is not None
+            return logits.copy()
+        if not mask.all():  # left-padded -> right-padded rows (the graph reads valid lengths only)
+            packed = np.zeros_like(ids)
+            for b in range(self.batch):
+                row = ids[b][mask[b] != 0]
+                packed[b, : len(row)] = row
+            ids = packed
+        first = self.length == 0
+        if first:
+            self._pad = n - counts
+            self._valid[:] = 0
+        needed = int((self._valid + counts).max()) if len(counts) else n
+        if not self._kv or needed > self.capacity or self._maskbuf.shape[0] != self.batch:
+            self._grow(max(needed, self.capacity))
+        g = self.rt.rest
+        # this chunk's mask: the sum of row b is its valid length after this run
+        if first:
+            width = n  # total_sequence_length == sequence_length: the first prompt
+        else:
+            width = int(self._valid.max()) + n  # batch of one here: past + n
+        self._maskbuf[:] = 0
+        new_valid = self._valid + counts
+        self._maskbuf[np.arange(self.capacity)[None, :] < new_valid[:, None]] = 1
+        chunk_mask = np.ascontiguousarray(self._maskbuf[:, :width])
+        binding = self._new_binding(g)
+        binding.clear_binding_inputs()
+        binding.clear_binding_outputs()
+        self._step_ready = False
+        keep = [ids.astype(g.ids_dtype, copy=False), chunk_mask]
+        binding.bind_cpu_input("input_ids", np.ascontiguousarray(keep[0]))
+        binding.bind_cpu_input("attention_mask", chunk_mask)
+        if g.has_positions:
+            pos = np.ascontiguousarray((self._valid[:, None] + np.arange(n)[None, :]).astype(self._pos_dtype))
+            keep.append(pos)
+            binding.bind_cpu_input(g.position_name, pos)
+        binding.bind_output("logits", "cpu")
+        for entry in g.layout.self_entries:
+            value = self._kv[entry.input][1]
+            binding.bind_ortvalue_input(entry.input, value)
+            binding.bind_ortvalue_output(entry.output, value)
+        run_binding(g.session, binding, what=g.name)
+        logits = binding.get_outputs()[0].numpy()  # [batch, n, vocab]
+        self._vocab = logits.shape[-1]
+        last_idx = np.maximum(counts - 1, 0)
+        last = logits[np.arange(self.batch), last_idx] if self.batch > 1 or counts[0] != n else logits[:, -1, :]
+        self._valid = new_valid
+        self.length += n
+        return np.ascontiguousarray(last, dtype=np.float32)
+
     def _run(self, ids: np.ndarray, full_mask: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """Growing mode, several tokens per row (prefill)."""
         first_run = self.length == 0
         g = self.rt.first if first_run else self.rt.rest
-        binding = g.session.io_binding()
+        binding = self._new_binding(g)
+        binding.clear_binding_inputs()
+        binding.clear_binding_outputs()
+        self._step_ready = False
         keep_alive = []
 
         def bind(name: str, array: np.ndarray) -> None:
@@ -244,10 +536,10 @@ class DecoderState:
         names = ["logits"] + [e.output for e in (g.layout.self_entries or [e for e in self.rt.layout.self_entries if e.output in g.outputs])]
         produced = dict(zip(names, outputs))
         logits = produced["logits"].numpy()
+        self._vocab = logits.shape[-1]
         # [batch, seq, vocab] (or [batch, vocab] for graphs that already keep one position)
         last = logits[:, -1, :] if logits.ndim == 3 else logits
         self._past = {e.input: produced[e.output] for e in self.rt.layout.self_entries}
-        self._mask = full_mask
         self._next_pos = positions[:, -1] + 1
         self.length = full_mask.shape[1]
         return last.astype(np.float32, copy=False)

@@ -14,6 +14,8 @@ Processors may modify ``scores`` in place and return it.
 
 from __future__ import annotations
 
+import functools
+
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
@@ -60,6 +62,14 @@ def _in_vocab(ids: np.ndarray, vocab_size: int) -> np.ndarray:
     # transformers builds these masks with ``isin(arange(vocab), ids)``: ids outside
     # the vocabulary are silently ignored, so do the same.
     return ids[(ids >= 0) & (ids < vocab_size)]
+
+
+@functools.lru_cache(maxsize=256)
+def _vocab_ids(token_ids: tuple[int, ...], vocab_size: int) -> np.ndarray:
+    """``_in_vocab`` of a fixed id tuple, computed once per vocabulary size (processors run every step)."""
+    out = _in_vocab(np.asarray(token_ids, dtype=np.int64).reshape(-1), vocab_size)
+    out.flags.writeable = False
+    return out
 
 
 class _Repr:
@@ -180,7 +190,7 @@ class MinNewTokens(_Repr):
 
     def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
         if input_ids.shape[1] - self.prompt_length < self.min_new_tokens:
-            scores[:, _in_vocab(_ids(self.eos_token_id), scores.shape[1])] = _NEG_INF
+            scores[:, _vocab_ids(self.eos_token_id, scores.shape[1])] = _NEG_INF
         return scores
 
 
@@ -229,7 +239,7 @@ class SuppressTokens(_Repr):
         self.token_ids = tuple(_ids(token_ids).tolist())
 
     def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        scores[:, _in_vocab(_ids(self.token_ids), scores.shape[1])] = _NEG_INF
+        scores[:, _vocab_ids(self.token_ids, scores.shape[1])] = _NEG_INF
         return scores
 
 
@@ -244,7 +254,7 @@ class SuppressTokensAtBegin(_Repr):
 
     def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
         if input_ids.shape[1] == self.begin_index:
-            scores[:, _in_vocab(_ids(self.token_ids), scores.shape[1])] = _NEG_INF
+            scores[:, _vocab_ids(self.token_ids, scores.shape[1])] = _NEG_INF
         return scores
 
 

@@ -40,7 +40,7 @@ def make_rng(seed: int | None) -> np.random.Generator:
 
 def greedy(scores: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
     """Argmax of each row; ties go to the lowest token id, like ``torch.argmax``."""
-    return np.argmax(scores, axis=-1).astype(np.int64, copy=False)
+    return scores.argmax(axis=-1).astype(np.int64, copy=False)
 
 
 def make_sampler(config: GenerationConfig) -> Sampler:

@@ -162,7 +162,7 @@ class OnnxTextGenerator(ClosableTask):
         return self._chunks(ids, config)
 
     def _chunks(self, ids: list[int], config: GenerationConfig) -> Iterator[GenerationChunk]:
-        state = self._runtime.new_state(1)
+        state = self._runtime.new_state(1, capacity=len(ids) + config.max_new_tokens)
         processors = make_logits_processors(config, prompt_length=len(ids), extra=self._processors)
         if returns_several(config):  # beam search / several samples: search first, then stream the best
             return CandidateStream(lambda: generate_sequences(state, ids, config, processors=processors,
@@ -219,7 +219,7 @@ class OnnxTextGenerator(ClosableTask):
             )
         pad = _pad_id(config, self.tokenizer)
         ids, mask = left_pad(rows, pad)
-        state = self._runtime.new_state(len(rows))
+        state = self._runtime.new_state(len(rows), capacity=ids.shape[1] + config.max_new_tokens)
         out = generate_batch_ids(
             state, ids, mask, config,
             processors=make_logits_processors(config, prompt_length=ids.shape[1], extra=self._processors),
@@ -287,7 +287,7 @@ class ChatSession:
         ids = model.encode_prompt(messages)
         config = model._planner.for_call(len(ids), self._overrides)
         if self._generator is None:
-            self._generator = Generator(model._runtime.new_state(1), config, extra_processors=model._processors)
+            self._generator = Generator(model._runtime.new_state(1, capacity=len(ids) + config.max_new_tokens), config, extra_processors=model._processors)
         g = self._generator
         g.set_config(config)
         cached = g.sequence(0)
