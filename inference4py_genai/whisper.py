@@ -26,10 +26,8 @@ import numpy as np
 
 from inference4py import audio as _audio
 from inference4py.errors import ConfigurationError, InferenceError, UnsupportedModelError
-from inference4py.generation.processors import LogitsProcessor, SuppressTokens, SuppressTokensAtBegin
-from inference4py.generation.streaming import IncrementalDetokenizer
+from inference4py.generation.processors import LogitsProcessor
 from inference4py.tasks import whisper as native
-from inference4py.tasks.languages import Language
 from inference4py.tasks.whisper import Segment, Transcription
 from inference4py.tokenization import Tokenizer, load_tokenizer
 from inference4py_genai import _base
@@ -224,73 +222,17 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
             return
         yield from call.tokens(config)
 
-    def _events(self, audio: _audio.AudioInput, sample_rate: int | None, language: Language | str | None,
-                task: str | None, timestamps: bool | None, overrides: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
-        # The window loop of inference4py's WhisperSpeechModel, with genai running each window.
-        started = time.perf_counter()
-        self._check_open()
-        lang = native.language_code(language) if language is not None else self._language
-        task_name = task if task is not None else self._task_name
-        if task_name is not None and task_name not in native.TASKS:
-            raise ConfigurationError(f"task must be 'transcribe' or 'translate', got {task_name!r}.")
-        want_ts = self._timestamps if timestamps is None else bool(timestamps)
-        self._check_request(lang, task_name, want_ts)
+    # -- hooks of the shared window loop (inference4py's WhisperSpeechModel._events): genai runs each window
+    def _encode_window(self, window: np.ndarray) -> np.ndarray:
+        return window  # genai encodes inside its own loop
 
-        samples = _audio.load_audio(audio, sample_rate=sample_rate, target_rate=self._features["sample_rate"])
-        feats = self._features_of(samples)  # [n_mels, frames]
-        v = self._vocab
-        prompt, detect_at = self._prompt(lang, task_name, want_ts)
-        config = self._planner.for_call(len(prompt), overrides)
-        detok = IncrementalDetokenizer(self.tokenizer, skip_special_tokens=True)
-        tb = v.timestamp_begin
-        segments: list[Segment] = []
-        kept: list[int] = []
-        total = feats.shape[1]
-        seek = 0
-        first = True
-        while seek < total:
-            window, frames = self._window(feats, seek)  # [1, n_mels, 3000] float32, frames of real audio
-            if first and detect_at is not None:
-                prompt[detect_at] = self._detect_window(window)  # detected once, on the first window
-            first = False
-            ids = [int(t) for t in prompt if t is not None]
-            extra: list[LogitsProcessor] = []
-            if v.begin_suppress_tokens:
-                extra.append(SuppressTokensAtBegin(v.begin_suppress_tokens, len(ids)))
-            if v.suppress_tokens:
-                extra.append(SuppressTokens(v.suppress_tokens))
-            if want_ts:
-                extra.append(native.WhisperTimestampRules(v.no_timestamps, v.eot, len(ids), v.max_initial_timestamp_index))
-            out: list[int] = []
-            final = 0  # tokens of `out` known to be kept (up to the last closed pair of timestamps)
-            for token in self._window_tokens_genai(window, ids, config, extra):
-                out.append(token)
-                n = len(out)
-                if n >= 2 and out[-1] >= tb and out[-2] >= tb:  # a closed segment: everything so far is kept
-                    piece = detok.add_many(t for t in out[final:n] if t < tb)
-                    final = n
-                    if piece:
-                        yield "text", piece
-            if out and out[-1] in config.eos_token_id:
-                out.pop()
-            raw, advance = native.split_segments(out, timestamp_begin=tb, seek=seek, window_frames=frames)
-            n_kept = sum(len(s.tokens) for s in raw)
-            piece = detok.add_many(t for t in out[final:n_kept] if t < tb)
-            if piece:
-                yield "text", piece
-            kept.extend(out[:n_kept])
-            for s in raw:
-                text = self.tokenizer.decode([t for t in s.tokens if t < tb], skip_special_tokens=True)
-                segments.append(Segment(s.start, s.end, text, s.tokens))
-            seek += advance if advance > 0 else frames
-        tail = detok.finish()
-        if tail:
-            yield "text", tail
-        language_out = v.language_of(prompt[1]) if v.is_multilingual and len(prompt) > 1 and prompt[1] is not None \
-            else (None if v.is_multilingual else "en")
-        yield "done", Transcription(detok.text, tuple(segments), language_out, tuple(kept),
-                                    duration=samples.size / self._features["sample_rate"],
-                                    elapsed=time.perf_counter() - started)
+    def _detect_in(self, context: np.ndarray) -> int:
+        return self._detect_window(context)
+
+    def _decode_window(self, context: np.ndarray, ids: list[int], config: Any, timestamps: bool,
+                       sampler: Any, rng: Any) -> Iterator[int]:
+        # genai applies the generic processors itself; Whisper's rules run on its logits in Python.
+        yield from self._window_tokens_genai(context, ids, config, self._whisper_processors(len(ids), timestamps))
 
 
 WhisperBuilder._task = WhisperSpeechModel

@@ -760,16 +760,14 @@ class WhisperSpeechModel(ClosableTask):
         first = True
         while seek < total:
             window, frames = self._window(feats, seek)
-            hidden, mask = self._runtime.encode(window)
+            context = self._encode_window(window)
             if first and detect_at is not None:
-                prompt[detect_at] = self._detect(hidden, mask)  # detected once, on the first window
+                prompt[detect_at] = self._detect_in(context)  # detected once, on the first window
             first = False
             ids = [int(t) for t in prompt if t is not None]
-            processors = self._window_processors(config, len(ids), want_ts)
-            state = Seq2SeqState(self._runtime, hidden, mask)
             out: list[int] = []
             final = 0  # tokens of `out` known to be kept (up to the last closed pair of timestamps)
-            for token in self._window_tokens(state, ids, config, processors, sampler, rng):
+            for token in self._decode_window(context, ids, config, want_ts, sampler, rng):
                 out.append(token)
                 n = len(out)
                 if n >= 2 and out[-1] >= tb and out[-2] >= tb:  # a closed segment: everything so far is kept
@@ -801,8 +799,24 @@ class WhisperSpeechModel(ClosableTask):
                                     duration=samples.size / self._features["sample_rate"],
                                     elapsed=time.perf_counter() - started)
 
-    def _window_processors(self, config: GenerationConfig, prompt_length: int, timestamps: bool) -> list[LogitsProcessor]:
-        """transformers' order: the generic processors, then begin-suppress, suppress, timestamps, the user's."""
+    # -- the hooks of the window loop: a backend (here the native engine) encodes and decodes one window
+    def _encode_window(self, window: np.ndarray) -> Any:
+        """What the window's decoding needs from the encoder: (hidden states, mask)."""
+        return self._runtime.encode(window)
+
+    def _detect_in(self, context: Any) -> int:
+        """The language token for an encoded window."""
+        return self._detect(*context)
+
+    def _decode_window(self, context: Any, ids: list[int], config: GenerationConfig, timestamps: bool,
+                       sampler: Any, rng: np.random.Generator) -> Iterator[int]:
+        """The tokens generated for one window after the prompt ``ids``."""
+        state = Seq2SeqState(self._runtime, *context)
+        processors = self._window_processors(config, len(ids), timestamps)
+        yield from self._window_tokens(state, ids, config, processors, sampler, rng)
+
+    def _whisper_processors(self, prompt_length: int, timestamps: bool) -> list[LogitsProcessor]:
+        """Whisper's own rules, in transformers' order: begin-suppress, suppress, timestamps."""
         v = self._vocab
         extra: list[LogitsProcessor] = []
         if v.begin_suppress_tokens:
@@ -811,7 +825,12 @@ class WhisperSpeechModel(ClosableTask):
             extra.append(SuppressTokens(v.suppress_tokens))
         if timestamps:
             extra.append(WhisperTimestampRules(v.no_timestamps, v.eot, prompt_length, v.max_initial_timestamp_index))
-        return make_logits_processors(config, prompt_length=prompt_length, extra=[*extra, *self._processors])
+        return extra
+
+    def _window_processors(self, config: GenerationConfig, prompt_length: int, timestamps: bool) -> list[LogitsProcessor]:
+        """transformers' order: the generic processors, then Whisper's rules, then the user's."""
+        extra = [*self._whisper_processors(prompt_length, timestamps), *self._processors]
+        return make_logits_processors(config, prompt_length=prompt_length, extra=extra)
 
     def _window_tokens(self, state: Seq2SeqState, ids: list[int], config: GenerationConfig,
                        processors: Sequence[LogitsProcessor], sampler: Any, rng: np.random.Generator) -> Iterator[int]:
