@@ -391,6 +391,24 @@ def _run_inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --------------------------------------------------------------------------- quantize
+
+
+def _add_quantize_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folder", help="model folder with ONNX graphs (e.g. an optimum export)")
+    parser.add_argument("out", help="output folder (created; the other files are copied)")
+    parser.add_argument("--bits", type=int, default=4, choices=(4, 8), help="bits per weight (default: 4)")
+    parser.add_argument("--block-size", type=int, default=32, help="weights per block (default: 32)")
+
+
+def _run_quantize(args: argparse.Namespace) -> int:
+    from inference4py.quantize import quantize_folder
+
+    for path in quantize_folder(args.folder, args.out, bits=args.bits, block_size=args.block_size):
+        print(path)
+    return EXIT_OK
+
+
 # --------------------------------------------------------------------------- table and entry point
 
 #: Subcommand name -> Command.  Add an entry to add a command.
@@ -425,6 +443,11 @@ COMMANDS: dict[str, Command] = {
         help="turn a question into SQL for a schema",
         add_arguments=_add_sql_arguments,
         run=_run_sql,
+    ),
+    "quantize": Command(
+        help="weight-only int4/int8 quantization of a model folder (onnxruntime MatMulNBits)",
+        add_arguments=_add_quantize_arguments,
+        run=_run_quantize,
     ),
     "pull": Command(
         help="download a model into the Hugging Face cache and print its folder",
