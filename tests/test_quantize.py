@@ -20,9 +20,10 @@ def test_quantized_folder_runs_and_uses_matmulnbits(tmp_path, capsys):
     assert len(graph) < (MODELS / "qwen2" / "model.onnx").stat().st_size
     assert (out / "tokenizer.json").is_file() and (out / "config.json").is_file()
     with OnnxTextGenerator.builder().model_path(out).build() as gen:
+        vocab = gen._runtime.vocab_size
         result = gen.generate("The old house", max_new_tokens=8)
     assert result.generated_tokens == 8 or result.finish_reason == "eos"
-    assert all(0 <= t < gen._runtime.vocab_size for t in result.token_ids)
+    assert all(0 <= t < vocab for t in result.token_ids)
 
 
 def test_quantize_errors(tmp_path):
