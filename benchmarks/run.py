@@ -67,7 +67,19 @@ def machine() -> dict[str, Any]:
     except (OSError, ValueError, IndexError):
         pass
     return {"nproc": os.cpu_count(), "cpu": cpu, "mem_total_mb": mem, "python": platform.python_version(),
-            "platform": platform.platform(), "versions": versions, "loadavg_start": os.getloadavg()}
+            "platform": platform.platform(), "versions": versions, "loadavg_start": os.getloadavg(),
+            "inference4py_source_sha256": source_digest()}
+
+
+def source_digest() -> str:
+    """A digest of inference4py's source files: which engine a result belongs to (the tree may be uncommitted)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in sorted((ROOT / "inference4py").rglob("*.py")):
+        h.update(path.relative_to(ROOT).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------------------------------- workers
@@ -256,13 +268,18 @@ def targets(results: dict[str, Any]) -> list[str]:
         met = value >= goal if higher_better else value <= goal
         out.append(f"- {label}: {value:.2f} ({'met' if met else 'MISSED'}; target {'>=' if higher_better else '<='} {goal})")
 
+    has_smollm2 = bool(results.get("smollm2", {}).get("speed"))
     i = ok("smollm2", "greedy", I4PY)
-    for peer, goal in (("genai", 1.25), ("optimum", 1.4)) if "smollm2" in results else ():
+    for peer, goal in (("genai", 1.25), ("optimum", 1.4)) if has_smollm2 else ():
         p = ok("smollm2", "greedy", peer)
         line(f"smollm2 fp32 decode tok/s inference4py / {peer}", i["decode_tps"] / p["decode_tps"] if i and p else None, goal)
         line(f"smollm2 TTFT inference4py / {peer}", i["ttft_ms"] / p["ttft_ms"] if i and p else None, 1.0, False)
+    i32, g32 = ok("smollm2", "greedy", f"{I4PY}[genai-fp32]"), ok("smollm2", "greedy", "genai")
+    if i32 and g32:  # not a target: the same comparison when inference4py runs genai's own fp32 graph
+        out.append(f"- (info) smollm2 fp32 decode tok/s inference4py[genai-fp32] / genai: "
+                   f"{i32['decode_tps'] / g32['decode_tps']:.2f}; TTFT {i32['ttft_ms'] / g32['ttft_ms']:.2f}")
     i4, g4 = ok("smollm2", "greedy", f"{I4PY}[genai-int4]"), ok("smollm2", "greedy", "genai[int4]")
-    if "smollm2" not in results:
+    if not has_smollm2:
         pass
     elif not i4:
         r = results["smollm2"].get("speed", {}).get("greedy", {}).get(f"{I4PY}[genai-int4]", {})
@@ -291,8 +308,13 @@ def render(results: dict[str, Any], env: dict[str, Any], command: str) -> str:
         if key.startswith("_"):
             continue
         spec = res["spec"]
-        parts.append(f"### {key}\n\n{spec['prompt_desc']}, {spec['max_new_tokens']} new tokens, EOS suppressed, "
-                     f"batch 1, median of {spec['runs']} run(s).\n")
+        if res.get("speed"):
+            parts.append(f"### {key}\n\n{spec['prompt_desc']}, {spec['max_new_tokens']} new tokens, EOS suppressed, "
+                         f"batch 1, median of {spec['runs']} run(s).\n")
+        else:
+            parts.append(f"### {key}\n\n{spec['prompt_desc']}, EOS suppressed, greedy, batch 1: one generation of "
+                         f"{spec.get('memory_tokens', 1000)} new tokens, then {spec.get('growth_generations', 100)} "
+                         f"generations of {spec.get('growth_tokens', 8)} tokens in one process.\n")
         for setting, rows in res.get("speed", {}).items():
             parts.append(speed_table(setting, rows) + "\n")
         if res.get("memory"):
@@ -301,7 +323,8 @@ def render(results: dict[str, Any], env: dict[str, Any], command: str) -> str:
     if goals:
         parts.append("### Targets\n\n" + "\n".join(goals) + "\n")
     head = (f"Machine: {env['nproc']} cores, {env['cpu']}, {env['mem_total_mb']} MiB; load average at start "
-            f"{', '.join(f'{x:.1f}' for x in env['loadavg_start'])}. Python {env['python']}; "
+            f"{', '.join(f'{x:.1f}' for x in env['loadavg_start'])}; inference4py source digest "
+            f"{env.get('inference4py_source_sha256', 'n/a')}. Python {env['python']}; "
             + ", ".join(f"{k} {v}" for k, v in env["versions"].items() if v) + f".\n\nCommand: `{command}`\n")
     return head + "\n" + "\n".join(parts)
 
@@ -335,7 +358,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per worker process")
     ap.add_argument("--out", type=Path, default=None, help="JSON file (default: benchmarks/results/<model>-<time>.json)")
     ap.add_argument("--markdown", type=Path, default=None, help="page to update with the tables (e.g. docs/performance.md)")
+    ap.add_argument("--render", type=Path, default=None, help="re-render a results JSON (with --markdown: into the page)")
     args = ap.parse_args(argv)
+    if args.render:
+        saved = json.loads(args.render.read_text(encoding="utf-8"))
+        report = render(saved["results"], saved["machine"], saved["command"])
+        print(report)
+        if args.markdown:
+            only_memory = "--only-memory" in saved["command"]
+            model = saved["command"].split("--model", 1)[1].split()[0] if "--model" in saved["command"] else "tiny"
+            update_markdown(args.markdown, model + ("-memory" if only_memory else ""), report)
+        return 0
     args.settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     command = "python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
 
@@ -350,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
         prompt_desc = ("chat prompt " + json.dumps(model.prompt["messages"][-1]["content"])) if "messages" in model.prompt \
             else "text prompt " + json.dumps(model.prompt["text"])
         res: dict[str, Any] = {"spec": {"prompt": model.prompt, "prompt_desc": prompt_desc, "runs": args.runs,
-                                        "max_new_tokens": args.max_new_tokens or model.max_new_tokens}}
+                                        "max_new_tokens": args.max_new_tokens or model.max_new_tokens,
+                                        "memory_tokens": args.memory_tokens, "growth_generations": args.growth_generations,
+                                        "growth_tokens": args.growth_tokens}}
         res["speed"] = {} if args.only_memory else bench_speed(model, args, log)
         if args.memory or args.only_memory:
             res["memory"] = bench_memory(model, args, log)

@@ -80,12 +80,12 @@ class DecoderLoop:
         self.shared = bool(genai) and read_json(folder / "genai_config.json").get("search", {}).get(
             "past_present_share_buffer", False)
         config = read_json(folder / "config.json")
-        head = genai["decoder"]["head_size"] if genai else config.get("head_dim") or (
-            config["hidden_size"] // config["num_attention_heads"])
-        shape = ins[self.past[0]].shape
+        shape = ins[self.past[0]].shape  # [batch, kv_heads, past, head_dim]; dims may be symbolic
         self.kv_heads = shape[1] if isinstance(shape[1], int) else (
             genai["decoder"]["num_key_value_heads"] if genai else config.get("num_key_value_heads"))
-        self.head = shape[3] if isinstance(shape[3], int) else head
+        self.head = shape[3] if isinstance(shape[3], int) else (
+            genai["decoder"]["head_size"] if genai else config.get("head_dim") or (
+                config["hidden_size"] // config["num_attention_heads"]))
         self.kv_dtype = np.float16 if "float16" in ins[self.past[0]].type else np.float32
         self.vocab = outs["logits"].shape[-1]
         self.eos = eos_ids(folder)
