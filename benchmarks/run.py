@@ -133,7 +133,7 @@ def bench_speed(model: Model, args: argparse.Namespace, log) -> dict[str, Any]: 
                 t = time.perf_counter()
                 res = run_worker(task_for(model, r, setting, "speed", args), args.timeout)
                 raw[r.name].append(res)
-                log(f"  {model.key} {setting:6s} run {run + 1}/{args.runs} {r.name:28s} {_brief(res)} "
+                log(f"  {model.key} {setting:6s} run {run + 1}/{args.runs} {r.name:28s} {_brief(res, setting)} "
                     f"({time.perf_counter() - t:.0f}s)")
                 if res.get("status") in ("unsupported",):
                     break
@@ -147,10 +147,12 @@ def bench_speed(model: Model, args: argparse.Namespace, log) -> dict[str, Any]: 
     return out
 
 
-def _brief(res: dict[str, Any]) -> str:
+def _brief(res: dict[str, Any], setting: str = "greedy") -> str:
     if res.get("status") != "ok":
         return f"{res.get('status')}: {res.get('reason', '')[:160]}"
     rec = res["records"][0]
+    if setting == "beam4":  # tokens arrive together at the end: only the whole call is meaningful
+        return f"{rec['ms_per_token']:.2f} ms/token, total {rec['total_s']:.2f} s"
     tps = rec["decode_tps"]
     return f"decode {tps:.1f} tok/s, ttft {rec['ttft_s'] * 1000:.1f} ms" if tps else "ok"
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from benchmarks.peers.common import SETTINGS, Peer, Timed, Unsupported
+from inference4py.errors import ConfigurationError
 
 
 def _overrides(max_new_tokens: int, setting: str) -> dict[str, Any]:
@@ -36,12 +37,18 @@ def load(spec: dict[str, Any]) -> Peer:
 
     def run(src: Any, max_new_tokens: int, setting: str) -> Timed:
         overrides = _overrides(max_new_tokens, setting)
-        if setting == "beam4" and "num_beams" not in task.generation_config.__dataclass_fields__:
-            raise Unsupported("inference4py has no num_beams option yet")
         timed = Timed(time.perf_counter())
-        for chunk in task.stream_chunks(src, **overrides):
-            if chunk.token_id is not None:
-                timed.tick(chunk.token_id)
+        try:
+            chunks = task.stream_chunks(src, **overrides)
+            for chunk in chunks:
+                if chunk.token_id is not None:
+                    timed.tick(chunk.token_id)
+        except (ConfigurationError, NotImplementedError) as exc:
+            if overrides.get("num_beams", 1) > 1:  # beam search not (yet) available in this engine
+                raise Unsupported(f"beam search is not available: {exc}") from exc
+            raise
+        if overrides.get("num_beams", 1) > 1 and len(timed.token_ids) != max_new_tokens:
+            raise Unsupported(f"num_beams was not honoured ({len(timed.token_ids)} tokens)")
         timed.ended = time.perf_counter()
         timed.prompt_tokens = len(encode(src))
         return timed

@@ -1,0 +1,1 @@
+"""One module per peer: ``load(spec) -> Peer`` (see common.py)."""
