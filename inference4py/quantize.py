@@ -56,7 +56,10 @@ def quantize_folder(
         import onnx
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
     except ImportError as exc:
-        raise ModelLoadError("Quantizing needs the onnx package: pip install onnx") from exc
+        raise ModelLoadError(
+            f"Quantizing needs the {exc.name or 'onnx'} package: pip install \"inference4py[quantize]\" "
+            "(onnx and onnx_ir)."
+        ) from exc
     # The quantizer logs every node at INFO level; keep only its warnings.
     for name in ("onnxruntime.quantization", "onnxruntime.quantization.matmul_nbits_quantizer"):
         logging.getLogger(name).setLevel(logging.WARNING)
