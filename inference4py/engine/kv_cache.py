@@ -27,6 +27,8 @@ back to the description (``num_kv_heads`` / ``head_size``), then ``config.json``
 
 from __future__ import annotations
 
+import functools
+
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
@@ -161,11 +163,12 @@ class KVLayout:
     names: CacheNames | None = None
     cross_names: CacheNames | None = None
 
-    @property
+    # Read on every decoding step: computed once per layout (the dataclass is frozen, entries never change).
+    @functools.cached_property
     def self_entries(self) -> tuple[CacheEntry, ...]:
         return tuple(e for e in self.entries if e.kind in ("self", "combined"))
 
-    @property
+    @functools.cached_property
     def cross_entries(self) -> tuple[CacheEntry, ...]:
         return tuple(e for e in self.entries if e.kind == "cross")
 
