@@ -11,14 +11,14 @@ streams the best sequence and keeps every candidate for ``collect``.
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 from inference4py.generation.beam import Hypothesis
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.result import Candidate, FinishReason, GenerationChunk, GenerationResult
 from inference4py.generation.streaming import IncrementalDetokenizer, StopSequenceMatcher
 
-__all__ = ["stream_generate", "collect", "CandidateStream"]
+__all__ = ["stream_generate", "collect", "CandidateStream", "generate_chunks"]
 
 
 def stream_generate(tokens: Iterator[int], tokenizer, config: GenerationConfig) -> Iterator[GenerationChunk]:
@@ -147,3 +147,31 @@ class CandidateStream:
     def close(self) -> None:
         self._search = None
         self._chunks = iter(())
+
+
+def generate_chunks(
+    state,
+    prompt_ids: Sequence[int],
+    config: GenerationConfig,
+    tokenizer,
+    *,
+    extra_processors: Sequence[Callable] = (),
+) -> Iterator[GenerationChunk]:
+    """Chunks for one prompt over a fresh engine state: the search the config asks for, then streaming.
+
+    Greedy and sampling stream token by token; beam search and several samples search
+    first and then stream the best sequence (see :class:`CandidateStream`).
+    """
+    from inference4py.generation.beam import generate_sequences, returns_several
+    from inference4py.generation.processors import make_logits_processors
+    from inference4py.generation.sampling import make_rng, make_sampler
+    from inference4py.generation.search import generate_step
+
+    processors = make_logits_processors(config, prompt_length=len(prompt_ids), extra=extra_processors)
+    if returns_several(config):
+        return CandidateStream(lambda: generate_sequences(state, prompt_ids, config, processors=processors,
+                                                          sampler=make_sampler(config), rng=make_rng(config.seed)),
+                               tokenizer, config)
+    tokens = generate_step(state, prompt_ids, config, processors=processors, sampler=make_sampler(config),
+                           rng=make_rng(config.seed))
+    return stream_generate(tokens, tokenizer, config)

@@ -17,12 +17,10 @@ from inference4py.engine.seq2seq import Seq2SeqRuntime
 from inference4py.errors import ConfigurationError, InvalidInputError
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.batch import generate_batch_ids, result_from_ids, right_pad
-from inference4py.generation.beam import generate_sequences, returns_several
-from inference4py.generation.generate import CandidateStream, collect, stream_generate
+from inference4py.generation.generate import generate_chunks, collect
 from inference4py.generation.processors import make_logits_processors
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.generation.sampling import make_rng, make_sampler
-from inference4py.generation.search import generate_step
 from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
 from inference4py.tokenization import Tokenizer, load_tokenizer
 
@@ -189,20 +187,7 @@ class Seq2SeqTask(ClosableTask):
     def _chunks(self, source_ids: list[int], config: GenerationConfig) -> Iterator[GenerationChunk]:
         state = self._runtime.new_state([source_ids])
         start = [int(config.decoder_start_token_id)]  # type: ignore[arg-type]
-        processors = make_logits_processors(config, prompt_length=len(start), extra=self._processors)
-        if returns_several(config):  # beam search / several samples: search first, then stream the best
-            return CandidateStream(lambda: generate_sequences(state, start, config, processors=processors,
-                                                              sampler=make_sampler(config), rng=make_rng(config.seed)),
-                                   self.tokenizer, config)
-        tokens = generate_step(
-            state,
-            start,
-            config,
-            processors=processors,
-            sampler=make_sampler(config),
-            rng=make_rng(config.seed),
-        )
-        return stream_generate(tokens, self.tokenizer, config)
+        return generate_chunks(state, start, config, self.tokenizer, extra_processors=self._processors)
 
     def generate_batch(self, sources: Sequence[Source], **overrides: Any) -> list[GenerationResult]:
         """Run several raw inputs at once (encoder inputs padded with a mask, one decoder pass per step)."""

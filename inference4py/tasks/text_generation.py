@@ -9,15 +9,13 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from inference4py.engine.decoder import DecoderRuntime
 from inference4py.engine.pipeline import load_pipeline, read_model_config
 from inference4py.errors import ConfigurationError, InvalidInputError
-from inference4py.generation.beam import generate_sequences, returns_several
 from inference4py.generation.config import GenerationConfig
-from inference4py.generation.generate import CandidateStream, collect, stream_generate
+from inference4py.generation.generate import generate_chunks, collect, stream_generate
 from inference4py.generation.batch import generate_batch_ids, left_pad, result_from_ids
 from inference4py.generation.generator import Generator
 from inference4py.generation.processors import make_logits_processors
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.generation.sampling import make_rng, make_sampler
-from inference4py.generation.search import generate_step
 from inference4py.tasks import chat_templates
 from inference4py.tasks.prompts import ChatOptions, Prompt, PromptEncoder
 from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
@@ -163,20 +161,7 @@ class OnnxTextGenerator(ClosableTask):
 
     def _chunks(self, ids: list[int], config: GenerationConfig) -> Iterator[GenerationChunk]:
         state = self._runtime.new_state(1, capacity=len(ids) + config.max_new_tokens)
-        processors = make_logits_processors(config, prompt_length=len(ids), extra=self._processors)
-        if returns_several(config):  # beam search / several samples: search first, then stream the best
-            return CandidateStream(lambda: generate_sequences(state, ids, config, processors=processors,
-                                                              sampler=make_sampler(config), rng=make_rng(config.seed)),
-                                   self.tokenizer, config)
-        tokens = generate_step(
-            state,
-            ids,
-            config,
-            processors=processors,
-            sampler=make_sampler(config),
-            rng=make_rng(config.seed),
-        )
-        return stream_generate(tokens, self.tokenizer, config)
+        return generate_chunks(state, ids, config, self.tokenizer, extra_processors=self._processors)
 
     def generate(self, prompt: Prompt, on_token: Callable[[str], None] | None = None, **overrides: Any) -> GenerationResult:
         """Generate a completion.
