@@ -409,6 +409,27 @@ def _run_quantize(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --------------------------------------------------------------------------- optimize
+
+
+def _add_optimize_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folder", help="decoder-only model folder (e.g. an optimum export)")
+    parser.add_argument("out", help="output folder (created; the other files are copied)")
+    parser.add_argument("--level", choices=("rotary", "attention"), default="rotary",
+                        help="rotary: also fold the rotary embedding and q/k/v projections into the operator when "
+                             "the graph allows it (default); attention: attention only")
+
+
+def _run_optimize(args: argparse.Namespace) -> int:
+    from inference4py.optimize import optimize_folder
+
+    report = optimize_folder(args.folder, args.out, level=args.level)
+    print(f"{args.out}: {report.summary()}")
+    for note in report.notes:
+        print(f"  note: {note}")
+    return EXIT_OK
+
+
 # --------------------------------------------------------------------------- table and entry point
 
 #: Subcommand name -> Command.  Add an entry to add a command.
@@ -448,6 +469,11 @@ COMMANDS: dict[str, Command] = {
         help="weight-only int4/int8 quantization of a model folder (onnxruntime MatMulNBits)",
         add_arguments=_add_quantize_arguments,
         run=_run_quantize,
+    ),
+    "optimize": Command(
+        help="fuse a decoder graph's attention into GroupQueryAttention (faster on CPU, same outputs)",
+        add_arguments=_add_optimize_arguments,
+        run=_run_optimize,
     ),
     "pull": Command(
         help="download a model into the Hugging Face cache and print its folder",

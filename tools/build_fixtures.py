@@ -29,6 +29,7 @@ BUILDERS = {
     "genai": "tools.fixtures.genai",  # onnxruntime-genai model builder (needs onnxruntime-genai, onnx_ir)
     "architectures": "tools.fixtures.architectures",  # phi3 / gemma / mistral / qwen3: zero-code architectures
     "whisper": "tools.fixtures.whisper",  # speech-seq2seq: tiny Whisper (transformers.js layout), clips, features
+    "fused": "tools.fixtures.fused",  # head size 16 optimum exports for `inference4py optimize` (rotary fusion)
 }
 
 
