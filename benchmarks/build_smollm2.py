@@ -16,7 +16,9 @@ dependencies, llm and llama-cpp-python, are not needed).  Steps:
 4. save the HF folder (fp32 safetensors) -> ``smollm2-hf``;
 5. optimum export (``text-generation-with-past``) -> ``smollm2-optimum``;
 6. onnxruntime-genai builder fp32 and int4 -> ``smollm2-genai-fp32``, ``smollm2-genai-int4``
-   (through ``_genai_builder.py``, which patches the builder for transformers 4.57).
+   (through ``_genai_builder.py``, which patches the builder for transformers 4.57);
+7. ``inference4py optimize`` of the optimum export -> ``smollm2-optimum-fused`` (attention fused
+   into GroupQueryAttention), and ``inference4py quantize --bits 4`` of that -> ``smollm2-optimum-int4``.
 
 Needs the tools extra: torch, transformers<4.58, optimum-onnx, accelerate, gguf, onnxruntime-genai.
 """
@@ -178,6 +180,33 @@ def export_genai(hf: Path, work: Path, precision: str, force: bool) -> Path:
     return out
 
 
+def optimize_optimum(optimum: Path, work: Path, force: bool) -> Path:
+    from inference4py.optimize import optimize_folder
+
+    out = work / "smollm2-optimum-fused"
+    if (out / "model.onnx").is_file() and not force:
+        print(f"[skip] {out}")
+        return out
+    if out.exists():
+        shutil.rmtree(out)
+    print(f"inference4py optimize -> {out}: {optimize_folder(optimum, out).summary()}")
+    return out
+
+
+def quantize_fused(fused: Path, work: Path, force: bool) -> Path:
+    from inference4py.quantize import quantize_folder
+
+    out = work / "smollm2-optimum-int4"
+    if (out / "model.onnx").is_file() and not force:
+        print(f"[skip] {out}")
+        return out
+    if out.exists():
+        shutil.rmtree(out)
+    quantize_folder(fused, out, bits=4)
+    print(f"inference4py quantize --bits 4 -> {out}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", type=Path, default=HERE / "work", help="output folder (default: benchmarks/work)")
@@ -185,7 +214,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     hf = build_hf(args.work, args.force)
-    export_optimum(hf, args.work, args.force)
+    optimum = export_optimum(hf, args.work, args.force)
+    quantize_fused(optimize_optimum(optimum, args.work, args.force), args.work, args.force)
     for precision in ("fp32", "int4"):
         export_genai(hf, args.work, precision, args.force)
     summary = {p.name: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) for p in sorted(args.work.glob("smollm2-*"))}

@@ -48,18 +48,24 @@ NO_BEAM = ("greedy", "sample")
 
 def smollm2() -> Model:
     opt, g32, g4, hf = WORK / "smollm2-optimum", WORK / "smollm2-genai-fp32", WORK / "smollm2-genai-int4", WORK / "smollm2-hf"
+    fused = WORK / "smollm2-optimum-fused"  # `inference4py optimize` of the optimum export
+    q4 = WORK / "smollm2-optimum-int4"  # `inference4py quantize --bits 4` of the fused export
     rows = (
-        Row(I4PY, "inference4py_peer", opt, ref=None),
+        # inference4py runs optimum's export after `inference4py optimize` (what docs/performance.md recommends)
+        Row(I4PY, "inference4py_peer", fused, ref=None),
+        Row(f"{I4PY}[unfused]", "inference4py_peer", opt),
         Row("transformers", "transformers_peer", hf),
         Row("optimum", "optimum_peer", opt),
         Row("genai", "genai_peer", g32, settings=NO_BEAM),
         Row("bare-iobinding", "bare_loop", opt, settings=NO_BEAM),
+        Row("bare-iobinding[fused]", "bare_loop", fused, settings=NO_BEAM),
         Row(f"{I4PY}[genai-fp32]", "inference4py_peer", g32, settings=NO_BEAM),
         Row("bare-iobinding[genai-fp32]", "bare_loop", g32, settings=NO_BEAM, ref=f"{I4PY}[genai-fp32]"),
         Row(f"{I4PY}[genai-int4]", "inference4py_peer", g4, precision="int4", ref=None, settings=NO_BEAM),
         Row("genai[int4]", "genai_peer", g4, precision="int4", ref=f"{I4PY}[genai-int4]", settings=NO_BEAM),
         Row("bare-iobinding[genai-int4]", "bare_loop", g4, precision="int4", ref=f"{I4PY}[genai-int4]",
             settings=NO_BEAM),
+        Row(f"{I4PY}[quantized-int4]", "inference4py_peer", q4, precision="int4", ref=None, settings=NO_BEAM),
     )
     return Model("smollm2", SMOLLM2_PROMPT, 128, rows, build_hint="python benchmarks/build_smollm2.py", iters=2)
 

@@ -276,6 +276,10 @@ def targets(results: dict[str, Any]) -> list[str]:
         p = ok("smollm2", "greedy", peer)
         line(f"smollm2 fp32 decode tok/s inference4py / {peer}", i["decode_tps"] / p["decode_tps"] if i and p else None, goal)
         line(f"smollm2 TTFT inference4py / {peer}", i["ttft_ms"] / p["ttft_ms"] if i and p else None, 1.0, False)
+    u, o = ok("smollm2", "greedy", f"{I4PY}[unfused]"), ok("smollm2", "greedy", "optimum")
+    if u and o:  # not a target: optimum's export run as exported, without `inference4py optimize`
+        out.append(f"- (info) smollm2 fp32 decode tok/s inference4py[unfused] / optimum: "
+                   f"{u['decode_tps'] / o['decode_tps']:.2f}; TTFT {u['ttft_ms'] / o['ttft_ms']:.2f}")
     i32, g32 = ok("smollm2", "greedy", f"{I4PY}[genai-fp32]"), ok("smollm2", "greedy", "genai")
     if i32 and g32:  # not a target: the same comparison when inference4py runs genai's own fp32 graph
         out.append(f"- (info) smollm2 fp32 decode tok/s inference4py[genai-fp32] / genai: "
@@ -289,6 +293,10 @@ def targets(results: dict[str, Any]) -> list[str]:
     else:
         line("smollm2 int4 decode tok/s inference4py[genai-int4] / genai[int4]",
              i4["decode_tps"] / g4["decode_tps"] if i4 and g4 else None, 1.0)
+        q4 = ok("smollm2", "greedy", f"{I4PY}[quantized-int4]")
+        if q4 and g4:  # not a target: optimum's export through `inference4py optimize` + `quantize --bits 4`
+            out.append(f"- (info) smollm2 int4 decode tok/s inference4py[quantized-int4] / genai[int4]: "
+                       f"{q4['decode_tps'] / g4['decode_tps']:.2f}")
     for model in ("gpt2", "llama", "qwen2", "t5", "bart"):
         for setting in ("greedy", "sample"):
             i, b = ok(model, setting, I4PY), ok(model, setting, "bare-iobinding")

@@ -77,8 +77,10 @@ class DecoderLoop:
         self.has_pos = "position_ids" in ins
         self.has_mask = "attention_mask" in ins
         self.branch = "use_cache_branch" in ins
-        self.shared = bool(genai) and read_json(folder / "genai_config.json").get("search", {}).get(
-            "past_present_share_buffer", False)
+        # genai folders say so in genai_config.json; any GroupQueryAttention graph (e.g. after
+        # `inference4py optimize`) accepts one buffer bound as past and present
+        self.shared = (read_json(folder / "genai_config.json").get("search", {}).get("past_present_share_buffer", False)
+                       if genai else any(n.op_type == "GroupQueryAttention" for n in _graph_nodes(folder / name)))
         config = read_json(folder / "config.json")
         shape = ins[self.past[0]].shape  # [batch, kv_heads, past, head_dim]; dims may be symbolic
         self.kv_heads = shape[1] if isinstance(shape[1], int) else (
@@ -219,6 +221,12 @@ class Seq2SeqLoop:
             self.dec.run_with_iobinding(binding)
             selfs = binding.get_outputs()[1:]
             logits = step_logits[0, 0]
+
+
+def _graph_nodes(path: Path) -> list:
+    import onnx
+
+    return list(onnx.load(str(path), load_external_data=False).graph.node)
 
 
 def _layer_key(name: str) -> tuple[int, str]:
