@@ -26,6 +26,10 @@ Variables
     Access token for private and gated repositories.  inference4py never reads
     it: huggingface_hub does, when no ``token=`` is passed.  Documented here so
     that all the variables that matter are listed in one place.
+``INFERENCE4PY_CACHE``
+    Where inference4py keeps what it derives from models (fused graphs of
+    ``fuse_attention()``): default ``$XDG_CACHE_HOME/inference4py``, else
+    ``~/.cache/inference4py``.
 ``INFERENCE4PY_NUM_THREADS``
     Default number of onnxruntime intra-op threads (a positive integer) when a
     builder does not set one.  Unset or empty: onnxruntime's default.
@@ -48,6 +52,7 @@ __all__ = [
     "offline_setting",
     "hf_hub_cache",
     "hf_endpoint",
+    "inference4py_cache",
     "default_num_threads",
     "default_providers",
 ]
@@ -98,6 +103,14 @@ def hf_endpoint() -> str | None:
     """``HF_ENDPOINT`` without a trailing slash, or None for huggingface_hub's default."""
     value = _get("HF_ENDPOINT")
     return value.rstrip("/") if value is not None else None
+
+
+def inference4py_cache() -> Path:
+    """``$INFERENCE4PY_CACHE``, else ``$XDG_CACHE_HOME/inference4py``, else ``~/.cache/inference4py``."""
+    explicit = _get("INFERENCE4PY_CACHE")
+    if explicit is not None:
+        return Path(os.path.expandvars(explicit)).expanduser()
+    return Path(os.path.expandvars(_get("XDG_CACHE_HOME") or os.path.join("~", ".cache"))).expanduser() / "inference4py"
 
 
 def default_num_threads() -> int | None:

@@ -108,6 +108,10 @@ def _add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--greedy", action="store_true", help="always take the most likely token")
     group.add_argument("--system", metavar="PROMPT", help="system prompt (needs a model with a chat template)")
+    parser.add_argument(
+        "--fuse-attention", action="store_true",
+        help="run a fused copy of the graph (inference4py optimize; made once, cached; needs the onnx package)",
+    )
 
 
 def _build_generator(args: argparse.Namespace) -> Any:
@@ -130,6 +134,8 @@ def _build_generator(args: argparse.Namespace) -> Any:
         builder = builder.system_prompt(args.system)
     if getattr(args, "chat_template", False):
         builder = builder.chat_template()
+    if args.fuse_attention:
+        builder = builder.fuse_attention()
     return builder.build()
 
 

@@ -49,7 +49,7 @@ import numpy as np
 
 from inference4py.errors import ConfigurationError, ModelLoadError, ModelNotFoundError, UnsupportedModelError
 
-__all__ = ["FusionReport", "fuse_attention", "optimize_folder"]
+__all__ = ["FusionReport", "fuse_attention", "fused_model_folder", "optimize_folder"]
 
 _log = logging.getLogger(__name__)
 
@@ -121,6 +121,54 @@ def optimize_folder(folder: str | os.PathLike[str], out: str | os.PathLike[str],
         shutil.copy2(path, target)
     _save(fused, dst / rel)
     return report
+
+
+#: Bumped whenever the rewrite changes, so cached fused folders of older rewrites are not reused.
+FUSION_VERSION = 1
+
+
+def fused_model_folder(folder: str | os.PathLike[str], *, level: str = "rotary",
+                       cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The fused copy of ``folder``, made once and kept in the inference4py cache.
+
+    What the builders' ``fuse_attention()`` uses.  The cache key is the decoder graph's
+    path, size and modification time, the level and :data:`FUSION_VERSION`, so a
+    re-downloaded or edited model is fused again.  The copy lives in
+    ``cache_dir`` (default: ``INFERENCE4PY_CACHE``, else ``~/.cache/inference4py``) under
+    ``fused/``; it holds the rewritten graph and copies of the folder's other files.
+
+    Raises:
+        Everything :func:`optimize_folder` raises (an unfusable model is refused with the reason).
+    """
+    import hashlib
+
+    from inference4py import _env
+
+    src = Path(folder).expanduser()
+    graph = _decoder_graph(src) if src.is_dir() else src / "model.onnx"
+    if not src.is_dir():
+        raise ModelNotFoundError(f"Model folder {src} does not exist.")
+    st = graph.stat()
+    key = hashlib.sha256(f"{graph.resolve()}|{st.st_size}|{st.st_mtime_ns}|{level}|{FUSION_VERSION}".encode()).hexdigest()
+    root = Path(cache_dir).expanduser() if cache_dir is not None else _env.inference4py_cache() / "fused"
+    out = root / key[:24]
+    done = out / ".inference4py-fused"
+    if done.is_file():
+        return out
+    tmp = root / f"{key[:24]}.partial-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    try:
+        report = optimize_folder(src, tmp, level=level)
+        (tmp / ".inference4py-fused").write_text(f"{src}\n{report.summary()}\n", encoding="utf-8")
+        if out.exists():  # an unfinished copy of another process
+            shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    _log.info("fused %s into %s: %s", src, out, report.summary())
+    return out
 
 
 def fuse_attention(model: Any, config: Mapping[str, Any], *, level: str = "rotary",

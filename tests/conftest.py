@@ -23,6 +23,7 @@ def _isolated_hf_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(home))
     monkeypatch.setenv("HF_HUB_CACHE", str(home / "hub"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("INFERENCE4PY_CACHE", str(home / "inference4py"))  # fused graphs stay in the test's tmp
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     monkeypatch.delenv("HF_TOKEN", raising=False)
     yield

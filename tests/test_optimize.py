@@ -183,3 +183,35 @@ def test_optimize_errors(tmp_path):
     with pytest.raises(UnsupportedModelError, match="sliding window of 16"):
         optimize_folder(windowed, tmp_path / "x")
     assert not (tmp_path / "x").exists()  # nothing written on refusal
+
+
+def test_builder_fuses_once_and_caches(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFERENCE4PY_CACHE", str(tmp_path / "cache"))
+    case = FUSED["qwen2-h16"]["cases"][0]
+    with OnnxTextGenerator.builder().model_path(MODELS / "qwen2-h16").fuse_attention().build() as gen:
+        assert gen._runtime.shared_kv
+        assert gen.folder.parent == tmp_path / "cache" / "fused"
+        assert list(gen.generate(case["prompt_ids"], **_overrides(case)).token_ids) == case["output_ids"]
+        first = gen.folder
+    stamp = (first / "model.onnx").stat().st_mtime_ns
+    with OnnxTextGenerator.from_pretrained(str(MODELS / "qwen2-h16"), fuse_attention=True) as again:
+        assert again.folder == first  # reused, not fused again
+    assert (first / "model.onnx").stat().st_mtime_ns == stamp
+    assert len(list((tmp_path / "cache" / "fused").iterdir())) == 1
+    # an already fused folder (GroupQueryAttention inside) runs as it is
+    with OnnxTextGenerator.builder().model_path(first).fuse_attention().build() as same:
+        assert same.folder == first
+    # a model that cannot be fused is refused with the reason, nothing is left in the cache
+    with pytest.raises(UnsupportedModelError, match="Nothing in this graph"):
+        OnnxTextGenerator.builder().model_path(MODELS / "gpt2").fuse_attention().build()
+    assert len(list((tmp_path / "cache" / "fused").iterdir())) == 1
+
+
+def test_cli_generate_with_fused_attention(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("INFERENCE4PY_CACHE", str(tmp_path / "cache"))
+    args = ["generate", "--model", str(MODELS / "llama-h16"), "--max-new-tokens", "8", "--greedy", "The old house"]
+    assert main(args) == 0
+    plain = capsys.readouterr().out
+    assert main([*args[:1], "--fuse-attention", *args[1:]]) == 0
+    assert capsys.readouterr().out == plain
+    assert any((tmp_path / "cache" / "fused").iterdir())
