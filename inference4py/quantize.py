@@ -76,6 +76,7 @@ def quantize_folder(
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
             model = onnx.load(str(graph))
+            _fold_weight_transposes(model)
             quantizer = MatMulNBitsQuantizer(model, bits=bits, block_size=block_size, is_symmetric=symmetric,
                                              accuracy_level=accuracy_level)
             quantizer.process()
@@ -85,3 +86,47 @@ def quantize_folder(
             raise ModelLoadError(f"Could not quantize {graph.name}: {str(exc)[:300]}") from exc
         written.append(target)
     return written
+
+
+def _fold_weight_transposes(model) -> int:
+    """Give MatMuls that read ``Transpose(initializer)`` a transposed initializer of their own.
+
+    Exports of models with tied embeddings feed the output projection through a Transpose of
+    the embedding matrix; onnxruntime folds it when the session loads, but the quantizer only
+    quantizes MatMuls whose weight is an initializer, so without this the largest matrix
+    (vocabulary x hidden) would stay in fp32.  The embedding itself is left as it is.
+    Returns the number of MatMuls rewired.
+    """
+    from onnx import numpy_helper
+
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output}
+    folded: dict[str, str] = {}
+    count = 0
+    for node in graph.node:
+        if node.op_type != "MatMul" or len(node.input) != 2 or node.input[1] in inits:
+            continue
+        tr = producer.get(node.input[1])
+        if tr is None or tr.op_type != "Transpose" or tr.input[0] not in inits:
+            continue
+        perm = next((list(a.ints) for a in tr.attribute if a.name == "perm"), None)
+        if perm not in (None, [1, 0]):
+            continue
+        name = folded.get(tr.output[0])
+        if name is None:
+            array = numpy_helper.to_array(inits[tr.input[0]])
+            if array.ndim != 2:
+                continue
+            name = tr.output[0] + "/folded"
+            graph.initializer.append(numpy_helper.from_array(array.T.copy(), name))
+            folded[tr.output[0]] = name
+        node.input[1] = name
+        count += 1
+    if count:  # drop Transposes nothing reads any more
+        used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+        keep = [n for n in graph.node if not (n.op_type == "Transpose" and n.output[0] in folded
+                                             and n.output[0] not in used)]
+        del graph.node[:]
+        graph.node.extend(keep)
+    return count
