@@ -110,7 +110,7 @@ def optimize_folder(folder: str | os.PathLike[str], out: str | os.PathLike[str],
         model = onnx.load(str(graph_path))
     except Exception as exc:  # onnx raises DecodeError / OSError / ValueError
         raise ModelLoadError(f"Could not read {graph_path} as an ONNX graph: {exc}") from exc
-    fused, report = fuse_attention(model, config, level=level)
+    fused, report = fuse_attention(model, config, level=level, reload=lambda: onnx.load(str(graph_path)))
     dst.mkdir(parents=True, exist_ok=True)
     rel = graph_path.relative_to(src)
     for path in src.rglob("*"):
@@ -171,34 +171,50 @@ def fused_model_folder(folder: str | os.PathLike[str], *, level: str = "rotary",
     return out
 
 
-def fuse_attention(model: Any, config: Mapping[str, Any], *, level: str = "rotary",
-                   check: bool = True) -> tuple[Any, FusionReport]:
-    """Return a copy of ``model`` (an ``onnx.ModelProto`` with its weights) with fused attention.
+def fuse_attention(model: Any, config: Mapping[str, Any], *, level: str = "rotary", check: bool = True,
+                   reload: Callable[[], Any] | None = None) -> tuple[Any, FusionReport]:
+    """Return ``model`` (an ``onnx.ModelProto`` with its weights) with fused attention.
 
     ``config`` is the model's config.json (head counts, head size, attention options).
     With ``check`` (the default) the result is compared with the original on random
-    input; a level whose result differs falls back to the next one.
+    input; a level whose result differs falls back to the next one.  Without ``reload``
+    the rewrite works on a copy and ``model`` is left as it is; with it, ``model`` itself
+    is rewritten and ``reload()`` gives a fresh original for a fallback (for large
+    models: one copy of the weights in memory instead of two).
     """
     refusal = _unsupported_attention(config)
     if refusal:
         raise UnsupportedModelError(f"Attention fusion is not available for this model: {refusal}")
     levels = _LEVELS[_LEVELS.index(level):]
     reasons: list[str] = []
+    nodes_before = len(model.graph.node)
+    reference = _reference_logits(model) if check else None  # the original's logits, computed once
+    source: Any = model
     for lvl in levels:
+        if source is None:
+            source = reload() if reload is not None else model
+        work = source if reload is not None else _copy(source)
+        source = None
         try:
-            fused, layers, notes = _Fuser(model, config, rotary=(lvl == "rotary")).run()
+            fused, layers, notes = _Fuser(work, config, rotary=(lvl == "rotary")).run()
         except _NoMatch as exc:
             reasons.append(f"{lvl}: {exc}")
             continue
-        diff = _compare(model, fused) if check else 0.0
+        diff = _check(fused, reference) if reference is not None else 0.0
         if diff is None:
             reasons.append(f"{lvl}: the fused graph's logits differ from the original's")
             continue
-        return fused, FusionReport(lvl, layers, len(model.graph.node), len(fused.graph.node), diff, notes + reasons)
+        return fused, FusionReport(lvl, layers, nodes_before, len(fused.graph.node), diff, notes + reasons)
     raise UnsupportedModelError(
         "Nothing in this graph could be fused into GroupQueryAttention (" + "; ".join(reasons) + "). "
         "The model still runs unfused; onnxruntime-genai's builder is another way to get a fused graph."
     )
+
+
+def _copy(model: Any) -> Any:
+    import copy
+
+    return copy.deepcopy(model)
 
 
 # --------------------------------------------------------------------------- the rewrite
@@ -235,10 +251,8 @@ class _Rotary:
 
 class _Fuser:
     def __init__(self, model: Any, config: Mapping[str, Any], *, rotary: bool) -> None:
-        import copy
-
         self.onnx = _import_onnx()
-        self.model = copy.deepcopy(model)
+        self.model = model  # rewritten in place
         self.graph = self.model.graph
         self.config = _text_config(config)
         self.rotary = rotary
@@ -755,11 +769,22 @@ class _Fuser:
 
 
 def _session(model: Any) -> Any:
+    """An onnxruntime session of an in-memory model (through a temporary file beyond protobuf's 2 GB)."""
+    import tempfile
+
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 4
-    return ort.InferenceSession(model.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"])
+    if model.ByteSize() < _EXTERNAL_DATA_BYTES:
+        return ort.InferenceSession(model.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"])
+    with tempfile.TemporaryDirectory(prefix="inference4py-fuse-") as tmp:
+        path = Path(tmp) / "model.onnx"
+        _import_onnx().save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                            location="model.onnx_data")
+        # external data files are read when the session loads; the folder can go afterwards
+        opts.add_session_config_entry("session.use_device_allocator_for_initializers", "1")
+        return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
 
 
 def _evaluate(model: Any, inputs: Sequence[str], outputs: Sequence[str], feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
@@ -802,38 +827,63 @@ def _evaluate(model: Any, inputs: Sequence[str], outputs: Sequence[str], feeds: 
         raise _NoMatch(f"the rotary subgraph could not be evaluated: {exc}") from exc
 
 
-def _compare(original: Any, fused: Any, *, steps: int = 4, prompt: int = 6) -> float | None:
-    """Largest logit difference between the graphs over a prompt and decode steps (None: too large).
+_CHECK_PROMPT, _CHECK_STEPS = 6, 4
 
-    The original runs as exported (each step's present fed back as past); the fused graph
-    runs the way inference4py's engine runs GroupQueryAttention graphs: one buffer per cache
-    tensor bound as both past and present, the attention mask as wide as the buffer.
-    """
+
+def _check_tokens(vocab: Any) -> list[np.ndarray]:
+    """The check's input: a random prompt, then one random token per decode step."""
+    rng = np.random.default_rng(0)
+    high = vocab if isinstance(vocab, int) and vocab > 0 else 100
+    return [rng.integers(0, high, size=(1, _CHECK_PROMPT), dtype=np.int64)] + [
+        rng.integers(0, high, size=(1, 1), dtype=np.int64) for _ in range(_CHECK_STEPS)]
+
+
+def _reference_logits(original: Any) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+    """The original graph's last-position logits over the check's prompt and steps, as exported
+    (each step's present fed back as past): (token chunks, logits per chunk)."""
     try:
-        a, b = _session(original), _session(fused)
+        sess = _session(original)
+    except Exception as exc:
+        raise UnsupportedModelError(f"The original graph does not load in onnxruntime: {str(exc)[:300]}") from exc
+    vocab = next(o for o in sess.get_outputs() if o.name == "logits").shape[-1]
+    chunks = _check_tokens(vocab)
+    names = [o.name for o in sess.get_outputs()]
+    past: dict[str, np.ndarray] = {}
+    logits, total = [], 0
+    try:
+        for chunk in chunks:
+            total += chunk.shape[1]
+            out = dict(zip(names, sess.run(names, _feeds(sess, chunk, total, past))))
+            past = {n.replace("present", "past_key_values", 1): v for n, v in out.items() if n.startswith("present")}
+            logits.append(out["logits"][:, -1].astype(np.float32))
+    except _NoMatch as exc:
+        raise UnsupportedModelError(f"Attention fusion cannot check this graph: {exc}.") from exc
+    except Exception as exc:
+        raise UnsupportedModelError(f"The original graph does not run a prompt and decode steps: {str(exc)[:300]}") from exc
+    return chunks, logits
+
+
+def _check(fused: Any, reference: tuple[list[np.ndarray], list[np.ndarray]]) -> float | None:
+    """Largest logit difference of the fused graph from the reference (None: too large, or it fails).
+
+    The fused graph runs the way inference4py's engine runs GroupQueryAttention graphs: one
+    buffer per cache tensor bound as both past and present, the attention mask as wide as the
+    buffer once the prompt is in.
+    """
+    chunks, expected = reference
+    try:
+        shared = _SharedRun(_session(fused), capacity=sum(c.shape[1] for c in chunks) + 2)
     except Exception as exc:
         _log.info("fused graph does not load: %s", exc)
         return None
-    rng = np.random.default_rng(0)
-    vocab = next(o for o in a.get_outputs() if o.name == "logits").shape[-1]
-    high = vocab if isinstance(vocab, int) and vocab > 0 else 100
-    ids = rng.integers(0, high, size=(1, prompt), dtype=np.int64)
-    worst = 0.0
-    past_a: dict[str, np.ndarray] = {}
-    shared = _SharedRun(b, capacity=prompt + steps + 2)
-    total = 0
-    for step in range(steps + 1):
-        chunk = ids if step == 0 else rng.integers(0, high, size=(1, 1), dtype=np.int64)
+    worst, total = 0.0, 0
+    for chunk, ref in zip(chunks, expected):
         total += chunk.shape[1]
-        names = [o.name for o in a.get_outputs()]
         try:
-            out = dict(zip(names, a.run(names, _feeds(a, chunk, total, past_a))))
             got = shared.run(chunk, total)
         except Exception as exc:
             _log.info("fused graph check failed to run: %s", exc)
             return None
-        past_a = {n.replace("present", "past_key_values", 1): v for n, v in out.items() if n.startswith("present")}
-        ref = out["logits"][:, -1].astype(np.float32)
         if ref.shape != got.shape:
             return None
         diff = float(np.max(np.abs(ref - got)))

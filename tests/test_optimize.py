@@ -143,6 +143,11 @@ def test_a_wrong_fusion_is_caught_by_the_check():
     config["num_key_value_heads"] = 4  # the graph has 2
     with pytest.raises(UnsupportedModelError, match="differ"):
         fuse_attention(model, config)
+    # without reload=, the caller's model is left as it was; with the right config it fuses
+    assert sum(n.op_type == "Softmax" for n in model.graph.node) == 2
+    fused, report = fuse_attention(model, {**config, "num_key_value_heads": 2})
+    assert report.level == "rotary" and sum(n.op_type == "Softmax" for n in model.graph.node) == 2
+    assert not any(n.op_type == "Softmax" for n in fused.graph.node)
 
 
 def test_cli_optimize(tmp_path, capsys):
