@@ -28,9 +28,9 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -372,6 +372,19 @@ class Tokenizer(ABC):
         """:meth:`decode` for several id lists."""
         return [self.decode(ids, skip_special_tokens=skip_special_tokens) for ids in batch]
 
+    def _native_decode_stream(
+        self, context: Sequence[int], *, skip_special_tokens: bool
+    ) -> Callable[[int | list[int]], str | None] | None:
+        """A native incremental decoder, for :class:`~inference4py.generation.streaming.IncrementalDetokenizer`.
+
+        The callable takes the next id (or ids) and returns the text they complete,
+        or None while it waits, with the window algorithm of that class on raw text
+        (no clean-up), starting after ``context``.  It may raise where that class
+        waits (text that rewrites emitted text); the caller then goes on without it.
+        None when this back end has no such decoder.
+        """
+        return None
+
     def _id_of(self, attr: str) -> int | None:
         token = self._special_tokens.get(attr)
         return None if token is None else self.token_to_id(token)
@@ -595,6 +608,22 @@ class _FastTokenizer(Tokenizer):
 
     def id_to_token(self, token_id: int) -> str | None:
         return self._backend.id_to_token(int(token_id))
+
+    def _native_decode_stream(
+        self, context: Sequence[int], *, skip_special_tokens: bool
+    ) -> Callable[[int | list[int]], str | None] | None:
+        # tokenizers' DecodeStream runs the same window algorithm as IncrementalDetokenizer,
+        # in Rust: one call per token.  Releases without it (or without its ``ids``
+        # argument, the context) leave the window code in Python.
+        if type(self).decode is not _FastTokenizer.decode:  # a subclass decoding otherwise
+            return None
+        try:
+            from tokenizers.decoders import DecodeStream
+
+            stream = DecodeStream(ids=[int(i) for i in context], skip_special_tokens=skip_special_tokens)
+        except (ImportError, TypeError):
+            return None
+        return partial(stream.step, self._backend)
 
     def token_to_id(self, token: str) -> int | None:
         return self._backend.token_to_id(token)

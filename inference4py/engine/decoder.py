@@ -15,7 +15,14 @@ import onnxruntime as ort
 
 from inference4py.engine.kv_cache import KVLayout, check_cache_names, discover_layout
 from inference4py.engine.pipeline import PipelineSpec
-from inference4py.engine.sessions import SessionOptions, TensorInfo, create_session, graph_inputs, graph_outputs, run_binding
+from inference4py.engine.sessions import (
+    SessionOptions,
+    StepBinding,
+    TensorInfo,
+    create_session,
+    graph_inputs,
+    graph_outputs,
+)
 from inference4py.errors import InvalidInputError, PipelineSpecError, UnsupportedModelError
 
 __all__ = ["DecoderRuntime", "DecoderState", "context_length", "open_session"]
@@ -81,6 +88,8 @@ class _Graph:
                 "computes positions itself."
             )
         self.has_cache_branch = "use_cache_branch" in self.inputs
+        # (past input, present output) of each self-attention cache tensor, in layout order
+        self.cache_names: tuple[tuple[str, str], ...] = tuple((e.input, e.output) for e in self.layout.self_entries)
         self.logits_to_keep = next((n for n in _LOGITS_TO_KEEP if n in self.inputs), None)
         self.logits_dtype = self.outputs["logits"].dtype
 
@@ -172,7 +181,7 @@ class DecoderState:
     Two cache modes:
 
     * growing (any graph): each step's ``present`` OrtValues are bound as the next
-      step's ``past``;
+      step's ``past`` (kept as a list aligned with the layout's self entries);
     * shared buffer (GroupQueryAttention graphs, ``shared_buffer`` is True): one
       ``[batch, kv_heads, capacity, head_size]`` buffer per cache tensor, bound as
       both past and present; rows are kept right-padded (each row's valid length
@@ -194,12 +203,16 @@ class DecoderState:
 
     def _reset(self) -> None:
         self.length = 0
-        self._past: dict[str, Any] = {}  # growing mode: input name -> OrtValue (or ndarray)
+        # growing mode: one OrtValue (native or wrapped, see StepBinding) per entry of
+        # rt.layout.self_entries, in that order; None before the first run
+        self._past: list[Any] | None = None
         self._maskbuf = np.zeros((self.batch, 0), dtype=self._mask_dtype)  # [batch, cap]
         self._next_pos = np.zeros((self.batch,), dtype=np.int64)
-        self._binding: ort.IOBinding | None = None
+        self._binding: StepBinding | None = None  # the step graph's binding, made once
         self._step_ready = False
         self._step_logits: np.ndarray | None = None
+        self._step_out: np.ndarray | None = None  # [batch, vocab] view of _step_logits
+        self._step_f32 = True  # whether _step_out is float32 already
         # shared mode
         self._kv: dict[str, tuple[np.ndarray, ort.OrtValue]] = {}
         self._valid = np.zeros((self.batch,), dtype=np.int64)  # valid tokens per row
@@ -243,9 +256,13 @@ class DecoderState:
             return self.prefill(np.asarray(tokens, dtype=np.int64).reshape(self.batch, 1))
         if not self._step_ready:
             self._bind_step()
-        self._step_ids[:, 0] = np.reshape(tokens, -1)
-        binding = self._binding
-        assert binding is not None
+        if isinstance(tokens, np.ndarray) and tokens.ndim == 1:  # the usual [batch]: no reshape call
+            self._step_ids[:, 0] = tokens
+        else:
+            self._step_ids[:, 0] = np.reshape(tokens, -1)
+        fast = self._binding
+        assert fast is not None
+        g = self.rt.rest
         if self.shared_buffer:
             top = self._top_valid  # the longest row (python int: no numpy reduction per step)
             if top + 1 > self.capacity:
@@ -260,29 +277,31 @@ class DecoderState:
                 self._step_pos[:, 0] = self._valid
             self._valid += 1
             self._top_valid = top + 1
-            run_binding(self.rt.rest.session, binding, what=self.rt.rest.name)
+            fast.run(what=g.name)
         else:
-            g = self.rt.rest
-            self._ensure_mask(self.length + 1)
-            self._maskbuf[:, self.length] = 1
-            if g.has_mask:
-                m = self._maskbuf[:, : self.length + 1]
-                binding.bind_ortvalue_input("attention_mask", ort.OrtValue.ortvalue_from_numpy(
-                    m if self.batch == 1 else np.ascontiguousarray(m)))
-            if self._step_pos is not None:
-                self._step_pos[:, 0] = self._next_pos
-            for entry in g.layout.self_entries:
-                binding.bind_ortvalue_input(entry.input, self._past[entry.input])
-                binding.bind_output(entry.output, "cpu")
-            run_binding(g.session, binding, what=g.name)
-            outputs = binding.get_outputs()
-            self._past = {e.input: outputs[i] for i, e in self._present_index}
-            self._next_pos += 1
+            # Per step: the mask view and the cache are rebound, everything else was bound
+            # once by _bind_step (ids, positions, logits write into arrays bound in place).
+            length = self.length
+            if length >= self._maskbuf.shape[1]:
+                self._ensure_mask(length + 1)
+            mask = self._maskbuf
+            if self.batch == 1:
+                mask[0, length] = 1
+                if g.has_mask:
+                    fast.bind_view("attention_mask", mask[:, : length + 1], mask)  # [1, length + 1]
+            else:
+                mask[:, length] = 1
+                if g.has_mask:
+                    fast.bind_array("attention_mask", np.ascontiguousarray(mask[:, : length + 1]))
+            assert self._past is not None
+            fast.rebind_cache(g.cache_names, self._past)
+            fast.run(what=g.name)
+            self._past = fast.outputs(1)  # logits are bound first, then the presents in layout order
+            self._next_pos += 1  # (a view of the bound positions, see _bind_step)
         self.length += 1
-        logits = self._step_logits
-        assert logits is not None
-        last = logits[:, 0, :] if logits.ndim == 3 else logits
-        return last if last.dtype == np.float32 else last.astype(np.float32)
+        out = self._step_out
+        assert out is not None
+        return out if self._step_f32 else out.astype(np.float32)
 
     def reorder(self, indices: np.ndarray) -> None:
         """Reorder (and possibly repeat) batch rows, e.g. for beam search: row i <- row indices[i]."""
@@ -295,12 +314,11 @@ class DecoderState:
             self._valid = self._valid[idx]
             self._pad = self._pad[idx]
         else:
-            new_past = {}
-            for entry in self.rt.layout.self_entries:
-                arr = self._as_numpy(entry.input)
-                new_past[entry.input] = ort.OrtValue.ortvalue_from_numpy(
-                    np.ascontiguousarray(np.take(arr, idx, axis=entry.batch_axis)))
-            self._past = new_past
+            assert self._past is not None
+            self._past = [
+                ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(np.take(value.numpy(), idx, axis=entry.batch_axis)))
+                for entry, value in zip(self.rt.layout.self_entries, self._past)
+            ]
             self._maskbuf = np.ascontiguousarray(self._maskbuf[idx])
             self._next_pos = self._next_pos[idx]
         self.batch = len(idx)
@@ -328,22 +346,19 @@ class DecoderState:
             self._maskbuf[np.arange(self.capacity)[None, :] < self._valid[:, None]] = 1
             self.length = length
             return
-        new_past = {}
-        for entry in self.rt.layout.self_entries:
-            arr = self._as_numpy(entry.input)
+        assert self._past is not None
+        new_past = []
+        for entry, value in zip(self.rt.layout.self_entries, self._past):
+            arr = value.numpy()
             sl = [slice(None)] * arr.ndim
             sl[entry.seq_axis] = slice(0, length)
-            new_past[entry.input] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr[tuple(sl)]))
+            new_past.append(ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr[tuple(sl)])))
         self._past = new_past
         self._maskbuf[:, length:] = 0
         self._next_pos = self._maskbuf[:, :length].sum(axis=1).astype(np.int64)
         self.length = length
 
     # ------------------------------------------------------------------ internals
-    def _as_numpy(self, name: str) -> np.ndarray:
-        value = self._past[name]
-        return value.numpy() if isinstance(value, ort.OrtValue) else value
-
     def _want(self, needed: int) -> int:
         cap = max(needed, self.capacity or needed + _DEFAULT_EXTRA)
         if needed > self.capacity and self.capacity:
@@ -387,19 +402,19 @@ class DecoderState:
         self.capacity = cap
         self._step_ready = False
 
-    def _new_binding(self, g: _Graph) -> ort.IOBinding:
+    def _new_binding(self, g: _Graph) -> StepBinding:
         if g is self.rt.rest:
             if self._binding is None:
-                self._binding = g.session.io_binding()
+                self._binding = StepBinding(g.session)
             return self._binding
-        return g.session.io_binding()
+        return StepBinding(g.session)
 
     def _bind_step(self) -> None:
         """Bind what stays the same from step to step (done again after prefill / reorder / rewind / growth)."""
         g = self.rt.rest
-        binding = self._new_binding(g)
-        binding.clear_binding_inputs()
-        binding.clear_binding_outputs()
+        fast = self._new_binding(g)
+        fast.clear()
+        binding = fast.binding
         self._step_ids = np.zeros((self.batch, 1), dtype=g.ids_dtype)
         self._rows = np.arange(self.batch)
         self._top_valid = int(self._valid.max()) if self.batch else 0
@@ -417,6 +432,7 @@ class DecoderState:
         vocab = self._vocab
         shape = (self.batch, 1, vocab) if self._logits_rank == 3 else (self.batch, vocab)
         self._step_logits = np.empty(shape, dtype=g.logits_dtype)
+        self._step_out = self._step_logits[:, 0, :] if self._logits_rank == 3 else self._step_logits
         binding.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(self._step_logits))
         if self.shared_buffer:
             # Full-width mask: the graph reads each row's sum (seqlens_k) and its width (total_sequence_length).
@@ -426,9 +442,13 @@ class DecoderState:
                 binding.bind_ortvalue_input(entry.input, value)
                 binding.bind_ortvalue_output(entry.output, value)
         else:
-            for entry in g.layout.self_entries:
-                binding.bind_output(entry.output, "cpu")
-            self._present_index = [(i + 1, e) for i, e in enumerate(g.layout.self_entries)]
+            for _, present in g.cache_names:  # after logits: step() reads them from output 1 on
+                binding.bind_output(present, "cpu")
+            if self._step_pos is not None:
+                # The next positions live in the bound array itself: step() adds 1 after each run.
+                self._step_pos[:, 0] = self._next_pos
+                self._next_pos = self._step_pos[:, 0]  # [batch] view
+        self._step_f32 = self._step_logits.dtype == np.float32
         self._step_ready = True
 
     def _prefill_shared(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -465,9 +485,9 @@ class DecoderState:
         new_valid = self._valid + counts
         self._maskbuf[np.arange(self.capacity)[None, :] < new_valid[:, None]] = 1
         chunk_mask = np.ascontiguousarray(self._maskbuf[:, :width])
-        binding = self._new_binding(g)
-        binding.clear_binding_inputs()
-        binding.clear_binding_outputs()
+        fast = self._new_binding(g)
+        fast.clear()
+        binding = fast.binding
         self._step_ready = False
         keep = [ids.astype(g.ids_dtype, copy=False), chunk_mask]
         binding.bind_cpu_input("input_ids", np.ascontiguousarray(keep[0]))
@@ -481,7 +501,7 @@ class DecoderState:
             value = self._kv[entry.input][1]
             binding.bind_ortvalue_input(entry.input, value)
             binding.bind_ortvalue_output(entry.output, value)
-        run_binding(g.session, binding, what=g.name)
+        fast.run(what=g.name)
         logits = binding.get_outputs()[0].numpy()  # [batch, n, vocab]
         self._vocab = logits.shape[-1]
         last_idx = np.maximum(counts - 1, 0)
@@ -494,9 +514,9 @@ class DecoderState:
         """Growing mode, several tokens per row (prefill)."""
         first_run = self.length == 0
         g = self.rt.first if first_run else self.rt.rest
-        binding = self._new_binding(g)
-        binding.clear_binding_inputs()
-        binding.clear_binding_outputs()
+        fast = self._new_binding(g)
+        fast.clear()
+        binding = fast.binding
         self._step_ready = False
         keep_alive = []
 
@@ -514,14 +534,12 @@ class DecoderState:
             bind("use_cache_branch", np.array([not first_run], dtype=np.bool_))
         if g.logits_to_keep:
             bind(g.logits_to_keep, np.array(1, dtype=g.inputs[g.logits_to_keep].dtype))
-        for entry in g.layout.self_entries:
-            past = self._past.get(entry.input)
-            if past is None:
+        # A cache exists only once something ran, and then g is the step graph (rt.layout's).
+        for i, entry in enumerate(g.layout.self_entries):
+            if self._past is None:
                 bind(entry.input, g.layout.empty(entry, self.batch))
-            elif isinstance(past, ort.OrtValue):
-                binding.bind_ortvalue_input(entry.input, past)
             else:
-                bind(entry.input, past)
+                fast.bind_value(entry.input, self._past[i])
         binding.bind_output("logits", "cpu")
         for entry in g.layout.self_entries:
             binding.bind_output(entry.output, "cpu")
@@ -531,15 +549,15 @@ class DecoderState:
                 if entry.output in g.outputs:
                     binding.bind_output(entry.output, "cpu")
 
-        run_binding(g.session, binding, what=g.name)
-        outputs = binding.get_outputs()
+        fast.run(what=g.name)
+        outputs = fast.outputs()
         names = ["logits"] + [e.output for e in (g.layout.self_entries or [e for e in self.rt.layout.self_entries if e.output in g.outputs])]
         produced = dict(zip(names, outputs))
         logits = produced["logits"].numpy()
         self._vocab = logits.shape[-1]
         # [batch, seq, vocab] (or [batch, vocab] for graphs that already keep one position)
         last = logits[:, -1, :] if logits.ndim == 3 else logits
-        self._past = {e.input: produced[e.output] for e in self.rt.layout.self_entries}
+        self._past = [produced[e.output] for e in self.rt.layout.self_entries]
         self._next_pos = positions[:, -1] + 1
         self.length = full_mask.shape[1]
         return last.astype(np.float32, copy=False)

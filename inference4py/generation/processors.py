@@ -181,16 +181,22 @@ class NoBadWords(_Repr):
 class MinNewTokens(_Repr):
     """Mask EOS until ``min_new_tokens`` tokens follow the first ``prompt_length`` ids."""
 
-    __slots__ = ("prompt_length", "min_new_tokens", "eos_token_id")
+    __slots__ = ("prompt_length", "min_new_tokens", "eos_token_id", "_masked")
 
     def __init__(self, prompt_length: int, min_new_tokens: int, eos_token_id: Iterable[int] | int) -> None:
         self.prompt_length = int(prompt_length)
         self.min_new_tokens = int(min_new_tokens)
         self.eos_token_id = tuple(_ids(eos_token_id).tolist())
+        # (vocab size, the eos ids in it): this runs every step.  One id is kept as an int,
+        # a plain index (no fancy-indexing iterator).
+        self._masked: tuple[int, np.ndarray | int] = (-1, _ids(None))
 
     def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
         if input_ids.shape[1] - self.prompt_length < self.min_new_tokens:
-            scores[:, _vocab_ids(self.eos_token_id, scores.shape[1])] = _NEG_INF
+            if self._masked[0] != scores.shape[1]:
+                ids = _vocab_ids(self.eos_token_id, scores.shape[1])
+                self._masked = (scores.shape[1], int(ids[0]) if ids.size == 1 else ids)
+            scores[:, self._masked[1]] = _NEG_INF
         return scores
 
 

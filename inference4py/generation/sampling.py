@@ -7,11 +7,15 @@ one transformers' warpers define (temperature, then top-k, top-p, min-p: the
 same kept tokens and the same probabilities), computed with less work: top-k
 selects candidates with ``np.argpartition`` and every later step works on those
 k candidates only; the draw is one uniform number per row against float64
-cumulative probabilities, vectorised over the batch.
+cumulative probabilities, vectorised over the batch.  A batch of one with top-k
+(the usual streaming case) takes a path over the 1-D row that does the same
+arithmetic on the same arrays with fewer numpy calls: the same tokens for the
+same random numbers.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -74,7 +78,7 @@ def make_sampler(config: GenerationConfig) -> Sampler:
 
 
 class _WarpedSampler:
-    __slots__ = ("temperature", "top_k", "top_p", "min_p", "min_tokens_to_keep")
+    __slots__ = ("temperature", "top_k", "top_p", "min_p", "min_tokens_to_keep", "_top_p_cut")
 
     def __init__(self, *, temperature: float, top_k: int, top_p: float, min_p: float, min_tokens_to_keep: int) -> None:
         self.temperature = temperature
@@ -82,6 +86,7 @@ class _WarpedSampler:
         self.top_k = max(top_k, min_tokens_to_keep) if top_k > 0 else 0
         self.top_p = top_p
         self.min_p = min_p
+        self._top_p_cut = np.float32(1.0 - top_p)  # top-p removes cumulative probabilities <= this
 
     def __repr__(self) -> str:
         return (
@@ -90,6 +95,10 @@ class _WarpedSampler:
         )
 
     def __call__(self, scores: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        if scores.shape[0] == 1 and self.top_k:
+            token = self._sample_top_k_row(scores[0], rng)
+            if token is not None:
+                return np.array([token], dtype=np.int64)
         idx, vals = self.warp(scores)
         pos = _draw(vals, rng)
         if idx is None:
@@ -146,6 +155,61 @@ class _WarpedSampler:
                     np.put_along_axis(remove, top, False, axis=1)
             vals = np.where(remove, _NEG_INF, vals)
         return idx, vals
+
+    def _sample_top_k_row(self, row: np.ndarray, rng: np.random.Generator) -> int | None:
+        """One token from one row with top-k on: :meth:`warp` then :func:`_draw`, on a 1-D row.
+
+        The candidates are every token scoring >= the k-th score (ties at the cut
+        included, as in :func:`_top_k_candidates`), found with a partition of the
+        scores and a comparison (cheaper than ``np.argpartition``).  From there
+        every array holds the values the batch path computes, in the same order
+        (float32 sums depend on positions), so the token is the one the batch path
+        draws from the same generator; tests/generation/test_sampling.py checks it.
+        Shortcuts that keep the values: candidates sorted ascending have their
+        maximum last, and top-p's cumulative sums only grow, so top-p removes a
+        prefix.  Returns None, drawing nothing, for a row with NaN scores (the
+        batch path ranks NaN highest, a comparison never does) or no finite score.
+        """
+        s = np.asarray(row, dtype=np.float32)
+        if self.temperature != 1.0:
+            s = s / np.float32(self.temperature)
+        vocab = s.shape[0]
+        k = self.top_k
+        if k >= vocab:
+            return None
+        # (ndarray methods rather than np.* functions: no Python wrapper per call)
+        top = s.copy()
+        top.partition(vocab - k)
+        top = top[vocab - k :]  # top[0] is the k-th score
+        highest = top.max()
+        if math.isnan(highest) or highest == _NEG_INF:  # nothing finite to draw
+            return None
+        ids = (s >= top[0]).nonzero()[0][::-1]  # ids descending
+        vals = s[ids]
+        # Ascending by score, equal scores with the higher id first (the batch path's lexsort).
+        order = vals.argsort(kind="stable")
+        ids = ids[order]
+        vals = vals[order]  # [width], a new array: changed in place below
+        width = vals.shape[0]
+        keep = self.min_tokens_to_keep
+        if self.top_p < 1.0:  # _top_p_remove_sorted on one row
+            e = np.exp(vals - highest)
+            probs = e / e.sum()
+            cumulative32 = probs.cumsum(dtype=np.float64).astype(np.float32)
+            removed = int(cumulative32.searchsorted(self._top_p_cut, side="right"))
+            vals[: min(removed, width - keep)] = _NEG_INF
+        if self.min_p > 0.0:
+            remove = _min_p_remove(vals[None, :], self.min_p)[0]
+            remove[width - keep :] = False
+            vals[remove] = _NEG_INF
+        # _draw on one row
+        weights = vals.astype(np.float64)
+        weights -= weights[-1]  # the maximum
+        np.exp(weights, out=weights)
+        cumulative = weights.cumsum()  # finite, non-decreasing: searchsorted counts the entries <= target
+        total = cumulative[-1]
+        target = min(rng.random() * total, math.nextafter(total, 0.0))  # the number random(1) draws
+        return int(ids[cumulative.searchsorted(target, side="right")])
 
 
 def _top_k_candidates(s: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

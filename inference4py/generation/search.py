@@ -48,21 +48,25 @@ def generate_step(
         rng: random generator handed to the sampler.
     """
     n = len(prompt_ids)
+    max_new = config.max_new_tokens
     # One buffer for the whole sequence: processors see a view, nothing grows per step.
-    ids = np.empty((1, n + config.max_new_tokens), dtype=np.int64)  # [1, prompt + new]
+    ids = np.empty((1, n + max_new), dtype=np.int64)  # [1, prompt + new]
     ids[0, :n] = prompt_ids
     eos = frozenset(config.eos_token_id)
+    processors = tuple(processors)
     logits = model.prefill(ids[:, :n])  # [1, vocab]
     step_input = np.empty((1,), dtype=np.int64)
-    for i in range(config.max_new_tokens):
+    for i in range(max_new):
         cur = n + i
         scores = logits
-        for proc in processors:
-            scores = proc(ids[:, :cur], scores)
+        if processors:
+            seen = ids[:, :cur]
+            for proc in processors:
+                scores = proc(seen, scores)
         token = int(sampler(scores, rng)[0])
         ids[0, cur] = token
         yield token
-        if token in eos or i + 1 == config.max_new_tokens:
+        if token in eos or i + 1 == max_new:
             return
         step_input[0] = token
         logits = model.step(step_input)

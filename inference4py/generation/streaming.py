@@ -24,6 +24,12 @@ that treat the first token specially (Metaspace / sentencepiece drop its
 leading space) treat the same token specially in both decodes.  The cost per
 token is a decode of a few tokens, never of the whole sequence.
 
+Tokenizers of the ``tokenizers`` library run the same algorithm natively
+(``tokenizers.decoders.DecodeStream``, one call per token) when no clean-up and
+no special-token holding is asked for; the window code above stays the
+always-correct fallback, and takes over for the rest of a stream whenever the
+native decoder refuses text (it raises where the window code waits).
+
 :class:`StopSequenceMatcher` cuts a text stream at the first stop string, even
 when the stop string arrives split across any number of pieces, and never lets
 any part of it out.
@@ -32,8 +38,9 @@ any part of it out.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, InvalidInputError
 from ..tokenization import clean_up_tokenization
@@ -49,6 +56,19 @@ _BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 # clean_up_tokenization (its patterns: " .", " ?", " !", " ,", " ' ", " n't",
 # " 'm", " 's", " 've", " 're"); they are the proper prefixes of those patterns.
 _CLEANUP_OPEN_TAILS = (" ", " '", " n", " n'", " 'v", " 'r")
+
+# IncrementalDetokenizer._holds per token id, shared by every stream over one tokenizer
+# (a stream is short: a cache of its own would be refilled by every generation call).
+_HOLD_CACHES: weakref.WeakKeyDictionary[Any, dict[bool, dict[int, bool]]] = weakref.WeakKeyDictionary()
+_HOLD_CACHE_SIZE = 65536
+
+
+def _hold_cache(tokenizer: Any, skip_special_tokens: bool) -> dict[int, bool]:
+    try:
+        per_skip = _HOLD_CACHES.setdefault(tokenizer, {})
+    except TypeError:  # not weak-referenceable: a cache for this stream only
+        return {}
+    return per_skip.setdefault(skip_special_tokens, {})
 
 
 class IncrementalDetokenizer:
@@ -100,7 +120,17 @@ class IncrementalDetokenizer:
         self._context_text = self._prefix_text
         self._pieces: list[str] = []
         self._finished = False
-        self._hold_cache: dict[int, bool] = {}
+        self._hold_cache = _hold_cache(tokenizer, skip_special_tokens)
+        # The native decoder (see the module docstring), fed every id up to _fed.  While it
+        # runs, _prefix and _read follow its window and _prefix_text is left stale.  Its
+        # window starts after the context only when the context's text is final.
+        self._native: Callable[[int | list[int]], str | None] | None = None
+        settled = not context or (self._prefix_text != "" and not self._prefix_text.endswith(_REPLACEMENT))
+        if settled and not self._cleanup and not self._hold_until_special:
+            opener = getattr(tokenizer, "_native_decode_stream", None)
+            if opener is not None:
+                self._native = opener(context, skip_special_tokens=skip_special_tokens)
+        self._fed = len(self._ids)
 
     def _holds(self, token_id: int) -> bool:
         """True when text cannot be final right after ``token_id``.
@@ -116,7 +146,7 @@ class IncrementalDetokenizer:
             hold = (bool(piece) and _BYTE_PIECE.fullmatch(piece) is not None) or (
                 self._decode_ids([token_id]) == ""
             )
-            if len(self._hold_cache) < 65536:
+            if len(self._hold_cache) < _HOLD_CACHE_SIZE:
                 self._hold_cache[token_id] = hold
         return hold
 
@@ -158,8 +188,32 @@ class IncrementalDetokenizer:
         self._ids.append(token_id)
         if self._hold_until_special and token_id not in self._special_ids:
             return ""
-        if self._holds(token_id):
+        hold = self._hold_cache.get(token_id)  # (the cached case of _holds, inline: once per token)
+        if hold or (hold is None and self._holds(token_id)):
             return ""
+        if self._native is not None:
+            return self._add_native()
+        return self._add_window()
+
+    def _add_native(self) -> str:
+        ids = self._ids
+        pending = ids[self._fed :] if len(ids) - self._fed > 1 else ids[-1]  # held ids go in with this one
+        try:
+            raw = self._native(pending)
+        except Exception:  # noqa: BLE001 - whatever it refuses, the window code handles
+            self._native = None
+            self._prefix_text = self._decode(self._prefix, self._read)
+            return self._add_window()
+        self._fed = len(ids)
+        if raw is None:
+            return ""
+        self._prefix = self._read  # the native window moved on: follow it
+        self._read = len(ids)
+        if raw:
+            self._pieces.append(raw)  # (no clean-up with a native decoder)
+        return raw
+
+    def _add_window(self) -> str:
         text = self._decode(self._prefix)
         prefix_text = self._prefix_text
         if len(text) <= len(prefix_text) or not text.startswith(prefix_text):
@@ -187,6 +241,9 @@ class IncrementalDetokenizer:
         if self._finished:
             return ""
         self._finished = True
+        if self._native is not None:
+            self._native = None
+            self._prefix_text = self._decode(self._prefix, self._read)
         text = self._decode(self._prefix)
         if text.startswith(self._prefix_text):
             return self._emit(text[len(self._prefix_text) :])

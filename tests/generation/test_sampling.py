@@ -231,3 +231,54 @@ def test_sampler_candidates_equal_reference_warpers_on_a_large_vocabulary(option
     np.testing.assert_array_equal(got, expected)
     tokens = sampler(scores, make_rng(0))
     assert np.isfinite(expected[np.arange(4), tokens]).all()
+
+
+# ----------------------------------------------------------------------------- batch of one
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"top_k": 50, "top_p": 0.9, "temperature": 0.8},  # the benchmark's setting
+        {"top_k": 1},
+        {"top_k": 5, "temperature": 1.7},
+        {"top_k": 20, "top_p": 0.5},
+        {"top_k": 40, "top_p": 0.05, "min_p": 0.1},
+        {"top_k": 8, "min_p": 0.3, "temperature": 0.6},
+        {"top_k": 6, "top_p": 0.3, "min_p": 0.5, "num_beams": 2, "eos_token_id": [0, 1]},
+    ],
+)
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the all -inf rows
+def test_a_single_row_draws_the_tokens_of_the_batch_path(options, monkeypatch):
+    """A batch of one with top-k takes a 1-D path (no ``warp``); it must draw, number for
+    number, the tokens the batch path draws: ties anywhere (also at the k-th score),
+    -inf scores, fewer finite scores than k, rows smaller than k."""
+    from inference4py.generation import sampling
+
+    sampler = make_sampler(GenerationConfig(do_sample=True, **options))
+    warp = sampling._WarpedSampler.warp
+    warped_rows = []
+
+    def counting_warp(self, scores):
+        warped_rows.append(scores.shape[0])
+        return warp(self, scores)
+
+    monkeypatch.setattr(sampling._WarpedSampler, "warp", counting_warp)
+    data = np.random.default_rng(11)
+    batch_rows = 0  # rows no longer than top_k (top-k keeps everything) or all -inf: the batch path runs
+    for trial in range(400):
+        vocab = int(data.integers(2, 3000))
+        row = data.normal(0, data.uniform(0.2, 5.0), vocab).astype(np.float32)
+        if trial % 3 == 0:
+            row = np.round(row * 2) / 2  # many ties
+        if trial % 4 == 1:
+            row[data.random(vocab) < data.uniform(0.0, 1.0)] = -np.inf
+        if trial % 11 == 2:
+            row[:] = 1.5  # one tie over the whole row
+        if trial % 37 == 3:
+            row[:] = -np.inf  # nothing finite: the batch path's (degenerate) draw
+        seed = int(data.integers(1 << 30))
+        single, batch = make_rng(seed), make_rng(seed)
+        draws = [int(sampler(row[None, :], single)[0]) for _ in range(3)]
+        assert draws == sampler(np.stack([row, row, row]), batch).tolist(), trial
+        assert single.random() == batch.random()  # both used the same random numbers
+        batch_rows += 3 * (vocab <= options["top_k"] or not np.isfinite(row).any())
+    assert warped_rows.count(1) == batch_rows  # every other single row took the 1-D path

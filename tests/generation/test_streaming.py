@@ -169,6 +169,55 @@ def test_add_after_finish(tokenizers):
         detok.add(5)
 
 
+@pytest.mark.parametrize("name", ["byte_level", "metaspace"])
+def test_native_decoder_gives_the_pieces_of_the_window_code(tokenizers, name, monkeypatch):
+    """tokenizers' DecodeStream runs the window algorithm natively: the very same pieces,
+    with held byte runs, skipped specials and prompt contexts, and when it refuses a
+    token (simulated here at random: the window code takes over from that token on)."""
+    import random
+
+    from inference4py.tokenization import _FastTokenizer
+
+    tok = tokenizers[name]
+    native_open = _FastTokenizer._native_decode_stream
+    counts = {"opened": 0, "refused": 0}
+
+    def counting_open(self, context, *, skip_special_tokens):
+        step = native_open(self, context, skip_special_tokens=skip_special_tokens)
+        if step is None:
+            return None
+        counts["opened"] += 1
+
+        def counted(ids):
+            if refuse.random() < 0.05:
+                counts["refused"] += 1
+                raise ValueError("refused")
+            return step(ids)
+
+        return counted
+
+    def pieces_of(ids, native, **kwargs):
+        opener = counting_open if native else (lambda self, context, *, skip_special_tokens: None)
+        with monkeypatch.context() as m:
+            m.setattr(_FastTokenizer, "_native_decode_stream", opener)
+            return stream(tok, ids, **kwargs)
+
+    rng, refuse = random.Random(99), random.Random(5)
+    specials = sorted(tok.all_special_ids)
+    texts = [tok.encode(t, add_special_tokens=False) for t in TRICKY]
+    for trial in range(300):
+        if trial % 2:
+            ids = [rng.choice(specials) if specials and rng.random() < 0.1 else rng.randrange(tok.vocab_size)
+                   for _ in range(rng.randint(1, 25))]
+        else:
+            ids = rng.choice(texts)
+        prompt = [rng.randrange(tok.vocab_size) for _ in range(rng.choice([0, 0, 2, 5]))]
+        for skip in (True, False):
+            kwargs = {"skip_special_tokens": skip, "prompt_ids": prompt}
+            assert pieces_of(ids, True, **kwargs) == pieces_of(ids, False, **kwargs), (prompt, ids, skip)
+    assert counts["opened"] > 300 and counts["refused"] > 20  # both paths really ran
+
+
 # --------------------------------------------------------------------------- #
 # stop strings
 # --------------------------------------------------------------------------- #
