@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="tiny", help="tiny (gpt2, llama, qwen2, t5, bart), smollm2, one name, or all")
     ap.add_argument("--runs", type=int, default=3, help="processes per row and setting (interleaved)")
-    ap.add_argument("--iters", type=int, default=0, help="measured generations per process (default: 5 tiny, 2 smollm2)")
+    ap.add_argument("--iters", type=int, default=0, help="measured generations per process (default: 30 tiny, 2 smollm2)")
     ap.add_argument("--warmup", type=int, default=1, help="warm-up generations per process")
     ap.add_argument("--settings", default="greedy,sample,beam4", help="comma list of greedy, sample, beam4")
     ap.add_argument("--peers", default="", help="comma list of row names (default: all)")

@@ -18,7 +18,7 @@ import onnxruntime as ort
 
 from inference4py.engine.decoder import _Graph, context_length, open_session
 from inference4py.engine.pipeline import PipelineSpec
-from inference4py.engine.sessions import SessionOptions, graph_inputs, graph_outputs, run_binding
+from inference4py.engine.sessions import SessionOptions, StepBinding, graph_inputs, graph_outputs, run_binding
 from inference4py.errors import InvalidInputError, PromptTooLongError, UnsupportedModelError
 
 __all__ = ["Seq2SeqRuntime", "Seq2SeqState"]
@@ -130,7 +130,14 @@ class Seq2SeqRuntime:
 
 
 class Seq2SeqState:
-    """Decoding state of one call: frozen encoder output + cross cache, growing self cache."""
+    """Decoding state of one call: frozen encoder output + cross cache, growing self cache.
+
+    One-token steps run through a :class:`StepBinding` of the step graph, set up once
+    (after the first run, a reorder, a rewind or a source expansion): token ids are
+    written in place into a bound array; the encoder output, its mask, the cache branch
+    flag and the frozen cross cache stay bound; each step rebinds only the decoder mask
+    and the self cache (``rt.rest.cache_names``).
+    """
 
     def __init__(self, runtime: Seq2SeqRuntime, hidden: ort.OrtValue, encoder_mask: np.ndarray) -> None:
         self.rt = runtime
@@ -138,9 +145,13 @@ class Seq2SeqState:
         self.encoder_mask = encoder_mask  # [batch, src_len]
         self.batch = encoder_mask.shape[0]
         self.length = 0
-        self._self: dict[str, Any] = {}
+        # self cache: one OrtValue (native or wrapped, see StepBinding) per entry of
+        # rt.layout.self_entries, in that order; None before the first run
+        self._self: list[Any] | None = None
         self.cross: dict[str, Any] = {}  # input name -> OrtValue, set once by the first decoder run
         self.cross_computations = 0
+        self._binding: StepBinding | None = None  # the step graph's binding, made once
+        self._step_ready = False
 
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray:
         """Feed the decoder start tokens ``[batch, n]``; returns last-position logits."""
@@ -151,15 +162,41 @@ class Seq2SeqState:
 
     def step(self, tokens: np.ndarray | int) -> np.ndarray:
         """Feed one token per row; returns the next logits ``[batch, vocab]``."""
-        return self._run(np.asarray(tokens, dtype=np.int64).reshape(self.batch, 1))
+        if self.length == 0:
+            return self._run(np.asarray(tokens, dtype=np.int64).reshape(self.batch, 1))
+        if not self._step_ready:
+            self._bind_step()
+        if isinstance(tokens, np.ndarray) and tokens.ndim == 1:  # the usual [batch]: no reshape call
+            self._step_ids[:, 0] = tokens
+        else:
+            self._step_ids[:, 0] = np.reshape(tokens, -1)
+        fast = self._binding
+        assert fast is not None and self._self is not None
+        g = self.rt.rest
+        if g.takes_decoder_mask:
+            n = self.batch * (self.length + 1)
+            if n > self._ones.size:
+                self._ones = np.ones(2 * n, dtype=self._ones.dtype)
+            ones = self._ones
+            fast.bind_view("decoder_attention_mask", ones[:n].reshape(self.batch, self.length + 1), ones)
+        fast.rebind_cache(g.cache_names, self._self)
+        fast.run(what=g.name)
+        outputs = fast.outputs()  # logits first, then the presents in layout order (see _bind_step)
+        self._self = outputs[1:]
+        self.length += 1
+        logits = outputs[0].numpy()
+        return (logits[:, -1, :] if logits.ndim == 3 else logits).astype(np.float32, copy=False)
 
     def reorder(self, indices: np.ndarray) -> None:
         """Row i <- row indices[i] for the self cache; the cross cache follows only if rows change source."""
         idx = np.asarray(indices, dtype=np.int64)
-        for entry in self.rt.layout.self_entries:
-            arr = self._self[entry.input].numpy()
-            self._self[entry.input] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(np.take(arr, idx, axis=0)))
+        if self._self is not None:
+            self._self = [
+                ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(np.take(value.numpy(), idx, axis=0)))
+                for value in self._self
+            ]
         self.batch = len(idx)
+        self._step_ready = False
 
     def rewind(self, length: int) -> None:
         """Forget decoder positions after the first ``length`` (the cross cache is kept)."""
@@ -167,14 +204,17 @@ class Seq2SeqState:
             raise InvalidInputError(f"Cannot rewind to {length}: the decoder cache holds {self.length} tokens.")
         if length == self.length:
             return
+        self._step_ready = False
         if length == 0:
-            self._self = {}
+            self._self = None
             self.cross = {}  # recomputed by the next first run
             self.length = 0
             return
-        for entry in self.rt.layout.self_entries:
-            arr = self._self[entry.input].numpy()
-            self._self[entry.input] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr[:, :, :length, :]))
+        assert self._self is not None
+        self._self = [
+            ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value.numpy()[:, :, :length, :]))
+            for value in self._self
+        ]
         self.length = length
 
     def expand_source(self, indices: np.ndarray) -> None:
@@ -188,11 +228,44 @@ class Seq2SeqState:
             arr = np.ascontiguousarray(np.take(value.numpy(), idx, axis=0))
             self.cross[name] = ort.OrtValue.ortvalue_from_numpy(arr)
         self.batch = len(idx)
+        self._step_ready = False
+
+    def _bind_step(self) -> None:
+        """Bind what stays the same from step to step (again after the first run / reorder / rewind / expansion)."""
+        g = self.rt.rest
+        if self._binding is None:
+            self._binding = StepBinding(g.session)
+        fast = self._binding
+        fast.clear()
+        binding = fast.binding
+        self._step_ids = np.zeros((self.batch, 1), dtype=g.ids_dtype)
+        binding.bind_ortvalue_input("input_ids", ort.OrtValue.ortvalue_from_numpy(self._step_ids))
+        if g.takes_mask:
+            self._step_mask = np.ascontiguousarray(
+                self.encoder_mask.astype(g.inputs["encoder_attention_mask"].dtype, copy=False))
+            fast.bind_array("encoder_attention_mask", self._step_mask)
+        if g.takes_hidden:
+            fast.bind_value("encoder_hidden_states", self.hidden)
+        if g.takes_decoder_mask:
+            dtype = g.inputs["decoder_attention_mask"].dtype
+            self._ones = np.ones(max(64, 2 * self.batch * (self.length + 1)), dtype=dtype)
+        if g.has_cache_branch:
+            self._branch = np.array([True], dtype=np.bool_)
+            binding.bind_ortvalue_input("use_cache_branch", ort.OrtValue.ortvalue_from_numpy(self._branch))
+        for entry in g.layout.cross_entries:  # frozen: the very same OrtValues for every step
+            fast.bind_value(entry.input, self.cross[entry.input])
+        binding.bind_output("logits", "cpu")
+        for _, present in g.cache_names:  # after logits: step() reads them from output 1 on
+            binding.bind_output(present, "cpu")
+        self._step_ready = True
 
     def _run(self, ids: np.ndarray) -> np.ndarray:
+        """Several tokens per row (prefill), or the first run: a one-off binding with every input."""
         first_run = self.length == 0
         g = self.rt.first if first_run else self.rt.rest
-        binding = g.session.io_binding()
+        fast = StepBinding(g.session)
+        binding = fast.binding
+        self._step_ready = False
         keep = []
 
         def bind(name: str, array: np.ndarray) -> None:
@@ -204,18 +277,19 @@ class Seq2SeqState:
         if g.takes_mask:
             bind("encoder_attention_mask", self.encoder_mask.astype(g.inputs["encoder_attention_mask"].dtype, copy=False))
         if g.takes_hidden:
-            binding.bind_ortvalue_input("encoder_hidden_states", self.hidden)
+            fast.bind_value("encoder_hidden_states", self.hidden)
         if g.takes_decoder_mask:
             bind("decoder_attention_mask", np.ones((self.batch, self.length + ids.shape[1]), dtype=np.int64))
         if g.has_cache_branch:
             bind("use_cache_branch", np.array([not first_run], dtype=np.bool_))
+        self_values = dict(zip((e.input for e in self.rt.layout.self_entries), self._self or ()))
         for entry in g.layout.entries:
-            source = self._self if entry.kind != "cross" else self.cross
+            source = self_values if entry.kind != "cross" else self.cross
             value = source.get(entry.input)
             if value is None:
                 bind(entry.input, g.layout.empty(entry, self.batch))  # unused by the no-cache branch
             else:
-                binding.bind_ortvalue_input(entry.input, value)
+                fast.bind_value(entry.input, value)
         out_names = ["logits"]
         if g.layout.entries:
             out_names += [e.output for e in g.layout.self_entries]
@@ -225,10 +299,9 @@ class Seq2SeqState:
             out_names += g.emitted
         for name in out_names:
             binding.bind_output(name, "cpu")
-        run_binding(g.session, binding, what=g.name)
-        produced = dict(zip(out_names, binding.get_outputs()))
-        for entry in self.rt.layout.self_entries:
-            self._self[entry.input] = produced[entry.output]
+        fast.run(what=g.name)
+        produced = dict(zip(out_names, fast.outputs()))
+        self._self = [produced[entry.output] for entry in self.rt.layout.self_entries]
         if first_run:
             for entry in self.rt.layout.cross_entries:
                 out = entry.output or entry.input.replace("past_key_values", "present")
