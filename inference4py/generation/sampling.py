@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from inference4py.errors import InferenceError
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.processors import (
     _min_p_remove,
@@ -29,7 +30,7 @@ from inference4py.generation.processors import (
     min_tokens_to_keep,
 )
 
-__all__ = ["Sampler", "make_sampler", "make_rng", "greedy"]
+__all__ = ["Sampler", "make_sampler", "make_rng", "greedy", "nan_logits_error"]
 
 Sampler = Callable[[np.ndarray, np.random.Generator], np.ndarray]
 """``(scores float32 [batch, vocab], rng) -> token ids int64 [batch]``."""
@@ -45,6 +46,15 @@ def make_rng(seed: int | None) -> np.random.Generator:
 def greedy(scores: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
     """Argmax of each row; ties go to the lowest token id, like ``torch.argmax``."""
     return scores.argmax(axis=-1).astype(np.int64, copy=False)
+
+
+def nan_logits_error(step: int | None = None) -> InferenceError:
+    """The error for NaN scores: a broken or overflowing graph, never a token to pick."""
+    where = f" at generated token {step + 1}" if step is not None else ""
+    return InferenceError(
+        f"The model produced NaN logits{where}, so no token can be chosen. The ONNX graph overflows or is "
+        "corrupt: with an fp16 or quantized model, try its fp32 variant; otherwise re-export or re-download it."
+    )
 
 
 def make_sampler(config: GenerationConfig) -> Sampler:
@@ -99,8 +109,13 @@ class _WarpedSampler:
             token = self._sample_top_k_row(scores[0], rng)
             if token is not None:
                 return np.array([token], dtype=np.int64)
-        idx, vals = self.warp(scores)
-        pos = _draw(vals, rng)
+        try:
+            idx, vals = self.warp(scores)
+            pos = _draw(vals, rng)
+        except ValueError:
+            if np.isnan(scores).any():
+                raise nan_logits_error() from None
+            raise
         if idx is None:
             return pos
         return idx[np.arange(pos.shape[0]), pos]

@@ -14,7 +14,7 @@ import numpy as np
 
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.processors import LogitsProcessor
-from inference4py.generation.sampling import Sampler
+from inference4py.generation.sampling import Sampler, nan_logits_error
 
 __all__ = ["StepModel", "generate_step"]
 
@@ -64,6 +64,8 @@ def generate_step(
             for proc in processors:
                 scores = proc(seen, scores)
         token = int(sampler(scores, rng)[0])
+        if scores[0, token] != scores[0, token]:  # NaN: argmax and the samplers pick NaN scores first
+            raise nan_logits_error(i)
         ids[0, cur] = token
         yield token
         if token in eos or i + 1 == max_new:

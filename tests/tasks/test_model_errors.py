@@ -184,3 +184,24 @@ def test_download_through_the_hub_client_then_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with OnnxTextGenerator.qwen2().max_new_tokens(4).build() as gen:
         assert gen.generate("hi").generated_tokens <= 4
+
+
+@pytest.mark.parametrize("settings", [{"do_sample": False}, {"do_sample": True, "top_k": 5},
+                                      {"do_sample": True, "top_k": 0, "top_p": 0.9}])
+def test_nan_logits_raise_a_clear_error(settings):
+    """A graph that overflows (NaN logits) is reported, never turned into token 0 or a numpy error."""
+    import numpy as np
+
+    from inference4py import OnnxTextGenerator
+    from inference4py.errors import InferenceError
+
+    def poison(ids, logits):
+        out = logits.copy()
+        if ids.shape[1] >= 6:  # from the third generated token on (the prompt has 4 tokens)
+            out[:] = np.nan
+        return out
+
+    with OnnxTextGenerator.builder().model_path(MODELS / "llama").logits_processor(poison).build() as gen:
+        prompt = gen.encode_prompt("The old house")[:4]
+        with pytest.raises(InferenceError, match="NaN logits"):
+            gen.generate(prompt, max_new_tokens=6, seed=1, **settings)
