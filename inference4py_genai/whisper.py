@@ -195,21 +195,7 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
             generator = genai.Generator(self._model, params)
             self._feed(window, [self._vocab.sot])(generator)
             logits = np.asarray(generator.get_logits(), dtype=np.float32)[0, -1]  # [vocab]
-        ids = np.fromiter(self._vocab.lang_to_id.values(), dtype=np.int64)
-        return int(ids[np.argmax(logits[ids])])
-
-    def detect_language(self, audio: _audio.AudioInput, *, sample_rate: int | None = None) -> str:
-        """The language Whisper hears in the first 30 s (code such as ``"en"``).
-
-        Raises:
-            UnsupportedModelError: an English-only model (it cannot tell languages apart).
-            AudioError: unreadable or empty audio.
-        """
-        self._check_open()
-        if not self._vocab.is_multilingual or not self._vocab.lang_to_id:
-            raise UnsupportedModelError(f"{self.folder} is an English-only model: it does not detect languages.")
-        feats = self.features(audio, sample_rate=sample_rate)
-        return self._vocab.language_of(self._detect_window(self._window(feats, 0)[0])) or ""
+        return self._vocab.most_likely_language(logits)
 
     def _window_tokens_genai(self, window: np.ndarray, ids: list[int], config: Any,
                              extra: list[LogitsProcessor]) -> Iterator[int]:

@@ -384,6 +384,11 @@ class _WhisperVocab:
                 int(t) for t in gen.get("begin_suppress_tokens") or config.get("begin_suppress_tokens") or ()),
         )
 
+    def most_likely_language(self, logits: np.ndarray) -> int:
+        """The language token with the highest logit (``logits``: ``[vocab]``); first on ties, like torch."""
+        ids = np.fromiter(self.lang_to_id.values(), dtype=np.int64)
+        return int(ids[np.argmax(logits[ids])])
+
     def language_of(self, token_id: int) -> str | None:
         for code, i in self.lang_to_id.items():
             if i == token_id:
@@ -654,8 +659,7 @@ class WhisperSpeechModel(ClosableTask):
     def _detect(self, hidden: Any, mask: np.ndarray) -> int:
         """One decoder step after <|startoftranscript|>; the most likely language token."""
         logits = Seq2SeqState(self._runtime, hidden, mask).prefill(np.array([[self._vocab.sot]], dtype=np.int64))[0]
-        ids = np.fromiter(self._vocab.lang_to_id.values(), dtype=np.int64)
-        return int(ids[np.argmax(logits[ids])])  # argmax: first on ties, like torch
+        return self._vocab.most_likely_language(logits)
 
     def detect_language(self, audio: _audio.AudioInput, *, sample_rate: int | None = None) -> str:
         """The language Whisper hears in the first 30 s (code such as ``"en"``).
@@ -668,8 +672,8 @@ class WhisperSpeechModel(ClosableTask):
         if not self._vocab.is_multilingual or not self._vocab.lang_to_id:
             raise UnsupportedModelError(f"{self.folder} is an English-only model: it does not detect languages.")
         feats = self.features(audio, sample_rate=sample_rate)
-        hidden, mask = self._runtime.encode(self._window(feats, 0)[0])
-        return self._vocab.language_of(self._detect(hidden, mask)) or ""
+        context = self._encode_window(self._window(feats, 0)[0])  # the backend's hooks (see below)
+        return self._vocab.language_of(self._detect_in(context)) or ""
 
     def _window(self, feats: np.ndarray, seek: int) -> tuple[np.ndarray, int]:
         n = self._features["window_frames"]
