@@ -156,6 +156,14 @@ class DecoderRuntime:
         return DecoderState(self, batch_size, capacity)
 
 
+def write_step_ids(buffer: np.ndarray, tokens: np.ndarray | int) -> None:
+    """Write one token per row into a bound ``[batch, 1]`` ids buffer (the usual ``[batch]`` array: no reshape)."""
+    if isinstance(tokens, np.ndarray) and tokens.ndim == 1:
+        buffer[:, 0] = tokens
+    else:
+        buffer[:, 0] = np.reshape(tokens, -1)
+
+
 def _has_op(path: Any, op_type: bytes) -> bool:
     """Whether an .onnx file names ``op_type`` (a cheap scan of the protobuf bytes, weights included)."""
     import mmap
@@ -256,10 +264,7 @@ class DecoderState:
             return self.prefill(np.asarray(tokens, dtype=np.int64).reshape(self.batch, 1))
         if not self._step_ready:
             self._bind_step()
-        if isinstance(tokens, np.ndarray) and tokens.ndim == 1:  # the usual [batch]: no reshape call
-            self._step_ids[:, 0] = tokens
-        else:
-            self._step_ids[:, 0] = np.reshape(tokens, -1)
+        write_step_ids(self._step_ids, tokens)
         fast = self._binding
         assert fast is not None
         g = self.rt.rest
@@ -268,7 +273,7 @@ class DecoderState:
             if top + 1 > self.capacity:
                 self._grow(top + 1)
                 self._bind_step()
-                self._step_ids[:, 0] = np.asarray(tokens).reshape(self.batch)
+                write_step_ids(self._step_ids, tokens)
             if self.batch == 1:
                 self._maskbuf[0, top] = 1
             else:

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 import onnxruntime as ort
 
-from inference4py.engine.decoder import _Graph, context_length, open_session
+from inference4py.engine.decoder import _Graph, context_length, open_session, write_step_ids
 from inference4py.engine.pipeline import PipelineSpec
 from inference4py.engine.sessions import SessionOptions, StepBinding, graph_inputs, graph_outputs, run_binding
 from inference4py.errors import InvalidInputError, PromptTooLongError, UnsupportedModelError
@@ -166,10 +166,7 @@ class Seq2SeqState:
             return self._run(np.asarray(tokens, dtype=np.int64).reshape(self.batch, 1))
         if not self._step_ready:
             self._bind_step()
-        if isinstance(tokens, np.ndarray) and tokens.ndim == 1:  # the usual [batch]: no reshape call
-            self._step_ids[:, 0] = tokens
-        else:
-            self._step_ids[:, 0] = np.reshape(tokens, -1)
+        write_step_ids(self._step_ids, tokens)
         fast = self._binding
         assert fast is not None and self._self is not None
         g = self.rt.rest
