@@ -145,9 +145,9 @@ def fused_model_folder(folder: str | os.PathLike[str], *, level: str = "rotary",
     from inference4py import _env
 
     src = Path(folder).expanduser()
-    graph = _decoder_graph(src) if src.is_dir() else src / "model.onnx"
     if not src.is_dir():
         raise ModelNotFoundError(f"Model folder {src} does not exist.")
+    graph = _decoder_graph(src)
     st = graph.stat()
     key = hashlib.sha256(f"{graph.resolve()}|{st.st_size}|{st.st_mtime_ns}|{level}|{FUSION_VERSION}".encode()).hexdigest()
     root = Path(cache_dir).expanduser() if cache_dir is not None else _env.inference4py_cache() / "fused"
@@ -739,30 +739,31 @@ class _Fuser:
 
     def prune(self) -> None:
         """Drop nodes, initializers and inputs no graph output depends on."""
-        producer = {o: n for n in self.graph.node for o in n.output}
-        needed, stack = set(), list(self.outputs)
-        live_nodes = set()
-        while stack:
-            t = stack.pop()
-            if t in needed:
-                continue
-            needed.add(t)
-            node = producer.get(t)
-            if node is not None and id(node) not in live_nodes:
-                live_nodes.add(id(node))
-                stack.extend(i for i in node.input if i)
-        kept = [n for n in self.graph.node if id(n) in live_nodes]
+        nodes, needed = _needed(self.graph, self.outputs)
         del self.graph.node[:]
-        self.graph.node.extend(kept)
-        inits = [t for t in self.graph.initializer if t.name in needed]
-        del self.graph.initializer[:]
-        self.graph.initializer.extend(inits)
-        ins = [i for i in self.graph.input if i.name in needed]
-        del self.graph.input[:]
-        self.graph.input.extend(ins)
-        vis = [v for v in self.graph.value_info if v.name in needed]
-        del self.graph.value_info[:]
-        self.graph.value_info.extend(vis)
+        self.graph.node.extend(nodes)
+        for field in (self.graph.initializer, self.graph.input, self.graph.value_info):
+            kept = [t for t in field if t.name in needed]
+            del field[:]
+            field.extend(kept)
+
+
+def _needed(graph: Any, outputs: Iterable[str]) -> tuple[list[Any], set[str]]:
+    """The nodes ``outputs`` depend on (in graph order) and every tensor name they read or make."""
+    producer = {o: n for n in graph.node for o in n.output}
+    needed: set[str] = set()
+    live: set[int] = set()
+    stack = list(outputs)
+    while stack:
+        t = stack.pop()
+        if t in needed:
+            continue
+        needed.add(t)
+        node = producer.get(t)
+        if node is not None and id(node) not in live:
+            live.add(id(node))
+            stack.extend(i for i in node.input if i)
+    return [n for n in graph.node if id(n) in live], needed
 
 
 # --------------------------------------------------------------------------- checking
@@ -788,39 +789,19 @@ def _session(model: Any) -> Any:
 
 
 def _evaluate(model: Any, inputs: Sequence[str], outputs: Sequence[str], feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    """Run the part of ``model`` that computes ``outputs`` from ``inputs`` alone."""
-    import copy
-
-    sub = copy.deepcopy(model)
-    g = sub.graph
-    producer = {o: n for n in g.node for o in n.output}
-    needed, stack, live = set(), list(outputs), []
-    while stack:
-        t = stack.pop()
-        if t in needed:
-            continue
-        needed.add(t)
-        node = producer.get(t)
-        if node is not None:
-            live.append(node)
-            stack.extend(i for i in node.input if i)
-    graph_inputs = {i.name for i in g.input}
-    missing = (needed & graph_inputs) - set(inputs)
+    """Run the part of ``model`` that computes ``outputs`` from ``inputs`` alone (a small graph of its
+    own: only the nodes and initializers it needs are copied)."""
+    helper = _import_onnx().helper
+    g = model.graph
+    nodes, needed = _needed(g, outputs)
+    missing = {i.name for i in g.input if i.name in needed} - set(inputs)
     if missing:
         raise _NoMatch(f"the rotary tables depend on {sorted(missing)}")
-    live_ids = {id(n) for n in live}
-    nodes = [n for n in g.node if id(n) in live_ids]
-    del g.node[:]
-    g.node.extend(nodes)
-    keep_inits = [t for t in g.initializer if t.name in needed]
-    del g.initializer[:]
-    g.initializer.extend(keep_inits)
-    ins = [i for i in g.input if i.name in inputs]
-    del g.input[:]
-    g.input.extend(ins)
-    del g.output[:]
-    g.output.extend(_import_onnx().helper.make_empty_tensor_value_info(o) for o in outputs)
-    del g.value_info[:]
+    sub = helper.make_model(
+        helper.make_graph(nodes, "subgraph", [i for i in g.input if i.name in inputs],
+                          [helper.make_empty_tensor_value_info(o) for o in outputs],
+                          [t for t in g.initializer if t.name in needed]),
+        opset_imports=list(model.opset_import), ir_version=model.ir_version)
     try:
         return _session(sub).run(list(outputs), dict(feeds))
     except Exception as exc:
