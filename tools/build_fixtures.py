@@ -30,6 +30,7 @@ BUILDERS = {
     "architectures": "tools.fixtures.architectures",  # phi3 / gemma / mistral / qwen3: zero-code architectures
     "whisper": "tools.fixtures.whisper",  # speech-seq2seq: tiny Whisper (transformers.js layout), clips, features
     "fused": "tools.fixtures.fused",  # head size 16 optimum exports for `inference4py optimize` (rotary fusion)
+    "sliding": "tools.fixtures.sliding",  # genai-built Gemma-3-like / Mistral-like folders with a sliding window
 }
 
 

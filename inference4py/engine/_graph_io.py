@@ -20,7 +20,7 @@ import numpy as np
 
 from inference4py.engine.sessions import TensorInfo
 
-__all__ = ["GraphIO", "read_graph_io"]
+__all__ = ["GraphIO", "read_graph_io", "read_node_int_attributes"]
 
 # TensorProto.DataType -> numpy scalar type (what onnxruntime reports, see sessions.ORT_TO_NUMPY)
 _ELEM_TYPES: dict[int, type] = {
@@ -165,3 +165,53 @@ def _parse(buf, size: int) -> GraphIO | None:
     for name in initializers & set(inputs):
         del inputs[name]
     return inputs, outputs
+
+
+def read_node_int_attributes(path: str | os.PathLike[str], op_type: str) -> list[dict[str, int]] | None:
+    """The integer attributes of every top-level node of ``op_type``, in graph order.
+
+    ``GraphProto.node`` (field 1) -> ``NodeProto.op_type`` (4) / ``attribute`` (5) ->
+    ``AttributeProto.name`` (1) / ``i`` (3, a signed int64).  Returns None when the file
+    cannot be parsed.
+    """
+    try:
+        with open(Path(path), "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size == 0:
+                return None
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                if buf.find(op_type.encode()) < 0:
+                    return []
+                return _node_attributes(buf, size, op_type.encode())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def _node_attributes(buf, size: int, op_type: bytes) -> list[dict[str, int]] | None:
+    graph = None
+    for number, wire, value in _fields(buf, 0, size):
+        if number == 7 and wire == 2:
+            graph = value
+    if graph is None:
+        return None
+    found: list[dict[str, int]] = []
+    for number, wire, node in _fields(buf, *graph):
+        if number != 1 or wire != 2:
+            continue
+        op = None
+        attributes: dict[str, int] = {}
+        for n_num, n_wire, n_val in _fields(buf, *node):
+            if n_num == 4 and n_wire == 2:
+                op = bytes(buf[n_val[0]:n_val[1]])
+            elif n_num == 5 and n_wire == 2:
+                name, value = None, None
+                for a_num, a_wire, a_val in _fields(buf, *n_val):
+                    if a_num == 1 and a_wire == 2:
+                        name = _text(buf, a_val)
+                    elif a_num == 3 and a_wire == 0:
+                        value = a_val - (1 << 64) if a_val >= 1 << 63 else a_val  # int64 two's complement
+                if name is not None and value is not None:
+                    attributes[name] = value
+        if op == op_type:
+            found.append(attributes)
+    return found

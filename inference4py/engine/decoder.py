@@ -13,6 +13,7 @@ from typing import Any, Mapping
 import numpy as np
 import onnxruntime as ort
 
+from inference4py.engine._graph_io import read_node_int_attributes
 from inference4py.engine.kv_cache import KVLayout, check_cache_names, discover_layout
 from inference4py.engine.pipeline import PipelineSpec
 from inference4py.engine.sessions import (
@@ -130,6 +131,29 @@ class DecoderRuntime:
         self.max_positions = spec.context_length or context_length(self.config)
 
         self.shared_kv = self._shares_buffer(spec)
+        self.min_capacity = self._window(spec)
+
+    def _window(self, spec: PipelineSpec) -> int:
+        """The fewest positions a shared KV buffer may hold: the widest sliding window, 0 when none.
+
+        onnxruntime-genai's builder marks local layers' GroupQueryAttention nodes with
+        ``local_window_size`` and ``sliding_window_cache=1``, and onnxruntime then refuses a buffer
+        smaller than the window.  The window comes from the graph itself and from the description
+        (genai_config.json's ``sliding_window``).  The buffer still holds the whole sequence, so
+        old tokens are never evicted: the window is applied by the kernel's mask.
+        """
+        declared = spec.state.kv_cache.sliding_window or 0
+        nodes = read_node_int_attributes(spec.path("decoder"), "GroupQueryAttention") or []
+        windowed = [n.get("local_window_size", -1) for n in nodes if n.get("sliding_window_cache")]
+        window = max([declared, *windowed])
+        if windowed and not self.shared_kv:
+            raise UnsupportedModelError(
+                f"{self.rest.name} keeps a sliding-window KV cache (GroupQueryAttention with sliding_window_cache=1), "
+                "which the native loop runs only with one shared past/present buffer, and this graph's inputs do not "
+                "allow one. Run the folder with inference4py_genai, or rebuild it with onnxruntime-genai's builder "
+                "option --extra_options windowed_kv_cache=false."
+            )
+        return window if self.shared_kv else 0
 
     def _shares_buffer(self, spec: PipelineSpec) -> bool:
         """True when past and present can be one pre-allocated buffer per layer (GroupQueryAttention graphs).
@@ -371,6 +395,8 @@ class DecoderState:
         cap = max(cap, 2)  # a one-wide buffer would make every step look like a first prompt
         if self.shared_buffer and self.rt.max_positions:
             cap = max(needed, min(cap, self.rt.max_positions))
+        if self.shared_buffer:
+            cap = max(cap, self.rt.min_capacity)  # a sliding-window cache needs room for its window
         return cap
 
     def _ensure_mask(self, needed: int) -> None:
@@ -479,8 +505,7 @@ class DecoderState:
             self._valid[:] = 0
         needed = int((self._valid + counts).max()) if len(counts) else n
         if not self._kv or needed > self.capacity or self._maskbuf.shape[0] != self.batch:
-            self._grow(max(needed, self.capacity))
-        g = self.rt.rest
+            self._grow(needed)  # the requested capacity is a hint, clamped to the context length by _want
         # this chunk's mask: the sum of row b is its valid length after this run
         if first:
             width = n  # total_sequence_length == sequence_length: the first prompt
@@ -489,31 +514,50 @@ class DecoderState:
         self._maskbuf[:] = 0
         new_valid = self._valid + counts
         self._maskbuf[np.arange(self.capacity)[None, :] < new_valid[:, None]] = 1
-        chunk_mask = np.ascontiguousarray(self._maskbuf[:, :width])
+        self._step_ready = False
+        if self.rt.min_capacity and self.batch > 1 and not (counts == n).all():
+            # A sliding-window cache refuses padded rows in one run (seqlens_k below the chunk
+            # length): each row is prefilled alone, straight into its slot of the shared buffer.
+            rows = [self._run_shared(ids[b:b + 1, :counts[b]], np.ones((1, counts[b]), self._mask_dtype),
+                                     self._valid[b:b + 1], slot=b)[:, -1, :] for b in range(self.batch)]
+            last = np.concatenate(rows, axis=0)
+        else:
+            logits = self._run_shared(ids, np.ascontiguousarray(self._maskbuf[:, :width]), self._valid)  # [batch, n, vocab]
+            last_idx = np.maximum(counts - 1, 0)
+            last = logits[np.arange(self.batch), last_idx] if self.batch > 1 or counts[0] != n else logits[:, -1, :]
+        self._valid = new_valid
+        self.length += n
+        return np.ascontiguousarray(last, dtype=np.float32)
+
+    def _run_shared(self, ids: np.ndarray, chunk_mask: np.ndarray, past: np.ndarray, slot: int | None = None) -> np.ndarray:
+        """One run of the step graph on the shared buffers; ``slot`` binds only that row's part of them.
+
+        ``past`` holds each row's valid tokens before the run (``[rows]``); returns ``[rows, n, vocab]`` logits.
+        """
+        g = self.rt.rest
+        n = ids.shape[1]
         fast = self._new_binding(g)
         fast.clear()
         binding = fast.binding
-        self._step_ready = False
-        keep = [ids.astype(g.ids_dtype, copy=False), chunk_mask]
-        binding.bind_cpu_input("input_ids", np.ascontiguousarray(keep[0]))
+        keep = [np.ascontiguousarray(ids.astype(g.ids_dtype, copy=False)), chunk_mask]
+        binding.bind_cpu_input("input_ids", keep[0])
         binding.bind_cpu_input("attention_mask", chunk_mask)
         if g.has_positions:
-            pos = np.ascontiguousarray((self._valid[:, None] + np.arange(n)[None, :]).astype(self._pos_dtype))
+            pos = np.ascontiguousarray((past[:, None] + np.arange(n)[None, :]).astype(self._pos_dtype))
             keep.append(pos)
             binding.bind_cpu_input(g.position_name, pos)
         binding.bind_output("logits", "cpu")
         for entry in g.layout.self_entries:
-            value = self._kv[entry.input][1]
+            arr, value = self._kv[entry.input]
+            if slot is not None:  # a view of one row: same memory, written in place
+                value = ort.OrtValue.ortvalue_from_numpy(arr[slot:slot + 1])
+                keep.append(value)
             binding.bind_ortvalue_input(entry.input, value)
             binding.bind_ortvalue_output(entry.output, value)
         fast.run(what=g.name)
-        logits = binding.get_outputs()[0].numpy()  # [batch, n, vocab]
+        logits = binding.get_outputs()[0].numpy()
         self._vocab = logits.shape[-1]
-        last_idx = np.maximum(counts - 1, 0)
-        last = logits[np.arange(self.batch), last_idx] if self.batch > 1 or counts[0] != n else logits[:, -1, :]
-        self._valid = new_valid
-        self.length += n
-        return np.ascontiguousarray(last, dtype=np.float32)
+        return logits
 
     def _run(self, ids: np.ndarray, full_mask: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """Growing mode, several tokens per row (prefill)."""

@@ -164,6 +164,7 @@ class KVCacheSpec:
     num_kv_heads: int | None = None
     head_size: int | None = None
     share_buffer: bool = False
+    sliding_window: int | None = None  # tokens a local layer attends to; a shared buffer holds at least this many
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = self.names.to_json() if self.names is not None else {"format": self.format}
@@ -173,6 +174,8 @@ class KVCacheSpec:
             out["head_size"] = self.head_size
         if self.share_buffer:
             out["share_buffer"] = True
+        if self.sliding_window:
+            out["sliding_window"] = self.sliding_window
         return out
 
 
@@ -692,6 +695,9 @@ def translate_genai_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     search = cfg.get("search") if isinstance(cfg.get("search"), dict) else {}
     if search.get("past_present_share_buffer"):
         state["kv_cache"]["share_buffer"] = True
+    window = decoder.get("sliding_window")
+    if isinstance(window, dict) and isinstance(window.get("window_size"), int) and window["window_size"] > 0:
+        state["kv_cache"]["sliding_window"] = window["window_size"]
     position = inputs.get("position_ids")
     state["position_ids"] = {"strategy": "default", "input_name": position} if position else {"strategy": "none"}
 
@@ -1037,7 +1043,7 @@ def _parse_state(raw: Mapping[str, Any], spec: PipelineSpec, where: str) -> Stat
         raise PipelineSpecError(f"{where}: state.kv_cache must be an object.")
     _check_keys(kv_raw, {"format", "past_key_pattern", "past_value_pattern", "present_key_pattern",
                          "present_value_pattern", "past_pattern", "present_pattern", "num_kv_heads", "head_size",
-                         "share_buffer"}, where, "state.kv_cache")
+                         "share_buffer", "sliding_window"}, where, "state.kv_cache")
     fmt = kv_raw.get("format", "auto")
     if fmt not in KV_FORMATS:
         raise PipelineSpecError(f'{where}: unknown kv_cache format "{fmt}". Valid formats: {", ".join(KV_FORMATS)}.')
@@ -1046,7 +1052,8 @@ def _parse_state(raw: Mapping[str, Any], spec: PipelineSpec, where: str) -> Stat
     if not isinstance(share, bool):
         raise PipelineSpecError(f"{where}: state.kv_cache.share_buffer must be true or false.")
     kv = KVCacheSpec(fmt, names, _positive_int_or_none(kv_raw.get("num_kv_heads"), where, "state.kv_cache.num_kv_heads"),
-                     _positive_int_or_none(kv_raw.get("head_size"), where, "state.kv_cache.head_size"), share)
+                     _positive_int_or_none(kv_raw.get("head_size"), where, "state.kv_cache.head_size"), share,
+                     _positive_int_or_none(kv_raw.get("sliding_window"), where, "state.kv_cache.sliding_window"))
 
     cross = None
     cross_raw = raw.get("cross_cache")
