@@ -155,6 +155,17 @@ def genai_eos(genai_config: Mapping[str, Any]) -> tuple[int, ...]:
     return tuple(int(i) for i in (eos if isinstance(eos, (list, tuple)) else [eos]))
 
 
+def genai_window(genai_config: Mapping[str, Any]) -> int:
+    """The decoder's sliding window (``model.decoder.sliding_window.window_size``), 0 when none.
+
+    onnxruntime-genai sizes a windowed KV cache from ``max_length`` and fails when that is
+    below the window ("KV cache capacity (N) must be at least local_window_size (W)").
+    """
+    window = (genai_config["model"].get("decoder") or {}).get("sliding_window")
+    size = window.get("window_size") if isinstance(window, Mapping) else None
+    return size if isinstance(size, int) and size > 0 else 0
+
+
 class GenaiPlanner(CallPlanner):
     """CallPlanner for genai's loop.
 
@@ -268,8 +279,11 @@ def og_tokens(
     *,
     processors: Sequence[LogitsProcessor] = (),
     prompt_ids: Sequence[int] = (),
+    limit: int | None = None,
 ) -> Iterator[int]:
     """The step tier: token ids chosen by genai's loop, one per iteration.
+
+    ``limit`` stops after that many tokens even when ``max_length`` leaves room for more.
 
     ``feed(generator)`` appends the prompt (token ids or processor outputs).  With
     ``processors``, each step's logits are read from genai, processed in Python
@@ -281,7 +295,7 @@ def og_tokens(
     ids = np.zeros((1, len(prompt_ids) + int(options["max_length"])), dtype=np.int64)  # [1, capacity]
     ids[0, : len(prompt_ids)] = prompt_ids
     length = len(prompt_ids)
-    while True:
+    while limit is None or length - len(prompt_ids) < limit:
         with raising(InferenceError, "generating a token"):
             if generator.is_done():
                 return
@@ -353,6 +367,7 @@ class Call:
     model_eos: Sequence[int] = ()
     extra_processors: Sequence[LogitsProcessor] = ()
     skip: int = 0
+    window: int = 0
 
     @property
     def text_ids(self) -> list[int]:
@@ -366,7 +381,10 @@ class Call:
     def tokens(self, config: GenerationConfig) -> Iterator[int]:
         processors = self.processors(config)
         options = search_options(config, len(self.prompt_ids), native_processors=not processors)
-        return og_tokens(self.model, options, self.feed, processors=processors, prompt_ids=self.text_ids)
+        # genai's cache is max_length long: a sliding window needs it longer than this call asks for
+        options["max_length"] = max(options["max_length"], self.window)
+        return og_tokens(self.model, options, self.feed, processors=processors, prompt_ids=self.text_ids,
+                         limit=config.max_new_tokens)
 
 
 def run_generation(call: Call, *, started: float, on_token: Callable[[str], None] | None = None) -> GenerationResult:
@@ -383,6 +401,12 @@ def run_generation(call: Call, *, started: float, on_token: Callable[[str], None
                 "Beam search runs entirely inside onnxruntime-genai: it cannot be combined with logits processors "
                 "genai lacks (no_repeat_ngram_size, bad_words_ids, suppress_tokens, forced tokens, logits_processor, "
                 f"min_new_tokens with extra end tokens). Drop one of the two, or {_NATIVE_HINT}."
+            )
+        if call.window:
+            raise ConfigurationError(
+                f"onnxruntime-genai's beam search cannot run this model's sliding-window KV cache (window "
+                f"{call.window}). Use greedy search or sampling here, or run beam search on this folder with "
+                "inference4py.OnnxTextGenerator, whose native loop handles the window."
             )
         seqs = og_sequences(call.model, search_options(config, prompt_len), call.feed, count=config.num_return_sequences)
         candidates = tuple(_candidate(s[call.skip:], call.tokenizer, config) for s in seqs)

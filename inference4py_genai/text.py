@@ -91,6 +91,7 @@ class TextGenerator(ClosableTask):
         self._processors = tuple(builder._processors)
         self._prompts = PromptEncoder(self.tokenizer, self.folder, builder, self._vocab_size)
         self._model = open_model(self.folder, genai_config, providers=builder._providers, threads=builder._threads)
+        self._window = _base.genai_window(genai_config)
 
     @property
     def generation_config(self) -> GenerationConfig:
@@ -119,7 +120,7 @@ class TextGenerator(ClosableTask):
         return _base.Call(
             model=self._model, tokenizer=self.tokenizer, config=self._planner.for_call(len(ids), overrides),
             feed=_base.feed_tokens(ids), prompt_ids=ids, model_eos=self._planner.model_eos,
-            extra_processors=self._processors, skip=len(ids),
+            extra_processors=self._processors, skip=len(ids), window=self._window,
         )
 
     def generate(self, prompt: Prompt, on_token: Callable[[str], None] | None = None, **overrides: Any) -> GenerationResult:
