@@ -65,10 +65,19 @@ def gguf_metadata(path: Path) -> dict:
     import gguf
 
     reader = gguf.GGUFReader(str(path))
-    wanted = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type", "tokenizer.ggml.pre",
-              "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
-              "tokenizer.ggml.padding_token_id", "tokenizer.ggml.add_bos_token", "tokenizer.chat_template",
-              "llama.context_length")
+    wanted = (
+        "tokenizer.ggml.tokens",
+        "tokenizer.ggml.merges",
+        "tokenizer.ggml.token_type",
+        "tokenizer.ggml.pre",
+        "tokenizer.ggml.bos_token_id",
+        "tokenizer.ggml.eos_token_id",
+        "tokenizer.ggml.unknown_token_id",
+        "tokenizer.ggml.padding_token_id",
+        "tokenizer.ggml.add_bos_token",
+        "tokenizer.chat_template",
+        "llama.context_length",
+    )
     return {k: reader.fields[k].contents() for k in wanted if k in reader.fields}
 
 
@@ -78,17 +87,21 @@ def build_tokenizer(meta: dict):
     from transformers import PreTrainedTokenizerFast
 
     if meta.get("tokenizer.ggml.pre") != "smollm":
-        raise SystemExit(f"unexpected pre-tokenizer {meta.get('tokenizer.ggml.pre')!r}: this script knows 'smollm' only")
+        raise SystemExit(
+            f"unexpected pre-tokenizer {meta.get('tokenizer.ggml.pre')!r}: this script knows 'smollm' only"
+        )
     tokens: list[str] = meta["tokenizer.ggml.tokens"]
     types: list[int] = meta["tokenizer.ggml.token_type"]
     merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
     vocab = {t: i for i, t in enumerate(tokens)}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
     # llama.cpp's "smollm" pre-tokenizer: every digit on its own, then GPT-2's byte-level split.
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(r"\p{N}"), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"\p{N}"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     special = [AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty == 3]  # CONTROL
     tok.add_special_tokens(special)
@@ -109,11 +122,12 @@ def build_tokenizer(meta: dict):
 def check_answer(model, tokenizer) -> str:
     import torch
 
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": QUESTION}], add_generation_prompt=True,
-                                        return_tensors="pt")
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": QUESTION}], add_generation_prompt=True, return_tensors="pt"
+    )
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=20, do_sample=False)
-    answer = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True).strip()
+    answer = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True).strip()
     if answer != EXPECTED_ANSWER:
         raise SystemExit(f"sanity check failed: greedy answer {answer!r}, expected {EXPECTED_ANSWER!r}")
     digits = tokenizer.tokenize("12345")
@@ -133,12 +147,16 @@ def build_hf(work: Path, force: bool) -> Path:
     gguf_path = find_gguf(work)
     print(f"GGUF: {gguf_path}")
     meta = gguf_metadata(gguf_path)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name,
-                                                 torch_dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf_path.parent), gguf_file=gguf_path.name, torch_dtype=torch.float32
+    ).eval()
     tokenizer = build_tokenizer(meta)
     eos = int(meta["tokenizer.ggml.eos_token_id"])
-    model.generation_config = GenerationConfig(bos_token_id=int(meta["tokenizer.ggml.bos_token_id"]),
-                                               eos_token_id=eos, pad_token_id=int(meta["tokenizer.ggml.padding_token_id"]))
+    model.generation_config = GenerationConfig(
+        bos_token_id=int(meta["tokenizer.ggml.bos_token_id"]),
+        eos_token_id=eos,
+        pad_token_id=int(meta["tokenizer.ggml.padding_token_id"]),
+    )
     model.config.bos_token_id = int(meta["tokenizer.ggml.bos_token_id"])
     model.config.eos_token_id = eos
     model.config.pad_token_id = int(meta["tokenizer.ggml.padding_token_id"])
@@ -175,8 +193,25 @@ def export_genai(hf: Path, work: Path, precision: str, force: bool) -> Path:
     log = work / f"smollm2-genai-{precision}.log"
     print(f"genai builder ({precision}) -> {out} (log: {log})")
     with log.open("w") as f:
-        subprocess.run([sys.executable, str(HERE / "_genai_builder.py"), "-i", str(hf), "-o", str(out), "-p", precision,
-                        "-e", "cpu", "-c", str(cache)], check=True, stdout=f, stderr=subprocess.STDOUT)
+        subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "_genai_builder.py"),
+                "-i",
+                str(hf),
+                "-o",
+                str(out),
+                "-p",
+                precision,
+                "-e",
+                "cpu",
+                "-c",
+                str(cache),
+            ],
+            check=True,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        )
     return out
 
 
@@ -218,7 +253,9 @@ def main(argv: list[str] | None = None) -> None:
     quantize_fused(optimize_optimum(optimum, args.work, args.force), args.work, args.force)
     for precision in ("fp32", "int4"):
         export_genai(hf, args.work, precision, args.force)
-    summary = {p.name: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) for p in sorted(args.work.glob("smollm2-*"))}
+    summary = {
+        p.name: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) for p in sorted(args.work.glob("smollm2-*"))
+    }
     print(json.dumps(summary, indent=1))
 
 

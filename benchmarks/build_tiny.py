@@ -25,8 +25,17 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.models import FIXTURES, WORK  # noqa: E402
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
-                   "tokenizer.model", "added_tokens.json", "chat_template.jinja", "generation_config.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "generation_config.json",
+)
 
 
 def rebuild(kind: str) -> Path:
@@ -69,8 +78,25 @@ def genai(kind: str, hf: Path) -> None:
         shutil.rmtree(out)
     log = WORK / f"tiny-{kind}-genai.log"
     with log.open("w") as f:
-        subprocess.run([sys.executable, str(HERE / "_genai_builder.py"), "-i", str(hf), "-o", str(out), "-p", "fp32",
-                        "-e", "cpu", "-c", str(WORK / "genai-cache")], check=True, stdout=f, stderr=subprocess.STDOUT)
+        subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "_genai_builder.py"),
+                "-i",
+                str(hf),
+                "-o",
+                str(out),
+                "-p",
+                "fp32",
+                "-e",
+                "cpu",
+                "-c",
+                str(WORK / "genai-cache"),
+            ],
+            check=True,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        )
     print(f"{kind}: {out}")
 
 

@@ -47,7 +47,12 @@ NO_BEAM = ("greedy", "sample")
 
 
 def smollm2() -> Model:
-    opt, g32, g4, hf = WORK / "smollm2-optimum", WORK / "smollm2-genai-fp32", WORK / "smollm2-genai-int4", WORK / "smollm2-hf"
+    opt, g32, g4, hf = (
+        WORK / "smollm2-optimum",
+        WORK / "smollm2-genai-fp32",
+        WORK / "smollm2-genai-int4",
+        WORK / "smollm2-hf",
+    )
     fused = WORK / "smollm2-optimum-fused"  # `inference4py optimize` of the optimum export
     q4 = WORK / "smollm2-optimum-int4"  # `inference4py quantize --bits 4` of the fused export
     rows = (
@@ -63,8 +68,9 @@ def smollm2() -> Model:
         Row("bare-iobinding[genai-fp32]", "bare_loop", g32, settings=NO_BEAM, ref=f"{I4PY}[genai-fp32]"),
         Row(f"{I4PY}[genai-int4]", "inference4py_peer", g4, precision="int4", ref=None, settings=NO_BEAM),
         Row("genai[int4]", "genai_peer", g4, precision="int4", ref=f"{I4PY}[genai-int4]", settings=NO_BEAM),
-        Row("bare-iobinding[genai-int4]", "bare_loop", g4, precision="int4", ref=f"{I4PY}[genai-int4]",
-            settings=NO_BEAM),
+        Row(
+            "bare-iobinding[genai-int4]", "bare_loop", g4, precision="int4", ref=f"{I4PY}[genai-int4]", settings=NO_BEAM
+        ),
         Row(f"{I4PY}[quantized-int4]", "inference4py_peer", q4, precision="int4", ref=None, settings=NO_BEAM),
     )
     return Model("smollm2", SMOLLM2_PROMPT, 128, rows, build_hint="python benchmarks/build_smollm2.py", iters=2)

@@ -85,9 +85,11 @@ def profile(fn, gens: int) -> pstats.Stats:  # noqa: ANN001
 def top(stats: pstats.Stats, per: float, n: int) -> list[str]:
     rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:n]  # by own time
     out = []
-    for (file, line, func), (cc, nc, tt, ct, _) in rows:
-        out.append(f"  {1e6 * tt / per:8.1f} own {1e6 * ct / per:8.1f} cum  {nc / per:6.1f} calls/token  "
-                   f"{Path(file).name}:{line} {func}")
+    for (file, line, func), (_cc, nc, tt, ct, _) in rows:
+        out.append(
+            f"  {1e6 * tt / per:8.1f} own {1e6 * ct / per:8.1f} cum  {nc / per:6.1f} calls/token  "
+            f"{Path(file).name}:{line} {func}"
+        )
     return out
 
 
@@ -133,8 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(5):
         t_i.append(per_token_us(run_i4py, max(1, args.gens // 5), args.tokens, clock))
         t_b.append(per_token_us(run_bare, max(1, args.gens // 5), args.tokens, clock))
-    ti, tb = (statistics.median(x[0] for x in t_i), statistics.median(x[1] for x in t_i)), \
-        (statistics.median(x[0] for x in t_b), statistics.median(x[1] for x in t_b))
+    ti, tb = (
+        (statistics.median(x[0] for x in t_i), statistics.median(x[1] for x in t_i)),
+        (statistics.median(x[0] for x in t_b), statistics.median(x[1] for x in t_b)),
+    )
     print(f"# {args.model}, {args.setting}, {args.tokens} new tokens, prompt {len(ids)} tokens")
     print("plain timing, µs per token (whole call / tokens; median of 5 interleaved batches):")
     print(f"  inference4py {ti[0]:7.1f} = onnxruntime {ti[1]:7.1f} + Python around it {ti[0] - ti[1]:7.1f}")

@@ -49,7 +49,7 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from inference4py import OnnxTextGenerator
+from inference4py import OnnxTextGenerator  # noqa: E402 - after the sys.path line above
 
 PROMPTS: tuple[str, ...] = (
     "What is the capital of France?",
@@ -165,8 +165,9 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
-def teacher_forced(folder: Path, prompts: Sequence[list[int]], continuations: Sequence[tuple[int, ...]],
-                   threads: int | None) -> list[np.ndarray]:
+def teacher_forced(
+    folder: Path, prompts: Sequence[list[int]], continuations: Sequence[tuple[int, ...]], threads: int | None
+) -> list[np.ndarray]:
     """Next-token log-probs at the positions that predict each continuation token.
 
     One plain ``session.run`` per prompt over prompt + continuation, no KV cache carried.
@@ -202,7 +203,7 @@ def teacher_forced(folder: Path, prompts: Sequence[list[int]], continuations: Se
             raise ValueError(f"{folder}: logits shape {logits.shape}, expected [1, {n}, vocab]")
         # logits[t] predicts token t+1: continuation token i sits at len(prompt)+i.
         start = len(prompt) - 1
-        results.append(log_softmax(logits[0, start:start + len(cont)]).astype(np.float32))
+        results.append(log_softmax(logits[0, start : start + len(cont)]).astype(np.float32))
     return results
 
 
@@ -263,8 +264,10 @@ def compare(pair: Pair, ref: Reference, work: Path, tokens: int, threads: int | 
 
 def markdown(results: Sequence[PairResult], tokens: int) -> str:
     lines = [
-        (f"| pair | fp32 MB | int4 MB | identical greedy ({tokens} tok) | mean first diff | "
-         "top-1 agreement | mean KL (nats) | max KL |"),
+        (
+            f"| pair | fp32 MB | int4 MB | identical greedy ({tokens} tok) | mean first diff | "
+            "top-1 agreement | mean KL (nats) | max KL |"
+        ),
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:

@@ -22,6 +22,7 @@ benchmarks/results/ and, with ``--markdown``, the tables inside the given page
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -41,8 +42,17 @@ if __package__ in (None, ""):  # `python benchmarks/run.py`: make `benchmarks` i
 from benchmarks.models import I4PY, ROOT, Model, Row, resolve  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-PACKAGES = ("inference4py", "onnxruntime", "onnxruntime-genai", "optimum", "optimum-onnx", "transformers", "torch",
-            "numpy", "tokenizers")
+PACKAGES = (
+    "inference4py",
+    "onnxruntime",
+    "onnxruntime-genai",
+    "optimum",
+    "optimum-onnx",
+    "transformers",
+    "torch",
+    "numpy",
+    "tokenizers",
+)
 
 
 # ---------------------------------------------------------------------------------------------- machine
@@ -62,13 +72,18 @@ def machine() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             versions[name] = None
     mem = None
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
         mem = int(Path("/proc/meminfo").read_text().split()[1]) // 1024  # MemTotal kB -> MiB
-    except (OSError, ValueError, IndexError):
-        pass
-    return {"nproc": os.cpu_count(), "cpu": cpu, "mem_total_mb": mem, "python": platform.python_version(),
-            "platform": platform.platform(), "versions": versions, "loadavg_start": os.getloadavg(),
-            "inference4py_source_sha256": source_digest()}
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "mem_total_mb": mem,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "versions": versions,
+        "loadavg_start": os.getloadavg(),
+        "inference4py_source_sha256": source_digest(),
+    }
 
 
 def source_digest() -> str:
@@ -87,11 +102,22 @@ def run_worker(task: dict[str, Any], timeout: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         task_path, out_path = Path(tmp) / "task.json", Path(tmp) / "out.json"
         task_path.write_text(json.dumps(task), encoding="utf-8")
-        env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error",
-               "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+        env = {
+            **os.environ,
+            "TOKENIZERS_PARALLELISM": "false",
+            "TRANSFORMERS_VERBOSITY": "error",
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONWARNINGS": "ignore",
+        }
         try:
-            proc = subprocess.run([sys.executable, "-m", "benchmarks.worker", str(task_path), str(out_path)],
-                                  cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+            proc = subprocess.run(
+                [sys.executable, "-m", "benchmarks.worker", str(task_path), str(out_path)],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             return {"status": "error", "reason": f"timed out after {timeout:.0f}s"}
         if not out_path.is_file():
@@ -100,9 +126,18 @@ def run_worker(task: dict[str, Any], timeout: float) -> dict[str, Any]:
 
 
 def task_for(model: Model, row: Row, setting: str, mode: str, args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
-    return {"module": row.module, "folder": str(row.folder), "prompt": model.prompt, "seq2seq": row.seq2seq,
-            "max_new_tokens": args.max_new_tokens or model.max_new_tokens, "setting": setting, "mode": mode,
-            "warmup": args.warmup, "iters": args.iters or model.iters, **extra}
+    return {
+        "module": row.module,
+        "folder": str(row.folder),
+        "prompt": model.prompt,
+        "seq2seq": row.seq2seq,
+        "max_new_tokens": args.max_new_tokens or model.max_new_tokens,
+        "setting": setting,
+        "mode": mode,
+        "warmup": args.warmup,
+        "iters": args.iters or model.iters,
+        **extra,
+    }
 
 
 def selected_rows(model: Model, args: argparse.Namespace) -> list[Row]:
@@ -122,19 +157,23 @@ def bench_speed(model: Model, args: argparse.Namespace, log) -> dict[str, Any]: 
             if setting not in r.settings:
                 continue
             if not r.folder.exists():
-                out.setdefault(setting, {})[r.name] = {"status": "skipped",
-                                                       "reason": f"{r.folder} missing ({model.build_hint or 'build it'})"}
+                out.setdefault(setting, {})[r.name] = {
+                    "status": "skipped",
+                    "reason": f"{r.folder} missing ({model.build_hint or 'build it'})",
+                }
                 continue
             runnable.append(r)
         raw: dict[str, list[dict[str, Any]]] = {r.name: [] for r in runnable}
         for run in range(args.runs):
-            order = runnable[run % max(1, len(runnable)):] + runnable[:run % max(1, len(runnable))]
+            order = runnable[run % max(1, len(runnable)) :] + runnable[: run % max(1, len(runnable))]
             for r in order:
                 t = time.perf_counter()
                 res = run_worker(task_for(model, r, setting, "speed", args), args.timeout)
                 raw[r.name].append(res)
-                log(f"  {model.key} {setting:6s} run {run + 1}/{args.runs} {r.name:28s} {_brief(res, setting)} "
-                    f"({time.perf_counter() - t:.0f}s)")
+                log(
+                    f"  {model.key} {setting:6s} run {run + 1}/{args.runs} {r.name:28s} {_brief(res, setting)} "
+                    f"({time.perf_counter() - t:.0f}s)"
+                )
                 if res.get("status") in ("unsupported",):
                     break
         agg = out.setdefault(setting, {})
@@ -161,8 +200,13 @@ def aggregate(results: list[dict[str, Any]], row: Row) -> dict[str, Any]:
     ok = [r for r in results if r.get("status") == "ok"]
     if not ok:
         first = results[0] if results else {"status": "skipped", "reason": "not run"}
-        return {"status": first.get("status"), "reason": first.get("reason"), "ref": row.ref,
-                "precision": row.precision, "folder": str(row.folder)}
+        return {
+            "status": first.get("status"),
+            "reason": first.get("reason"),
+            "ref": row.ref,
+            "precision": row.precision,
+            "folder": str(row.folder),
+        }
     recs = [rec for r in ok for rec in r["records"]]
 
     def med(key: str) -> float | None:
@@ -170,13 +214,23 @@ def aggregate(results: list[dict[str, Any]], row: Row) -> dict[str, Any]:
         return statistics.median(vals) if vals else None
 
     return {
-        "status": "ok", "ref": row.ref, "precision": row.precision, "folder": str(row.folder), "runs": len(ok),
-        "prompt_tokens": recs[0]["prompt_tokens"], "new_tokens": recs[0]["new_tokens"],
+        "status": "ok",
+        "ref": row.ref,
+        "precision": row.precision,
+        "folder": str(row.folder),
+        "runs": len(ok),
+        "prompt_tokens": recs[0]["prompt_tokens"],
+        "new_tokens": recs[0]["new_tokens"],
         "prompt_ms": 1000 * statistics.median(r["prompt_s"] for r in ok),
-        "ttft_ms": 1000 * med("ttft_s"), "decode_tps": med("decode_tps"),
-        "decode_tps_all": [x["decode_tps"] for x in recs], "ms_per_token": med("ms_per_token"),
-        "peak_gen_rss_mb": max(r["peak_gen_rss_mb"] for r in ok), "max_rss_mb": max(r["max_rss_mb"] for r in ok),
-        "load_s": statistics.median(r["load_s"] for r in ok), "ids_head": recs[0]["ids_head"], "info": ok[0].get("info"),
+        "ttft_ms": 1000 * med("ttft_s"),
+        "decode_tps": med("decode_tps"),
+        "decode_tps_all": [x["decode_tps"] for x in recs],
+        "ms_per_token": med("ms_per_token"),
+        "peak_gen_rss_mb": max(r["peak_gen_rss_mb"] for r in ok),
+        "max_rss_mb": max(r["max_rss_mb"] for r in ok),
+        "load_s": statistics.median(r["load_s"] for r in ok),
+        "ids_head": recs[0]["ids_head"],
+        "info": ok[0].get("info"),
         "errors": [r.get("reason") for r in results if r.get("status") != "ok"],
     }
 
@@ -185,13 +239,26 @@ def bench_memory(model: Model, args: argparse.Namespace, log) -> dict[str, Any]:
     out: dict[str, Any] = {"long": {}, "growth": {}}
     rows = [r for r in selected_rows(model, args) if r.folder.exists()]
     for r in rows:
-        res = run_worker(task_for(model, r, "greedy", "memory", args, max_new_tokens=args.memory_tokens,
-                                  warmup_tokens=8), args.timeout * 4)
+        res = run_worker(
+            task_for(model, r, "greedy", "memory", args, max_new_tokens=args.memory_tokens, warmup_tokens=8),
+            args.timeout * 4,
+        )
         log(f"  {model.key} memory {r.name:28s} {_brief(res)} peak {res.get('peak_gen_rss_mb', 0):.0f} MB")
         out["long"][r.name] = res
     for r in rows:
-        res = run_worker(task_for(model, r, "greedy", "growth", args, max_new_tokens=args.growth_tokens,
-                                  generations=args.growth_generations, warmup=0), args.timeout * 4)
+        res = run_worker(
+            task_for(
+                model,
+                r,
+                "greedy",
+                "growth",
+                args,
+                max_new_tokens=args.growth_tokens,
+                generations=args.growth_generations,
+                warmup=0,
+            ),
+            args.timeout * 4,
+        )
         series = res.get("rss_series_mb") or []
         if series:
             log(f"  {model.key} growth {r.name:28s} rss {series[0]:.0f} -> {series[-1]:.0f} MB")
@@ -207,8 +274,10 @@ def _f(v: float | None, fmt: str = "{:.1f}") -> str:
 
 
 def speed_table(setting: str, rows: dict[str, Any]) -> str:
-    head = ("| peer | prompt tok | prompt ms | TTFT ms | decode tok/s | ms/token | peak RSS MB (gen / process) "
-            "| decode vs inference4py | TTFT vs inference4py | same greedy ids |")
+    head = (
+        "| peer | prompt tok | prompt ms | TTFT ms | decode tok/s | ms/token | peak RSS MB (gen / process) "
+        "| decode vs inference4py | TTFT vs inference4py | same greedy ids |"
+    )
     lines = [f"**{setting}**", "", head, "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         if r.get("status") != "ok":
@@ -224,28 +293,39 @@ def speed_table(setting: str, rows: dict[str, Any]) -> str:
                 same = "yes" if r["ids_head"] == ref["ids_head"] else "no"
         elif not r.get("ref"):
             ratio_tps = ratio_ttft = "1 (ref)"
-        lines.append(f"| {name} | {r['prompt_tokens']} | {_f(r['prompt_ms'])} | {_f(r['ttft_ms'])} | "
-                     f"{_f(r['decode_tps'])} | {_f(r['ms_per_token'], '{:.2f}')} | "
-                     f"{r['peak_gen_rss_mb']:.0f} / {r['max_rss_mb']:.0f} | {ratio_tps} | {ratio_ttft} | {same} |")
+        lines.append(
+            f"| {name} | {r['prompt_tokens']} | {_f(r['prompt_ms'])} | {_f(r['ttft_ms'])} | "
+            f"{_f(r['decode_tps'])} | {_f(r['ms_per_token'], '{:.2f}')} | "
+            f"{r['peak_gen_rss_mb']:.0f} / {r['max_rss_mb']:.0f} | {ratio_tps} | {ratio_ttft} | {same} |"
+        )
     return "\n".join(lines)
 
 
 def memory_tables(mem: dict[str, Any], model_key: str) -> str:
     lines = []
     if mem.get("long"):
-        lines += ["**1,000 new tokens (greedy)**", "",
-                  "| peer | RSS after load MB | peak RSS while generating MB | increase MB | process peak MB |",
-                  "|---|---|---|---|---|"]
+        lines += [
+            "**1,000 new tokens (greedy)**",
+            "",
+            "| peer | RSS after load MB | peak RSS while generating MB | increase MB | process peak MB |",
+            "|---|---|---|---|---|",
+        ]
         for name, r in mem["long"].items():
             if r.get("status") != "ok":
                 lines.append(f"| {name} | {r.get('status')}: {str(r.get('reason'))[:100]} | | | |")
                 continue
-            lines.append(f"| {name} | {r['rss_before_mb']:.0f} | {r['peak_gen_rss_mb']:.0f} | "
-                         f"{r['peak_gen_rss_mb'] - r['rss_before_mb']:.0f} | {r['max_rss_mb']:.0f} |")
+            lines.append(
+                f"| {name} | {r['rss_before_mb']:.0f} | {r['peak_gen_rss_mb']:.0f} | "
+                f"{r['peak_gen_rss_mb'] - r['rss_before_mb']:.0f} | {r['max_rss_mb']:.0f} |"
+            )
         lines.append("")
     if mem.get("growth"):
-        lines += ["**RSS across repeated generations**", "",
-                  "| peer | after 1st MB | after 10th MB | after last MB | growth 10th->last MB |", "|---|---|---|---|---|"]
+        lines += [
+            "**RSS across repeated generations**",
+            "",
+            "| peer | after 1st MB | after 10th MB | after last MB | growth 10th->last MB |",
+            "|---|---|---|---|---|",
+        ]
         for name, r in mem["growth"].items():
             s = r.get("rss_series_mb") or []
             if len(s) < 10:
@@ -268,22 +348,32 @@ def targets(results: dict[str, Any]) -> list[str]:
             out.append(f"- {label}: not measured")
             return
         met = value >= goal if higher_better else value <= goal
-        out.append(f"- {label}: {value:.2f} ({'met' if met else 'MISSED'}; target {'>=' if higher_better else '<='} {goal})")
+        out.append(
+            f"- {label}: {value:.2f} ({'met' if met else 'MISSED'}; target {'>=' if higher_better else '<='} {goal})"
+        )
 
     has_smollm2 = bool(results.get("smollm2", {}).get("speed"))
     i = ok("smollm2", "greedy", I4PY)
     for peer, goal in (("genai", 1.25), ("optimum", 1.4)) if has_smollm2 else ():
         p = ok("smollm2", "greedy", peer)
-        line(f"smollm2 fp32 decode tok/s inference4py / {peer}", i["decode_tps"] / p["decode_tps"] if i and p else None, goal)
+        line(
+            f"smollm2 fp32 decode tok/s inference4py / {peer}",
+            i["decode_tps"] / p["decode_tps"] if i and p else None,
+            goal,
+        )
         line(f"smollm2 TTFT inference4py / {peer}", i["ttft_ms"] / p["ttft_ms"] if i and p else None, 1.0, False)
     u, o = ok("smollm2", "greedy", f"{I4PY}[unfused]"), ok("smollm2", "greedy", "optimum")
     if u and o:  # not a target: optimum's export run as exported, without `inference4py optimize`
-        out.append(f"- (info) smollm2 fp32 decode tok/s inference4py[unfused] / optimum: "
-                   f"{u['decode_tps'] / o['decode_tps']:.2f}; TTFT {u['ttft_ms'] / o['ttft_ms']:.2f}")
+        out.append(
+            f"- (info) smollm2 fp32 decode tok/s inference4py[unfused] / optimum: "
+            f"{u['decode_tps'] / o['decode_tps']:.2f}; TTFT {u['ttft_ms'] / o['ttft_ms']:.2f}"
+        )
     i32, g32 = ok("smollm2", "greedy", f"{I4PY}[genai-fp32]"), ok("smollm2", "greedy", "genai")
     if i32 and g32:  # not a target: the same comparison when inference4py runs genai's own fp32 graph
-        out.append(f"- (info) smollm2 fp32 decode tok/s inference4py[genai-fp32] / genai: "
-                   f"{i32['decode_tps'] / g32['decode_tps']:.2f}; TTFT {i32['ttft_ms'] / g32['ttft_ms']:.2f}")
+        out.append(
+            f"- (info) smollm2 fp32 decode tok/s inference4py[genai-fp32] / genai: "
+            f"{i32['decode_tps'] / g32['decode_tps']:.2f}; TTFT {i32['ttft_ms'] / g32['ttft_ms']:.2f}"
+        )
     i4, g4 = ok("smollm2", "greedy", f"{I4PY}[genai-int4]"), ok("smollm2", "greedy", "genai[int4]")
     if not has_smollm2:
         pass
@@ -291,21 +381,36 @@ def targets(results: dict[str, Any]) -> list[str]:
         r = results["smollm2"].get("speed", {}).get("greedy", {}).get(f"{I4PY}[genai-int4]", {})
         out.append(f"- smollm2 int4 genai folder run by inference4py: FAILED ({r.get('status')}: {r.get('reason')})")
     else:
-        line("smollm2 int4 decode tok/s inference4py[genai-int4] / genai[int4]",
-             i4["decode_tps"] / g4["decode_tps"] if i4 and g4 else None, 1.0)
+        line(
+            "smollm2 int4 decode tok/s inference4py[genai-int4] / genai[int4]",
+            i4["decode_tps"] / g4["decode_tps"] if i4 and g4 else None,
+            1.0,
+        )
         q4 = ok("smollm2", "greedy", f"{I4PY}[quantized-int4]")
         if q4 and g4:  # not a target: optimum's export through `inference4py optimize` + `quantize --bits 4`
-            out.append(f"- (info) smollm2 int4 decode tok/s inference4py[quantized-int4] / genai[int4]: "
-                       f"{q4['decode_tps'] / g4['decode_tps']:.2f}")
+            out.append(
+                f"- (info) smollm2 int4 decode tok/s inference4py[quantized-int4] / genai[int4]: "
+                f"{q4['decode_tps'] / g4['decode_tps']:.2f}"
+            )
     for model in ("gpt2", "llama", "qwen2", "t5", "bart"):
         for setting in ("greedy", "sample"):
             i, b = ok(model, setting, I4PY), ok(model, setting, "bare-iobinding")
             if i and b and i["decode_tps"] and b["decode_tps"]:
-                line(f"{model} {setting} per-token time inference4py / bare loop", b["decode_tps"] / i["decode_tps"], 1.1, False)
+                line(
+                    f"{model} {setting} per-token time inference4py / bare loop",
+                    b["decode_tps"] / i["decode_tps"],
+                    1.1,
+                    False,
+                )
     for model in ("smollm2", "gpt2", "llama", "qwen2", "t5", "bart"):
         g, b = ok(model, "greedy", I4PY), ok(model, "beam4", I4PY)
         if g and b:
-            line(f"{model} beam 4 / greedy ms per token (inference4py)", b["ms_per_token"] / g["ms_per_token"], 4.0, False)
+            line(
+                f"{model} beam 4 / greedy ms per token (inference4py)",
+                b["ms_per_token"] / g["ms_per_token"],
+                4.0,
+                False,
+            )
         elif g and model in results and "beam4" in results[model].get("speed", {}):
             r = results[model]["speed"]["beam4"].get(I4PY, {})
             out.append(f"- {model} beam 4: not available ({r.get('status')}: {r.get('reason')})")
@@ -319,12 +424,16 @@ def render(results: dict[str, Any], env: dict[str, Any], command: str) -> str:
             continue
         spec = res["spec"]
         if res.get("speed"):
-            parts.append(f"### {key}\n\n{spec['prompt_desc']}, {spec['max_new_tokens']} new tokens, EOS suppressed, "
-                         f"batch 1, median of {spec['runs']} run(s).\n")
+            parts.append(
+                f"### {key}\n\n{spec['prompt_desc']}, {spec['max_new_tokens']} new tokens, EOS suppressed, "
+                f"batch 1, median of {spec['runs']} run(s).\n"
+            )
         else:
-            parts.append(f"### {key}\n\n{spec['prompt_desc']}, EOS suppressed, greedy, batch 1: one generation of "
-                         f"{spec.get('memory_tokens', 1000)} new tokens, then {spec.get('growth_generations', 100)} "
-                         f"generations of {spec.get('growth_tokens', 8)} tokens in one process.\n")
+            parts.append(
+                f"### {key}\n\n{spec['prompt_desc']}, EOS suppressed, greedy, batch 1: one generation of "
+                f"{spec.get('memory_tokens', 1000)} new tokens, then {spec.get('growth_generations', 100)} "
+                f"generations of {spec.get('growth_tokens', 8)} tokens in one process.\n"
+            )
         for setting, rows in res.get("speed", {}).items():
             parts.append(speed_table(setting, rows) + "\n")
         if res.get("memory"):
@@ -332,10 +441,13 @@ def render(results: dict[str, Any], env: dict[str, Any], command: str) -> str:
     goals = targets(results)
     if goals:
         parts.append("### Targets\n\n" + "\n".join(goals) + "\n")
-    head = (f"Machine: {env['nproc']} cores, {env['cpu']}, {env['mem_total_mb']} MiB; load average at start "
-            f"{', '.join(f'{x:.1f}' for x in env['loadavg_start'])}; inference4py source digest "
-            f"{env.get('inference4py_source_sha256', 'n/a')}. Python {env['python']}; "
-            + ", ".join(f"{k} {v}" for k, v in env["versions"].items() if v) + f".\n\nCommand: `{command}`\n")
+    head = (
+        f"Machine: {env['nproc']} cores, {env['cpu']}, {env['mem_total_mb']} MiB; load average at start "
+        f"{', '.join(f'{x:.1f}' for x in env['loadavg_start'])}; inference4py source digest "
+        f"{env.get('inference4py_source_sha256', 'n/a')}. Python {env['python']}; "
+        + ", ".join(f"{k} {v}" for k, v in env["versions"].items() if v)
+        + f".\n\nCommand: `{command}`\n"
+    )
     return head + "\n" + "\n".join(parts)
 
 
@@ -344,7 +456,7 @@ def update_markdown(page: Path, key: str, body: str) -> None:
     text = page.read_text(encoding="utf-8") if page.is_file() else ""
     block = f"{start}\n{body.strip()}\n{end}"
     if start in text and end in text:
-        text = text[:text.index(start)] + block + text[text.index(end) + len(end):]
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end) :]
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     page.write_text(text, encoding="utf-8")
@@ -352,10 +464,14 @@ def update_markdown(page: Path, key: str, body: str) -> None:
 
 # ---------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--model", default="tiny", help="tiny (gpt2, llama, qwen2, t5, bart), smollm2, one name, or all")
     ap.add_argument("--runs", type=int, default=3, help="processes per row and setting (interleaved)")
-    ap.add_argument("--iters", type=int, default=0, help="measured generations per process (default: 30 tiny, 2 smollm2)")
+    ap.add_argument(
+        "--iters", type=int, default=0, help="measured generations per process (default: 30 tiny, 2 smollm2)"
+    )
     ap.add_argument("--warmup", type=int, default=1, help="warm-up generations per process")
     ap.add_argument("--settings", default="greedy,sample,beam4", help="comma list of greedy, sample, beam4")
     ap.add_argument("--peers", default="", help="comma list of row names (default: all)")
@@ -366,9 +482,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--growth-generations", type=int, default=100)
     ap.add_argument("--growth-tokens", type=int, default=16)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per worker process")
-    ap.add_argument("--out", type=Path, default=None, help="JSON file (default: benchmarks/results/<model>-<time>.json)")
-    ap.add_argument("--markdown", type=Path, default=None, help="page to update with the tables (e.g. docs/performance.md)")
-    ap.add_argument("--render", type=Path, default=None, help="re-render a results JSON (with --markdown: into the page)")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="JSON file (default: benchmarks/results/<model>-<time>.json)"
+    )
+    ap.add_argument(
+        "--markdown", type=Path, default=None, help="page to update with the tables (e.g. docs/performance.md)"
+    )
+    ap.add_argument(
+        "--render", type=Path, default=None, help="re-render a results JSON (with --markdown: into the page)"
+    )
     args = ap.parse_args(argv)
     if args.render:
         saved = json.loads(args.render.read_text(encoding="utf-8"))
@@ -390,12 +512,22 @@ def main(argv: list[str] | None = None) -> int:
 
     for model in resolve(args.model):
         log(f"== {model.key}")
-        prompt_desc = ("chat prompt " + json.dumps(model.prompt["messages"][-1]["content"])) if "messages" in model.prompt \
+        prompt_desc = (
+            ("chat prompt " + json.dumps(model.prompt["messages"][-1]["content"]))
+            if "messages" in model.prompt
             else "text prompt " + json.dumps(model.prompt["text"])
-        res: dict[str, Any] = {"spec": {"prompt": model.prompt, "prompt_desc": prompt_desc, "runs": args.runs,
-                                        "max_new_tokens": args.max_new_tokens or model.max_new_tokens,
-                                        "memory_tokens": args.memory_tokens, "growth_generations": args.growth_generations,
-                                        "growth_tokens": args.growth_tokens}}
+        )
+        res: dict[str, Any] = {
+            "spec": {
+                "prompt": model.prompt,
+                "prompt_desc": prompt_desc,
+                "runs": args.runs,
+                "max_new_tokens": args.max_new_tokens or model.max_new_tokens,
+                "memory_tokens": args.memory_tokens,
+                "growth_generations": args.growth_generations,
+                "growth_tokens": args.growth_tokens,
+            }
+        }
         res["speed"] = {} if args.only_memory else bench_speed(model, args, log)
         if args.memory or args.only_memory:
             res["memory"] = bench_memory(model, args, log)
@@ -406,8 +538,10 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = args.out or RESULTS / f"{args.model}-{stamp}.json"
-    out.write_text(json.dumps({"machine": env, "command": command, "results": results,
-                               "targets": targets(results)}, indent=1), encoding="utf-8")
+    out.write_text(
+        json.dumps({"machine": env, "command": command, "results": results, "targets": targets(results)}, indent=1),
+        encoding="utf-8",
+    )
     log(f"results: {out}")
     if args.markdown:
         section = args.model + ("-memory" if args.only_memory else "")

@@ -40,7 +40,7 @@ class PeakRSS:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> "PeakRSS":
+    def __enter__(self) -> PeakRSS:
         self.peak = _rss_mb()
         self._stop.clear()
         self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -65,8 +65,13 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
     t = time.perf_counter()
     peer = module.load(task)
     load_s = time.perf_counter() - t
-    out: dict[str, Any] = {"status": "ok", "load_s": load_s, "rss_start_mb": rss_start, "rss_loaded_mb": _rss_mb(),
-                           "info": peer.info}
+    out: dict[str, Any] = {
+        "status": "ok",
+        "load_s": load_s,
+        "rss_start_mb": rss_start,
+        "rss_loaded_mb": _rss_mb(),
+        "info": peer.info,
+    }
     n, setting, mode = task["max_new_tokens"], task["setting"], task["mode"]
     for _ in range(task.get("warmup", 1)):
         peer.generate(min(n, task.get("warmup_tokens", n)), setting)
@@ -78,7 +83,9 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
         out["records"] = records
         out["peak_gen_rss_mb"] = peak.peak
         ids = peer.prompt_ids()
-        prefill = [peer.generate_ids(ids, 1, "greedy").summary()["total_s"] for _ in range(task.get("prefill_iters", 3))]
+        prefill = [
+            peer.generate_ids(ids, 1, "greedy").summary()["total_s"] for _ in range(task.get("prefill_iters", 3))
+        ]
         out["prompt_s"] = statistics.median(prefill)
     elif mode == "memory":
         before = _rss_mb()
@@ -105,8 +112,11 @@ def main(argv: list[str]) -> int:
     except Unsupported as exc:
         result = {"status": "unsupported", "reason": str(exc)}
     except Exception as exc:  # reported in the table, the run goes on
-        result = {"status": "error", "reason": f"{type(exc).__name__}: {str(exc)[:400]}",
-                  "traceback": traceback.format_exc()[-3000:]}
+        result = {
+            "status": "error",
+            "reason": f"{type(exc).__name__}: {str(exc)[:400]}",
+            "traceback": traceback.format_exc()[-3000:],
+        }
     out_path.write_text(json.dumps(result), encoding="utf-8")
     return 0
 

@@ -1,7 +1,7 @@
 """A multi-turn chat loop with a chat model (type an empty line to quit).
 
-    python examples/chat.py
-    python examples/chat.py --model tests/fixtures/models/qwen2 --max-new-tokens 16 < questions.txt
+python examples/chat.py
+python examples/chat.py --model tests/fixtures/models/qwen2 --max-new-tokens 16 < questions.txt
 """
 
 import argparse

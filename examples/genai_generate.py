@@ -31,7 +31,9 @@ def main() -> None:
     parser.add_argument("--prompt", default="What is ONNX?")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads of both backends")
-    parser.add_argument("--chat", action="store_true", help="with --model: wrap the prompt in the model's chat template")
+    parser.add_argument(
+        "--chat", action="store_true", help="with --model: wrap the prompt in the model's chat template"
+    )
     parser.add_argument("--compare", action="store_true", help="time both backends on the same folder")
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
@@ -48,8 +50,10 @@ def main() -> None:
         if not args.compare:
             result = gen.generate(args.prompt, on_token=lambda piece: print(piece, end="", flush=True))
             print()
-            print(f"[{result.finish_reason}] {result.prompt_tokens} prompt tokens, {result.generated_tokens} generated, "
-                  f"{result.tokens_per_second:.1f} tokens/s")
+            print(
+                f"[{result.finish_reason}] {result.prompt_tokens} prompt tokens, {result.generated_tokens} generated, "
+                f"{result.tokens_per_second:.1f} tokens/s"
+            )
             return
         native_builder = OnnxTextGenerator.builder().model_path(gen.folder)
         if args.chat or not args.model:
@@ -57,8 +61,10 @@ def main() -> None:
         if args.threads:
             native_builder = native_builder.intra_op_threads(args.threads)
         with native_builder.build() as native:
-            rows = [("onnxruntime-genai (inference4py_genai)", *_time(gen, args.prompt, args.max_new_tokens, args.runs)),
-                    ("native loop (inference4py)", *_time(native, args.prompt, args.max_new_tokens, args.runs))]
+            rows = [
+                ("onnxruntime-genai (inference4py_genai)", *_time(gen, args.prompt, args.max_new_tokens, args.runs)),
+                ("native loop (inference4py)", *_time(native, args.prompt, args.max_new_tokens, args.runs)),
+            ]
     print(f"{'backend':40} {'tokens/s':>10} {'first token':>12}")
     for name, speed, first, _ in rows:
         print(f"{name:40} {speed:10.0f} {first * 1000:10.2f} ms")

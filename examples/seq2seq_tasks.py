@@ -1,15 +1,17 @@
 """Summarize, translate, correct and write SQL with the encoder-decoder task classes.
 
-    python examples/seq2seq_tasks.py                      # the presets, from the Hub
-    python examples/seq2seq_tasks.py --fixtures tests/fixtures/models   # offline, tiny random models
+python examples/seq2seq_tasks.py                      # the presets, from the Hub
+python examples/seq2seq_tasks.py --fixtures tests/fixtures/models   # offline, tiny random models
 """
 
 import argparse
 
 from inference4py import BartSummarizer, CoeditGrammarCorrector, Language, MarianTranslator, T5SqlGenerator
 
-ARTICLE = ("The city council approved a new budget on Tuesday after months of debate. The plan adds money for "
-           "public transport and schools, and cuts spending on road building.")
+ARTICLE = (
+    "The city council approved a new budget on Tuesday after months of debate. The plan adds money for "
+    "public transport and schools, and cuts spending on road building."
+)
 
 
 def main() -> None:

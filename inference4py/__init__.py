@@ -59,20 +59,44 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from inference4py._quick import correct as correct
+    from inference4py._quick import summarize as summarize
+    from inference4py._quick import translate as translate
     from inference4py.errors import *  # noqa: F401,F403
-    from inference4py.generation.config import GenerationConfig
-    from inference4py.generation.result import Candidate, GenerationChunk, GenerationResult
-    from inference4py._quick import correct, summarize, translate
-    from inference4py.tasks.bart import BartSummarizer
-    from inference4py.tasks.coedit import CoeditGrammarCorrector
-    from inference4py.tasks.flan_t5 import FlanT5TextGenerator
-    from inference4py.tasks.languages import Language
-    from inference4py.tasks.marian import MarianTranslator
-    from inference4py.tasks.seq2seq_base import TextOutput
-    from inference4py.tasks.t5_sql import T5SqlGenerator
-    from inference4py.tasks.text_generation import OnnxTextGenerator, TextGeneratorBuilder
-    from inference4py.tasks.whisper import Segment, Transcription, WhisperSpeechModel
-    from inference4py.tokenization import Tokenizer, load_tokenizer
+    from inference4py.generation.config import GenerationConfig as GenerationConfig
+    from inference4py.generation.result import (
+        Candidate as Candidate,
+    )
+    from inference4py.generation.result import (
+        GenerationChunk as GenerationChunk,
+    )
+    from inference4py.generation.result import (
+        GenerationResult as GenerationResult,
+    )
+    from inference4py.tasks.bart import BartSummarizer as BartSummarizer
+    from inference4py.tasks.coedit import CoeditGrammarCorrector as CoeditGrammarCorrector
+    from inference4py.tasks.flan_t5 import FlanT5TextGenerator as FlanT5TextGenerator
+    from inference4py.tasks.languages import Language as Language
+    from inference4py.tasks.marian import MarianTranslator as MarianTranslator
+    from inference4py.tasks.seq2seq_base import TextOutput as TextOutput
+    from inference4py.tasks.t5_sql import T5SqlGenerator as T5SqlGenerator
+    from inference4py.tasks.text_generation import (
+        OnnxTextGenerator as OnnxTextGenerator,
+    )
+    from inference4py.tasks.text_generation import (
+        TextGeneratorBuilder as TextGeneratorBuilder,
+    )
+    from inference4py.tasks.whisper import (
+        Segment as Segment,
+    )
+    from inference4py.tasks.whisper import (
+        Transcription as Transcription,
+    )
+    from inference4py.tasks.whisper import (
+        WhisperSpeechModel as WhisperSpeechModel,
+    )
+    from inference4py.tokenization import Tokenizer as Tokenizer
+    from inference4py.tokenization import load_tokenizer as load_tokenizer
 
 
 def __getattr__(name: str) -> Any:

@@ -7,7 +7,8 @@ per model, shared by threads); ``close_all()`` releases them.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from inference4py.tasks.languages import Language
 
@@ -33,15 +34,20 @@ def summarize(text: str, *, model: str = "inference4j/distilbart-cnn-12-6", **op
     return task.summarize(text, **options)
 
 
-def translate(text: str, *, source: Language | str = "en", target: Language | str = "de", model: str | None = None,
-              **options: Any) -> str:
+def translate(
+    text: str, *, source: Language | str = "en", target: Language | str = "de", model: str | None = None, **options: Any
+) -> str:
     """Translate with the opus-mt model of the pair (``inference4j/opus-mt-{source}-{target}``)."""
     from inference4py.tasks.marian import MarianTranslator
 
     src, tgt = Language.of(source), Language.of(target)
     repo = model or f"inference4j/opus-mt-{src.iso_code}-{tgt.iso_code}"
-    task = _get(("translate", repo), lambda: MarianTranslator._preset(f"opus-mt-{src.iso_code}-{tgt.iso_code}", repo,
-                                                                      source=src, target=tgt).build())
+    task = _get(
+        ("translate", repo),
+        lambda: MarianTranslator._preset(
+            f"opus-mt-{src.iso_code}-{tgt.iso_code}", repo, source=src, target=tgt
+        ).build(),
+    )
     return task.translate(text, target=tgt, source=src, **options)
 
 

@@ -22,7 +22,7 @@ import functools
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Tuple, Union
+from typing import Any, Union
 
 import numpy as np
 
@@ -49,7 +49,7 @@ CHUNK_SECONDS = 30  # one encoder window
 N_SAMPLES = CHUNK_SECONDS * SAMPLE_RATE  # 480000
 N_FRAMES = N_SAMPLES // HOP_LENGTH  # 3000 mel frames per window
 
-AudioInput = Union[str, "os.PathLike[str]", Tuple[np.ndarray, int], np.ndarray]
+AudioInput = Union[str, "os.PathLike[str]", tuple[np.ndarray, int], np.ndarray]
 """A file path, a ``(samples, sample_rate)`` pair, or a numpy array (then pass ``sample_rate=``)."""
 
 _FRAMES_PER_BLOCK = 2048  # STFT frames computed at once (bounds memory on long audio)
@@ -87,15 +87,17 @@ def load_audio(source: AudioInput, *, sample_rate: int | None = None, target_rat
     else:
         if isinstance(source, tuple):
             if len(source) != 2:
-                raise AudioError("Pass audio as a (samples, sample_rate) pair, a numpy array with sample_rate=, or a path.")
+                raise AudioError(
+                    "Pass audio as a (samples, sample_rate) pair, a numpy array with sample_rate=, or a path."
+                )
             array, rate = source
         elif isinstance(source, np.ndarray):
-            array, rate = source, sample_rate
-            if rate is None:
+            if sample_rate is None:
                 raise AudioError(
                     "A numpy array of samples needs its sample rate: pass (samples, sample_rate) or sample_rate=... "
                     f"(Whisper uses {SAMPLE_RATE} Hz; other rates are resampled)."
                 )
+            array, rate = source, sample_rate
         else:
             raise AudioError(
                 f"Unsupported audio input of type {type(source).__name__}: pass a file path, a (samples, sample_rate) "
@@ -189,8 +191,16 @@ def mel_filters(n_mels: int = 80, *, sample_rate: int = SAMPLE_RATE, n_fft: int 
     """
     import librosa
 
-    filters = librosa.filters.mel(sr=sample_rate, n_fft=n_fft, n_mels=n_mels, fmin=0.0, fmax=sample_rate / 2,
-                                  htk=False, norm="slaney", dtype=np.float64)
+    filters = librosa.filters.mel(
+        sr=sample_rate,
+        n_fft=n_fft,
+        n_mels=n_mels,
+        fmin=0.0,
+        fmax=sample_rate / 2,
+        htk=False,
+        norm="slaney",
+        dtype=np.float64,
+    )
     filters.setflags(write=False)
     return filters
 

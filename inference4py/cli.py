@@ -86,7 +86,10 @@ _GENERATION_OPTIONS: tuple[tuple[str, str], ...] = (
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--model", "-m", required=True, metavar="ID_OR_PATH",
+        "--model",
+        "-m",
+        required=True,
+        metavar="ID_OR_PATH",
         help="Hugging Face repo id (org/name) or local model folder",
     )
     parser.add_argument("--revision", metavar="R", help="branch, tag or commit of the hub repo (default: main)")
@@ -103,13 +106,17 @@ def _add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--repetition-penalty", type=float, metavar="R", help="> 1 discourages repeats")
     group.add_argument("--seed", type=int, metavar="S", help="seed for reproducible sampling")
     group.add_argument(
-        "--stop", action="append", default=[], metavar="STR",
+        "--stop",
+        action="append",
+        default=[],
+        metavar="STR",
         help="stop when STR appears; not printed (repeatable)",
     )
     group.add_argument("--greedy", action="store_true", help="always take the most likely token")
     group.add_argument("--system", metavar="PROMPT", help="system prompt (needs a model with a chat template)")
     parser.add_argument(
-        "--fuse-attention", action="store_true",
+        "--fuse-attention",
+        action="store_true",
         help="run a fused copy of the graph (inference4py optimize; made once, cached; needs the onnx package)",
     )
 
@@ -142,7 +149,8 @@ def _build_generator(args: argparse.Namespace) -> Any:
 def _add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     _add_generation_arguments(parser)
     parser.add_argument(
-        "--chat-template", action="store_true",
+        "--chat-template",
+        action="store_true",
         help="render the prompt with the model's chat template (implied by --system)",
     )
     parser.add_argument("prompt", nargs="?", help="the prompt; read from stdin when omitted")
@@ -153,9 +161,7 @@ def _run_generate(args: argparse.Namespace) -> int:
     if not prompt.strip():
         raise InvalidInputError("The prompt is empty: pass it as an argument or on stdin.")
     # A system prompt only exists in a conversation: send the prompt as a user message.
-    request: str | list[dict[str, str]] = (
-        [{"role": "user", "content": prompt}] if args.system is not None else prompt
-    )
+    request: str | list[dict[str, str]] = [{"role": "user", "content": prompt}] if args.system is not None else prompt
     echo = _Echo(sys.stdout)
     with _build_generator(args) as generator:
         generator.generate(request, on_token=echo)
@@ -205,7 +211,8 @@ def _add_pull_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="ID", help="Hugging Face repo id (org/name)")
     parser.add_argument("--revision", metavar="R", help="branch, tag or commit (default: main)")
     parser.add_argument(
-        "--variant", metavar="V",
+        "--variant",
+        metavar="V",
         help="precision variant (fp16, quantized, q4, ...) or genai folder instead of full precision",
     )
 
@@ -222,8 +229,13 @@ def _run_pull(args: argparse.Namespace) -> int:
 
 
 def _add_seq2seq_arguments(parser: argparse.ArgumentParser, default_model: str) -> None:
-    parser.add_argument("--model", "-m", default=None, metavar="ID_OR_PATH",
-                        help=f"Hugging Face repo id or local folder (default: {default_model})")
+    parser.add_argument(
+        "--model",
+        "-m",
+        default=None,
+        metavar="ID_OR_PATH",
+        help=f"Hugging Face repo id or local folder (default: {default_model})",
+    )
     parser.add_argument("--revision", metavar="R", help="branch, tag or commit of the hub repo (default: main)")
     parser.add_argument("--max-new-tokens", type=int, metavar="N", help="generate at most N tokens")
     parser.add_argument("--num-beams", type=int, metavar="N", help="beam width (default: the model's)")
@@ -280,8 +292,12 @@ def _run_translate(args: argparse.Namespace) -> int:
 
     text = _read_text(args)
     src, tgt = Language.of(args.source), Language.of(args.target)
-    preset = MarianTranslator._preset(f"opus-mt-{src.iso_code}-{tgt.iso_code}",
-                                      f"inference4j/opus-mt-{src.iso_code}-{tgt.iso_code}", source=src, target=tgt)
+    preset = MarianTranslator._preset(
+        f"opus-mt-{src.iso_code}-{tgt.iso_code}",
+        f"inference4j/opus-mt-{src.iso_code}-{tgt.iso_code}",
+        source=src,
+        target=tgt,
+    )
     task = _build_seq2seq(preset, args)
     return _stream_call(task, "translate", text, target=tgt, source=src)
 
@@ -312,15 +328,29 @@ _DEFAULT_WHISPER = "onnx-community/whisper-base"
 
 def _add_transcribe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="audio file (wav, flac, mp3, ogg, ...)")
-    parser.add_argument("--model", "-m", default=None, metavar="ID_OR_PATH",
-                        help=f"Whisper repo id or local folder (default: {_DEFAULT_WHISPER})")
+    parser.add_argument(
+        "--model",
+        "-m",
+        default=None,
+        metavar="ID_OR_PATH",
+        help=f"Whisper repo id or local folder (default: {_DEFAULT_WHISPER})",
+    )
     parser.add_argument("--revision", metavar="R", help="branch, tag or commit of the hub repo (default: main)")
     parser.add_argument("--language", "-l", metavar="XX", help="spoken language, e.g. en or french (default: detect)")
-    parser.add_argument("--task", choices=("transcribe", "translate"), default=None,
-                        help="transcribe (default) or translate into English")
+    parser.add_argument(
+        "--task",
+        choices=("transcribe", "translate"),
+        default=None,
+        help="transcribe (default) or translate into English",
+    )
     parser.add_argument("--timestamps", action="store_true", help="print time-stamped segments")
-    parser.add_argument("--format", "-f", choices=("text", "srt", "vtt"), default="text",
-                        help="text (default), or SRT / WebVTT subtitles (implies --timestamps)")
+    parser.add_argument(
+        "--format",
+        "-f",
+        choices=("text", "srt", "vtt"),
+        default="text",
+        help="text (default), or SRT / WebVTT subtitles (implies --timestamps)",
+    )
     parser.add_argument("--max-new-tokens", type=int, metavar="N", help="at most N tokens per 30 s window")
     parser.add_argument("--num-beams", type=int, metavar="N", help="beam width (default: greedy)")
 
@@ -374,7 +404,8 @@ def _add_inspect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="FOLDER_OR_ID", help="model folder (or Hugging Face repo id, downloaded)")
     parser.add_argument("--revision", metavar="R", help="branch, tag or commit of the hub repo (default: main)")
     parser.add_argument(
-        "--detect", action="store_true",
+        "--detect",
+        action="store_true",
         help="ignore inference4py.json and genai_config.json: show what detection alone finds",
     )
 
@@ -392,8 +423,10 @@ def _run_inspect(args: argparse.Namespace) -> int:
     spec = detect_pipeline(folder) if args.detect else load_pipeline(folder)
     print(json.dumps(spec.describe(), indent=2, ensure_ascii=False))
     origin = "detection (file names and graph inputs/outputs)" if spec.source == "detected" else spec.source
-    print(f"# resolved from {origin} in {folder}; save the JSON above as {DESCRIPTION_FILE} there to edit it",
-          file=sys.stderr)
+    print(
+        f"# resolved from {origin} in {folder}; save the JSON above as {DESCRIPTION_FILE} there to edit it",
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 
@@ -421,9 +454,13 @@ def _run_quantize(args: argparse.Namespace) -> int:
 def _add_optimize_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("folder", help="decoder-only model folder (e.g. an optimum export)")
     parser.add_argument("out", help="output folder (created; the other files are copied)")
-    parser.add_argument("--level", choices=("rotary", "attention"), default="rotary",
-                        help="rotary: also fold the rotary embedding and q/k/v projections into the operator when "
-                             "the graph allows it (default); attention: attention only")
+    parser.add_argument(
+        "--level",
+        choices=("rotary", "attention"),
+        default="rotary",
+        help="rotary: also fold the rotary embedding and q/k/v projections into the operator when "
+        "the graph allows it (default); attention: attention only",
+    )
 
 
 def _run_optimize(args: argparse.Namespace) -> int:

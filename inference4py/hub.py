@@ -240,9 +240,7 @@ def _is_support_file(path: str) -> bool:
     return name in SUPPORT_FILES or name.endswith(".spm")
 
 
-def _genai_graphs(
-    folder: str, files: Sequence[str], genai_config: Mapping[str, Any] | None, source: str
-) -> list[str]:
+def _genai_graphs(folder: str, files: Sequence[str], genai_config: Mapping[str, Any] | None, source: str) -> list[str]:
     """The graphs of a genai folder: those its config names, else all its *.onnx."""
     in_folder = [f for f in files if posixpath.dirname(f) == folder and f.endswith(".onnx")]
     if genai_config is None:
@@ -251,8 +249,7 @@ def _genai_graphs(
     missing = [g for g in named if g not in set(files)]
     if missing:
         raise ModelFilesMissingError(
-            f"{folder or '.'}/{_GENAI_CONFIG} in {source} names ONNX files that are not there: "
-            + ", ".join(missing),
+            f"{folder or '.'}/{_GENAI_CONFIG} in {source} names ONNX files that are not there: " + ", ".join(missing),
             missing=missing,
         )
     return named or in_folder
@@ -547,9 +544,7 @@ def _download_json(
 ) -> dict[str, Any]:
     from huggingface_hub import hf_hub_download
 
-    local = hf_hub_download(
-        repo_id, filename, revision=revision, token=token, endpoint=endpoint, cache_dir=cache_dir
-    )
+    local = hf_hub_download(repo_id, filename, revision=revision, token=token, endpoint=endpoint, cache_dir=cache_dir)
     return _read_json(Path(local), f"{filename} of '{repo_id}'")
 
 
@@ -676,6 +671,7 @@ def _unreachable_errors() -> tuple[type[BaseException], ...]:
         module = sys.modules.get(name)
         if module is None:
             continue
+        attrs: tuple[str, ...]
         if name == "requests":  # requests' ProxyError is a ConnectionError
             attrs = ("ConnectionError", "Timeout")
         else:  # httpx / httpx2: TransportError minus UnsupportedProtocol (a bad URL, not a network problem)

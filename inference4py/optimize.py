@@ -41,9 +41,10 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -70,16 +71,19 @@ class FusionReport:
     notes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        return (f"{self.layers} attention layers fused into GroupQueryAttention ({self.level} level), "
-                f"{self.nodes_before} -> {self.nodes_after} nodes, largest logit difference "
-                f"{self.max_logit_difference:.2e}")
+        return (
+            f"{self.layers} attention layers fused into GroupQueryAttention ({self.level} level), "
+            f"{self.nodes_before} -> {self.nodes_after} nodes, largest logit difference "
+            f"{self.max_logit_difference:.2e}"
+        )
 
 
 # --------------------------------------------------------------------------- public
 
 
-def optimize_folder(folder: str | os.PathLike[str], out: str | os.PathLike[str], *,
-                    level: str = "rotary") -> FusionReport:
+def optimize_folder(
+    folder: str | os.PathLike[str], out: str | os.PathLike[str], *, level: str = "rotary"
+) -> FusionReport:
     """Fuse the attention of a decoder-only model folder into ``out``.
 
     The folder's decoder graph (``model.onnx`` or ``decoder_model_merged.onnx``,
@@ -102,7 +106,9 @@ def optimize_folder(folder: str | os.PathLike[str], out: str | os.PathLike[str],
     if not src.is_dir():
         raise ModelNotFoundError(f"Model folder {src} does not exist.")
     if dst.exists() and dst.resolve() == src.resolve():
-        raise ConfigurationError("The output folder must differ from the model folder: the fused graph replaces a file.")
+        raise ConfigurationError(
+            "The output folder must differ from the model folder: the fused graph replaces a file."
+        )
     graph_path = _decoder_graph(src)
     onnx = _import_onnx()
     config = _read_json(src / "config.json")
@@ -127,8 +133,9 @@ def optimize_folder(folder: str | os.PathLike[str], out: str | os.PathLike[str],
 FUSION_VERSION = 1
 
 
-def fused_model_folder(folder: str | os.PathLike[str], *, level: str = "rotary",
-                       cache_dir: str | os.PathLike[str] | None = None) -> Path:
+def fused_model_folder(
+    folder: str | os.PathLike[str], *, level: str = "rotary", cache_dir: str | os.PathLike[str] | None = None
+) -> Path:
     """The fused copy of ``folder``, made once and kept in the inference4py cache.
 
     What the builders' ``fuse_attention()`` uses.  The cache key is the decoder graph's
@@ -149,7 +156,9 @@ def fused_model_folder(folder: str | os.PathLike[str], *, level: str = "rotary",
         raise ModelNotFoundError(f"Model folder {src} does not exist.")
     graph = _decoder_graph(src)
     st = graph.stat()
-    key = hashlib.sha256(f"{graph.resolve()}|{st.st_size}|{st.st_mtime_ns}|{level}|{FUSION_VERSION}".encode()).hexdigest()
+    key = hashlib.sha256(
+        f"{graph.resolve()}|{st.st_size}|{st.st_mtime_ns}|{level}|{FUSION_VERSION}".encode()
+    ).hexdigest()
     root = Path(cache_dir).expanduser() if cache_dir is not None else _env.inference4py_cache() / "fused"
     out = root / key[:24]
     done = out / ".inference4py-fused"
@@ -171,8 +180,14 @@ def fused_model_folder(folder: str | os.PathLike[str], *, level: str = "rotary",
     return out
 
 
-def fuse_attention(model: Any, config: Mapping[str, Any], *, level: str = "rotary", check: bool = True,
-                   reload: Callable[[], Any] | None = None) -> tuple[Any, FusionReport]:
+def fuse_attention(
+    model: Any,
+    config: Mapping[str, Any],
+    *,
+    level: str = "rotary",
+    check: bool = True,
+    reload: Callable[[], Any] | None = None,
+) -> tuple[Any, FusionReport]:
     """Return ``model`` (an ``onnx.ModelProto`` with its weights) with fused attention.
 
     ``config`` is the model's config.json (head counts, head size, attention options).
@@ -185,7 +200,7 @@ def fuse_attention(model: Any, config: Mapping[str, Any], *, level: str = "rotar
     refusal = _unsupported_attention(config)
     if refusal:
         raise UnsupportedModelError(f"Attention fusion is not available for this model: {refusal}")
-    levels = _LEVELS[_LEVELS.index(level):]
+    levels = _LEVELS[_LEVELS.index(level) :]
     reasons: list[str] = []
     nodes_before = len(model.graph.node)
     reference = _reference_logits(model) if check else None  # the original's logits, computed once
@@ -237,7 +252,7 @@ class _Layer:
     out: str  # [B, S, H*D] attention output
     scale: float
     concat_nodes: tuple[Any, Any]
-    rotary: "_Rotary | None" = None
+    rotary: _Rotary | None = None
 
 
 @dataclass
@@ -379,8 +394,19 @@ class _Fuser:
         rs = self.only_consumer(tr.output[0])
         if rs.op_type != "Reshape":
             raise _NoMatch(f"layer {index}: the attention output is not reshaped to [B, S, hidden]")
-        layer = _Layer(index, past_k, past_v, present_k, present_v, q_side, k_new, v_new, rs.output[0],
-                       q_scale * k_scale * scale, (ck, cv))
+        layer = _Layer(
+            index,
+            past_k,
+            past_v,
+            present_k,
+            present_v,
+            q_side,
+            k_new,
+            v_new,
+            rs.output[0],
+            q_scale * k_scale * scale,
+            (ck, cv),
+        )
         if self.rotary:
             layer.rotary = self.match_rotary(layer)
         return layer
@@ -511,8 +537,8 @@ class _Fuser:
         add = self.producer.get(tensor)
         if add is None or add.op_type != "Add":
             raise _NoMatch("not a rotary sum")
-        muls = [self.producer.get(t) for t in add.input]
-        if any(m is None or m.op_type != "Mul" for m in muls):
+        muls = [m for m in (self.producer.get(t) for t in add.input) if m is not None and m.op_type == "Mul"]
+        if len(muls) != len(add.input):
             raise _NoMatch("not a rotary sum of products")
         plain = half = None
         for m in muls:
@@ -583,23 +609,29 @@ class _Fuser:
         notes: list[str] = []
         rotary = None
         if not self.rotary and "position_ids" not in self.inputs:
-            raise _NoMatch("the graph derives positions from the cache length (it has no position_ids input), which "
-                           "a shared KV buffer changes; only the rotary level, where the operator rotates, would apply")
+            raise _NoMatch(
+                "the graph derives positions from the cache length (it has no position_ids input), which "
+                "a shared KV buffer changes; only the rotary level, where the operator rotates, would apply"
+            )
         if self.rotary and head_size % 16:
             raise _NoMatch(f"head size {head_size} is not a multiple of 16 (onnxruntime's rotary kernel needs it)")
         if self.rotary:
-            rots = [layer.rotary for layer in layers]
-            if all(r is not None for r in rots) and len({(r.cos, r.sin) for r in rots}) == 1:
+            rots = [layer.rotary for layer in layers if layer.rotary is not None]
+            if len(rots) == len(layers) and len({(r.cos, r.sin) for r in rots}) == 1:
                 rotary = self.rotary_tables(rots[0], head_size)
             if rotary is None:
-                raise _NoMatch("the queries and keys are not rotated by one shared rotary embedding of plain projections")
+                raise _NoMatch(
+                    "the queries and keys are not rotated by one shared rotary embedding of plain projections"
+                )
         helper = self.onnx.helper
         TP = self.onnx.TensorProto
         new_nodes: list[Any] = []
         # lengths from the attention mask: seqlens_k = sum(mask) - 1, total = mask width
         mask = "attention_mask"
-        s = {k: self.fresh(k) for k in ("mask_sum", "one", "seqlens64", "seqlens_k", "shape", "idx", "width",
-                                        "total_len", "axes", "flat")}
+        s = {
+            k: self.fresh(k)
+            for k in ("mask_sum", "one", "seqlens64", "seqlens_k", "shape", "idx", "width", "total_len", "axes", "flat")
+        }
         new_nodes += [
             helper.make_node("Constant", [], [s["axes"]], value=helper.make_tensor(s["axes"], TP.INT64, [1], [1])),
             helper.make_node("ReduceSum", [mask, s["axes"]], [s["mask_sum"]], keepdims=0),
@@ -613,14 +645,17 @@ class _Fuser:
             helper.make_node("Cast", [s["width"]], [s["total_len"]], to=TP.INT32),
         ]
         flat = s["flat"]
-        new_nodes.append(helper.make_node("Constant", [], [flat], value=helper.make_tensor(flat, TP.INT64, [3], [0, 0, -1])))
-        cos_cache = sin_cache = None
+        new_nodes.append(
+            helper.make_node("Constant", [], [flat], value=helper.make_tensor(flat, TP.INT64, [3], [0, 0, -1]))
+        )
+        cos_cache = sin_cache = ""  # named only when the operator rotates
         if rotary is not None:
             cos_cache, sin_cache = self.fresh("cos_cache"), self.fresh("sin_cache")
             from onnx import numpy_helper
 
-            self.graph.initializer.extend([numpy_helper.from_array(rotary[0], cos_cache),
-                                           numpy_helper.from_array(rotary[1], sin_cache)])
+            self.graph.initializer.extend(
+                [numpy_helper.from_array(rotary[0], cos_cache), numpy_helper.from_array(rotary[1], sin_cache)]
+            )
         removed = set()
         for layer in layers:
             tag = f"layer{layer.index}"
@@ -628,18 +663,27 @@ class _Fuser:
                 packed_in = self.pack_qkv(layer.rotary, tag, new_nodes)
                 qkv = [packed_in, "", ""]
             else:
-                qkv = [self.to_bsh(layer.q, tag + "_q", flat, new_nodes),
-                       self.to_bsh(layer.k, tag + "_k", flat, new_nodes),
-                       self.to_bsh(layer.v, tag + "_v", flat, new_nodes)]
+                qkv = [
+                    self.to_bsh(layer.q, tag + "_q", flat, new_nodes),
+                    self.to_bsh(layer.k, tag + "_k", flat, new_nodes),
+                    self.to_bsh(layer.v, tag + "_v", flat, new_nodes),
+                ]
             inputs = qkv + [layer.past_k, layer.past_v, s["seqlens_k"], s["total_len"]]
             attrs: dict[str, Any] = dict(num_heads=heads, kv_num_heads=kv_heads, scale=float(layer.scale))
             if rotary is not None:
                 inputs += [cos_cache, sin_cache]
                 attrs.update(do_rotary=1, rotary_interleaved=0)
             gqa_out = self.fresh(tag + "_attn")
-            new_nodes.append(helper.make_node(
-                "GroupQueryAttention", inputs, [gqa_out, layer.present_k, layer.present_v],
-                name=f"/inference4py/{tag}/GroupQueryAttention", domain="com.microsoft", **attrs))
+            new_nodes.append(
+                helper.make_node(
+                    "GroupQueryAttention",
+                    inputs,
+                    [gqa_out, layer.present_k, layer.present_v],
+                    name=f"/inference4py/{tag}/GroupQueryAttention",
+                    domain="com.microsoft",
+                    **attrs,
+                )
+            )
             for node in layer.concat_nodes:
                 removed.add(id(node))
             # the attention output's readers now read the operator's output
@@ -678,8 +722,12 @@ class _Fuser:
         if not positions:
             return None
         try:
-            cos, sin = _evaluate(self.model, ["position_ids"], [rot.cos, rot.sin],
-                                 {"position_ids": np.arange(positions, dtype=np.int64)[None, :]})
+            cos, sin = _evaluate(
+                self.model,
+                ["position_ids"],
+                [rot.cos, rot.sin],
+                {"position_ids": np.arange(positions, dtype=np.int64)[None, :]},
+            )
         except _NoMatch:
             return None
         if cos.ndim != 3 or cos.shape[-1] != head_size or cos.shape[1] != positions:
@@ -688,14 +736,19 @@ class _Fuser:
         cos, sin = cos[0], sin[0]
         if not (np.array_equal(cos[:, :half], cos[:, half:]) and np.array_equal(sin[:, :half], sin[:, half:])):
             return None  # not the rotate_half layout (duplicated halves)
-        return np.ascontiguousarray(cos[:, :half], dtype=np.float32), np.ascontiguousarray(sin[:, :half], dtype=np.float32)
+        return np.ascontiguousarray(cos[:, :half], dtype=np.float32), np.ascontiguousarray(
+            sin[:, :half], dtype=np.float32
+        )
 
     def pack_qkv(self, rot: _Rotary, tag: str, nodes: list[Any]) -> str:
         from onnx import numpy_helper
 
-        weights = [self.const(w) for w in rot.weights]
-        if any(w is None or w.ndim != 2 for w in weights) or len({w.shape[0] for w in weights}) != 1 \
-                or len({w.dtype for w in weights}) != 1:
+        weights = [w for w in (self.const(name) for name in rot.weights) if w is not None and w.ndim == 2]
+        if (
+            len(weights) != len(rot.weights)
+            or len({w.shape[0] for w in weights}) != 1
+            or len({w.dtype for w in weights}) != 1
+        ):
             raise _NoMatch("q/k/v weights do not share an input size")
         packed_w = self.fresh(tag + "_qkv_weight")
         self.graph.initializer.append(numpy_helper.from_array(np.concatenate(weights, axis=1), packed_w))
@@ -704,7 +757,8 @@ class _Fuser:
         if any(b is not None for b in rot.biases):
             parts = []
             for b, w in zip(rot.biases, weights):
-                parts.append(self.const(b).reshape(-1) if b is not None else np.zeros(w.shape[1], w.dtype))
+                bias = self.const(b) if b is not None else None
+                parts.append(bias.reshape(-1) if bias is not None else np.zeros(w.shape[1], w.dtype))
             packed_b = self.fresh(tag + "_qkv_bias")
             self.graph.initializer.append(numpy_helper.from_array(np.concatenate(parts), packed_b))
             biased = self.fresh(tag + "_qkv_biased")
@@ -742,10 +796,10 @@ class _Fuser:
         nodes, needed = _needed(self.graph, self.outputs)
         del self.graph.node[:]
         self.graph.node.extend(nodes)
-        for field in (self.graph.initializer, self.graph.input, self.graph.value_info):
-            kept = [t for t in field if t.name in needed]
-            del field[:]
-            field.extend(kept)
+        for items in (self.graph.initializer, self.graph.input, self.graph.value_info):
+            kept = [t for t in items if t.name in needed]
+            del items[:]
+            items.extend(kept)
 
 
 def _needed(graph: Any, outputs: Iterable[str]) -> tuple[list[Any], set[str]]:
@@ -781,14 +835,17 @@ def _session(model: Any) -> Any:
         return ort.InferenceSession(model.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"])
     with tempfile.TemporaryDirectory(prefix="inference4py-fuse-") as tmp:
         path = Path(tmp) / "model.onnx"
-        _import_onnx().save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                            location="model.onnx_data")
+        _import_onnx().save(
+            model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="model.onnx_data"
+        )
         # external data files are read when the session loads; the folder can go afterwards
         opts.add_session_config_entry("session.use_device_allocator_for_initializers", "1")
         return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
 
 
-def _evaluate(model: Any, inputs: Sequence[str], outputs: Sequence[str], feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+def _evaluate(
+    model: Any, inputs: Sequence[str], outputs: Sequence[str], feeds: Mapping[str, np.ndarray]
+) -> list[np.ndarray]:
     """Run the part of ``model`` that computes ``outputs`` from ``inputs`` alone (a small graph of its
     own: only the nodes and initializers it needs are copied)."""
     helper = _import_onnx().helper
@@ -798,10 +855,16 @@ def _evaluate(model: Any, inputs: Sequence[str], outputs: Sequence[str], feeds: 
     if missing:
         raise _NoMatch(f"the rotary tables depend on {sorted(missing)}")
     sub = helper.make_model(
-        helper.make_graph(nodes, "subgraph", [i for i in g.input if i.name in inputs],
-                          [helper.make_empty_tensor_value_info(o) for o in outputs],
-                          [t for t in g.initializer if t.name in needed]),
-        opset_imports=list(model.opset_import), ir_version=model.ir_version)
+        helper.make_graph(
+            nodes,
+            "subgraph",
+            [i for i in g.input if i.name in inputs],
+            [helper.make_empty_tensor_value_info(o) for o in outputs],
+            [t for t in g.initializer if t.name in needed],
+        ),
+        opset_imports=list(model.opset_import),
+        ir_version=model.ir_version,
+    )
     try:
         return _session(sub).run(list(outputs), dict(feeds))
     except Exception as exc:
@@ -816,7 +879,8 @@ def _check_tokens(vocab: Any) -> list[np.ndarray]:
     rng = np.random.default_rng(0)
     high = vocab if isinstance(vocab, int) and vocab > 0 else 100
     return [rng.integers(0, high, size=(1, _CHECK_PROMPT), dtype=np.int64)] + [
-        rng.integers(0, high, size=(1, 1), dtype=np.int64) for _ in range(_CHECK_STEPS)]
+        rng.integers(0, high, size=(1, 1), dtype=np.int64) for _ in range(_CHECK_STEPS)
+    ]
 
 
 def _reference_logits(original: Any) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
@@ -840,7 +904,9 @@ def _reference_logits(original: Any) -> tuple[list[np.ndarray], list[np.ndarray]
     except _NoMatch as exc:
         raise UnsupportedModelError(f"Attention fusion cannot check this graph: {exc}.") from exc
     except Exception as exc:
-        raise UnsupportedModelError(f"The original graph does not run a prompt and decode steps: {str(exc)[:300]}") from exc
+        raise UnsupportedModelError(
+            f"The original graph does not run a prompt and decode steps: {str(exc)[:300]}"
+        ) from exc
     return chunks, logits
 
 
@@ -892,7 +958,7 @@ class _SharedRun:
                 heads, size = i.shape[1], i.shape[3]
                 if not isinstance(heads, int) or not isinstance(size, int):
                     raise _NoMatch(f"cannot size {i.name} {i.shape}")
-                arr = np.zeros((1, heads, capacity, size), dtype=ORT_TO_NUMPY.get(i.type, np.float32))
+                arr: np.ndarray = np.zeros((1, heads, capacity, size), dtype=ORT_TO_NUMPY.get(i.type, np.float32))
                 self.kv[i.name] = (arr, ort.OrtValue.ortvalue_from_numpy(arr))
         self.dtypes = {n: ORT_TO_NUMPY.get(i.type, np.int64) for n, i in self.inputs.items()}
 
@@ -964,8 +1030,10 @@ def _unsupported_attention(config: Mapping[str, Any]) -> str | None:
     if window and cfg.get("use_sliding_window", True):
         context = _context(cfg)
         if not context or window < context:
-            return (f"it attends over a sliding window of {window} tokens; the fused graph would attend to the whole "
-                    "context and change outputs beyond the window.")
+            return (
+                f"it attends over a sliding window of {window} tokens; the fused graph would attend to the whole "
+                "context and change outputs beyond the window."
+            )
     return None
 
 
@@ -986,7 +1054,8 @@ def _decoder_graph(folder: Path) -> Path:
     if any(folder.glob("encoder_model*.onnx")) or any(folder.glob("onnx/encoder_model*.onnx")):
         raise UnsupportedModelError(
             f"{folder} holds an encoder-decoder model; attention fusion handles decoder-only graphs "
-            "(model.onnx or decoder_model_merged.onnx).")
+            "(model.onnx or decoder_model_merged.onnx)."
+        )
     for rel in ("model.onnx", "decoder_model_merged.onnx", "onnx/model.onnx", "onnx/decoder_model_merged.onnx"):
         if (folder / rel).is_file():
             return folder / rel
@@ -995,8 +1064,11 @@ def _decoder_graph(folder: Path) -> Path:
 
 def _is_weight_file_of(path: Path, graph: Path) -> bool:
     """The graph's external-data file (rewritten together with the graph)."""
-    return path.parent == graph.parent and path.name in (graph.name + "_data", graph.name + ".data",
-                                                         graph.stem + ".onnx_data")
+    return path.parent == graph.parent and path.name in (
+        graph.name + "_data",
+        graph.name + ".data",
+        graph.stem + ".onnx_data",
+    )
 
 
 def _save(model: Any, path: Path) -> None:

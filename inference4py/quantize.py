@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from inference4py.errors import ConfigurationError, ModelLoadError, ModelNotFoundError
 
@@ -57,7 +58,7 @@ def quantize_folder(
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
     except ImportError as exc:
         raise ModelLoadError(
-            f"Quantizing needs the {exc.name or 'onnx'} package: pip install \"inference4py[quantize]\" "
+            f'Quantizing needs the {exc.name or "onnx"} package: pip install "inference4py[quantize]" '
             "(onnx and onnx_ir)."
         ) from exc
     # The quantizer logs every node at INFO level; keep only its warnings.
@@ -77,8 +78,9 @@ def quantize_folder(
         try:
             model = onnx.load(str(graph))
             _fold_weight_transposes(model)
-            quantizer = MatMulNBitsQuantizer(model, bits=bits, block_size=block_size, is_symmetric=symmetric,
-                                             accuracy_level=accuracy_level)
+            quantizer = MatMulNBitsQuantizer(
+                model, bits=bits, block_size=block_size, is_symmetric=symmetric, accuracy_level=accuracy_level
+            )
             quantizer.process()
             big = quantizer.model.model.ByteSize() > 1_800_000_000
             quantizer.model.save_model_to_file(str(target), use_external_data_format=big)
@@ -88,7 +90,7 @@ def quantize_folder(
     return written
 
 
-def _fold_weight_transposes(model) -> int:
+def _fold_weight_transposes(model: Any) -> int:  # an onnx.ModelProto
     """Give MatMuls that read ``Transpose(initializer)`` a transposed initializer of their own.
 
     Exports of models with tied embeddings feed the output projection through a Transpose of
@@ -125,8 +127,11 @@ def _fold_weight_transposes(model) -> int:
         count += 1
     if count:  # drop Transposes nothing reads any more
         used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
-        keep = [n for n in graph.node if not (n.op_type == "Transpose" and n.output[0] in folded
-                                             and n.output[0] not in used)]
+        keep = [
+            n
+            for n in graph.node
+            if not (n.op_type == "Transpose" and n.output[0] in folded and n.output[0] not in used)
+        ]
         del graph.node[:]
         graph.node.extend(keep)
     return count

@@ -147,7 +147,9 @@ def _raise_exception(message: str) -> None:
     raise jinja2.exceptions.TemplateError(message)
 
 
-def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False) -> str:
+def _tojson(
+    x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
+) -> str:
     # Like transformers: no HTML escaping (jinja's own tojson escapes <, >, &, ')
     # and the json.dumps options exposed.
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
@@ -218,9 +220,7 @@ def _validate_messages(messages: Any) -> list[dict[str, Any]]:
         if content is None and "tool_calls" in message:
             pass
         elif not isinstance(content, (str, list)):
-            raise InvalidInputError(
-                f"messages[{i}] needs a string 'content', got {type(content).__name__}."
-            )
+            raise InvalidInputError(f"messages[{i}] needs a string 'content', got {type(content).__name__}.")
         out.append(dict(message))
     return out
 
@@ -532,7 +532,7 @@ class Tokenizer(ABC):
             )
         if template is not None:
             return template
-        if self._chat_templates is None:
+        if not isinstance(self._chat_templates, str):  # None: a dict was handled above
             raise InvalidInputError(
                 "This model has no chat template (none in tokenizer_config.json or chat_template.jinja). "
                 "Pass plain text instead of messages, or give a Jinja template with chat_template(...) "
@@ -641,8 +641,15 @@ class _FastTokenizer(Tokenizer):
 class _AddedToken:
     __slots__ = ("content", "lstrip", "rstrip", "single_word", "special")
 
-    def __init__(self, content: str, *, lstrip: bool = False, rstrip: bool = False,
-                 single_word: bool = False, special: bool = True) -> None:
+    def __init__(
+        self,
+        content: str,
+        *,
+        lstrip: bool = False,
+        rstrip: bool = False,
+        single_word: bool = False,
+        special: bool = True,
+    ) -> None:
         self.content = content
         self.lstrip = lstrip
         self.rstrip = rstrip
@@ -694,14 +701,11 @@ class _SentencePieceTokenizer(Tokenizer):
             alternatives = sorted(self._added_by_text, key=len, reverse=True)
             self._splitter = re.compile("(" + "|".join(re.escape(a) for a in alternatives) + ")")
         self._special_set = frozenset(self.all_special_tokens)
-        self._special_ids = frozenset(
-            i for i in (self.token_to_id(t) for t in self._special_set) if i is not None
-        )
+        self._special_ids = frozenset(i for i in (self.token_to_id(t) for t in self._special_set) if i is not None)
         # transformers' _decode keeps "legacy added tokens" (added, non-special,
         # or additional specials beyond the base vocab) as separate text chunks.
         self._legacy_added = (set(self._added_by_text) - self._special_set) | {
-            t for t in self._additional_special_tokens
-            if (self.token_to_id(t) or 0) >= self._base_size
+            t for t in self._additional_special_tokens if (self.token_to_id(t) or 0) >= self._base_size
         }
 
     # -- encode ------------------------------------------------------------- #
@@ -750,15 +754,15 @@ class _SentencePieceTokenizer(Tokenizer):
                 ids.extend(self._piece_to_id(p) for p in self._tokenize_chunk(part))
         if not add_special_tokens:
             return ids
+        eos_id = self.eos_token_id
         if self._flavour == "t5":
-            eos = self.eos_token_id
-            if eos is not None and not (ids and ids[-1] == eos):
-                ids.append(eos)
+            if eos_id is not None and not (ids and ids[-1] == eos_id):
+                ids.append(eos_id)
             return ids
         if self._flavour == "marian":
-            return ids + [self.eos_token_id]
+            return ids + [eos_id] if eos_id is not None else ids
         bos = [self.bos_token_id] if self._add_bos and self.bos_token_id is not None else []
-        eos = [self.eos_token_id] if self._add_eos and self.eos_token_id is not None else []
+        eos = [eos_id] if self._add_eos and eos_id is not None else []
         return bos + ids + eos
 
     # -- decode ------------------------------------------------------------- #
@@ -816,8 +820,13 @@ class _SentencePieceTokenizer(Tokenizer):
                 prev_is_special = True
                 current = []
             else:
-                if (self._flavour == "llama" and prev_is_special and i == 1 and self._add_prefix_space
-                        and not token.startswith(_SPIECE_UNDERLINE)):
+                if (
+                    self._flavour == "llama"
+                    and prev_is_special
+                    and i == 1
+                    and self._add_prefix_space
+                    and not token.startswith(_SPIECE_UNDERLINE)
+                ):
                     out += " "
                 current.append(token)
                 prev_is_special = False
@@ -873,8 +882,7 @@ def _read_json(path: Path) -> Any:
             return json.load(fh)
     except json.JSONDecodeError as exc:
         raise ModelLoadError(
-            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}). "
-            "Download the file again or fix it."
+            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}). Download the file again or fix it."
         ) from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise ModelLoadError(f"Cannot read {path}: {exc}. Check the file's permissions and encoding.") from exc
@@ -1009,7 +1017,7 @@ def _finish_fast(backend: Any, settings: _Settings) -> _FastTokenizer:
     existing = {tok.content: (i, tok) for i, tok in backend.get_added_tokens_decoder().items()}
     to_add: list[Any] = []
     seen: set[str] = set(existing)
-    for idx, spec in sorted(settings.added.items()):
+    for _idx, spec in sorted(settings.added.items()):
         content = spec.get("content")
         if content is None:
             continue
@@ -1057,6 +1065,7 @@ def _finish_fast(backend: Any, settings: _Settings) -> _FastTokenizer:
             raise ConfigurationError("tokenizer_config.json sets add_bos_token but no bos_token: add one or unset it.")
         if add_eos and eos is None:
             raise ConfigurationError("tokenizer_config.json sets add_eos_token but no eos_token: add one or unset it.")
+        bos, eos = bos or "", eos or ""  # only read when their flag is set, and then checked above
         single = f"{(bos + ':0 ') if add_bos else ''}$A:0{(' ' + eos + ':0') if add_eos else ''}"
         pair = f"{single}{(' ' + bos + ':1') if add_bos else ''} $B:1{(' ' + eos + ':1') if add_eos else ''}"
         special = []
@@ -1102,8 +1111,14 @@ def _load_vocab_merges(folder: Path) -> _FastTokenizer:
     merges = [m for m in merges if len(m) == 2]
     try:
         backend = Backend(
-            models.BPE(vocab=vocab, merges=merges, dropout=None, continuing_subword_prefix="",
-                       end_of_word_suffix="", fuse_unk=False)
+            models.BPE(
+                vocab=vocab,
+                merges=merges,
+                dropout=None,
+                continuing_subword_prefix="",
+                end_of_word_suffix="",
+                fuse_unk=False,
+            )
         )
     except Exception as exc:
         raise ModelLoadError(f"vocab.json / merges.txt in {folder} do not form a BPE model ({exc}).") from exc
@@ -1113,8 +1128,10 @@ def _load_vocab_merges(folder: Path) -> _FastTokenizer:
     if settings.cls in ("BartTokenizer", "RobertaTokenizer"):
         sep, cls = settings.tokens.get("sep_token"), settings.tokens.get("cls_token")
         backend.post_processor = processors.RobertaProcessing(
-            sep=(sep, vocab.get(sep, 0)), cls=(cls, vocab.get(cls, 0)),
-            add_prefix_space=prefix_space, trim_offsets=True,
+            sep=(sep, vocab.get(sep, 0)),
+            cls=(cls, vocab.get(cls, 0)),
+            add_prefix_space=prefix_space,
+            trim_offsets=True,
         )
     elif settings.flag("add_bos_token", False) and settings.tokens.get("bos_token"):
         bos = settings.tokens["bos_token"]
@@ -1142,16 +1159,20 @@ def _load_spm(path: Path) -> Any:
     return processor
 
 
-def _spm_added_tokens(settings: _Settings, *, base_size: int, flavour: str,
-                      lookup: Any) -> tuple[dict[int, _AddedToken], list[str]]:
+def _spm_added_tokens(
+    settings: _Settings, *, base_size: int, flavour: str, lookup: Any
+) -> tuple[dict[int, _AddedToken], list[str]]:
     """Added tokens of a slow tokenizer: config's added_tokens_decoder, else the class defaults."""
     added: dict[int, _AddedToken] = {}
     additional = list(settings.additional)
     if settings.added:
         for idx, spec in settings.added.items():
             added[idx] = _AddedToken(
-                spec["content"], lstrip=bool(spec.get("lstrip")), rstrip=bool(spec.get("rstrip")),
-                single_word=bool(spec.get("single_word")), special=bool(spec.get("special", False)),
+                spec["content"],
+                lstrip=bool(spec.get("lstrip")),
+                rstrip=bool(spec.get("rstrip")),
+                single_word=bool(spec.get("single_word")),
+                special=bool(spec.get("special", False)),
             )
     elif flavour == "t5":
         extra_ids = int(settings.config.get("extra_ids", 100) or 0)
@@ -1164,15 +1185,15 @@ def _spm_added_tokens(settings: _Settings, *, base_size: int, flavour: str,
     # Special tokens become added tokens at their vocabulary id (or after it).
     taken = {t.content for t in added.values()}
     next_id = max([base_size - 1, *added]) + 1
-    for content in [settings.tokens[a] for a in _SPECIAL_ATTRS] + additional:
-        if not content or content in taken:
+    for special in [settings.tokens[a] for a in _SPECIAL_ATTRS] + additional:
+        if not special or special in taken:
             continue
-        idx = lookup(content)
+        idx = lookup(special)
         if idx is None:
             idx = next_id
             next_id += 1
-        added[idx] = _AddedToken(content)
-        taken.add(content)
+        added[idx] = _AddedToken(special)
+        taken.add(special)
     return added, additional
 
 
@@ -1200,8 +1221,14 @@ def _load_sentencepiece(folder: Path, model_file: Path) -> _SentencePieceTokeniz
     add_bos = bool(settings.flag("add_bos_token", flavour == "llama"))
     add_eos = bool(settings.flag("add_eos_token", False))
     return _SentencePieceTokenizer(
-        flavour=flavour, source=sp, target=sp, encoder=None, decoder=None, added_tokens=added,
-        add_bos=add_bos, add_eos=add_eos,
+        flavour=flavour,
+        source=sp,
+        target=sp,
+        encoder=None,
+        decoder=None,
+        added_tokens=added,
+        add_bos=add_bos,
+        add_eos=add_eos,
         add_prefix_space=bool(settings.flag("add_prefix_space", True)),
         **kwargs,
     )
@@ -1225,18 +1252,25 @@ def _load_marian(folder: Path) -> _SentencePieceTokenizer:
     elif settings.config.get("separate_vocabs") and target_vocab:
         raise ModelFilesMissingError(
             f"{folder} is a Marian tokenizer with separate vocabularies but target_vocab.json is missing. "
-            "Download it next to vocab.json.", ["target_vocab.json"]
+            "Download it next to vocab.json.",
+            ["target_vocab.json"],
         )
     source = _load_spm(folder / "source.spm")
     target_spm = _load_spm(folder / "target.spm")
-    added, additional = _spm_added_tokens(
-        settings, base_size=len(encoder), flavour="marian", lookup=encoder.get
-    )
+    added, additional = _spm_added_tokens(settings, base_size=len(encoder), flavour="marian", lookup=encoder.get)
     kwargs = settings.common_kwargs()
     kwargs["additional_special_tokens"] = additional
     return _SentencePieceTokenizer(
-        flavour="marian", source=source, target=target_spm, encoder=encoder, decoder=decoder,
-        added_tokens=added, add_bos=False, add_eos=True, add_prefix_space=False, **kwargs,
+        flavour="marian",
+        source=source,
+        target=target_spm,
+        encoder=encoder,
+        decoder=decoder,
+        added_tokens=added,
+        add_bos=False,
+        add_eos=True,
+        add_prefix_space=False,
+        **kwargs,
     )
 
 
@@ -1271,7 +1305,9 @@ def load_tokenizer(folder: str | Path) -> Tokenizer:
             f"Tokenizer folder {path} does not exist. Pass the folder that holds tokenizer.json "
             "(or vocab.json + merges.txt, or a sentencepiece model)."
         )
-    has = lambda name: (path / name).is_file()  # noqa: E731
+
+    def has(name: str) -> bool:
+        return (path / name).is_file()
 
     if has("source.spm") and has("target.spm") and has("vocab.json"):
         return _load_marian(path)

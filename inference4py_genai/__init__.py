@@ -50,11 +50,31 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS) + ["INSTALL_HINT"]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from inference4py.generation.result import Candidate, GenerationChunk, GenerationResult
-    from inference4py.tasks.whisper import Segment, Transcription
-    from inference4py_genai.text import GenaiTextGeneratorBuilder, TextGenerator
-    from inference4py_genai.vision import VisionLanguageBuilder, VisionLanguageModel
-    from inference4py_genai.whisper import WhisperBuilder, WhisperSpeechModel
+    from inference4py.generation.result import (
+        Candidate as Candidate,
+    )
+    from inference4py.generation.result import (
+        GenerationChunk as GenerationChunk,
+    )
+    from inference4py.generation.result import (
+        GenerationResult as GenerationResult,
+    )
+    from inference4py.tasks.whisper import Segment as Segment
+    from inference4py.tasks.whisper import Transcription as Transcription
+    from inference4py_genai.text import (
+        GenaiTextGeneratorBuilder as GenaiTextGeneratorBuilder,
+    )
+    from inference4py_genai.text import (
+        TextGenerator as TextGenerator,
+    )
+    from inference4py_genai.vision import (
+        VisionLanguageBuilder as VisionLanguageBuilder,
+    )
+    from inference4py_genai.vision import (
+        VisionLanguageModel as VisionLanguageModel,
+    )
+    from inference4py_genai.whisper import WhisperBuilder as WhisperBuilder
+    from inference4py_genai.whisper import WhisperSpeechModel as WhisperSpeechModel
 
 
 def __getattr__(name: str) -> Any:

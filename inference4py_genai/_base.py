@@ -27,10 +27,12 @@ strings of its own.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -43,8 +45,20 @@ from inference4py.generation.streaming import StopSequenceMatcher
 from inference4py.tasks.base import CallPlanner, GenerationBuilder, resolve_generation_defaults
 from inference4py_genai._runtime import og, provider_name, raising
 
-__all__ = ["GenaiBuilder", "GenaiPlanner", "Call", "search_options", "python_processors", "og_tokens", "og_sequences",
-           "run_generation", "stream_chunks", "feed_tokens", "genai_defaults", "genai_eos"]
+__all__ = [
+    "GenaiBuilder",
+    "GenaiPlanner",
+    "Call",
+    "search_options",
+    "python_processors",
+    "og_tokens",
+    "og_sequences",
+    "run_generation",
+    "stream_chunks",
+    "feed_tokens",
+    "genai_defaults",
+    "genai_eos",
+]
 
 T = TypeVar("T")
 B = TypeVar("B", bound="GenaiBuilder[Any]")
@@ -90,7 +104,9 @@ class GenaiBuilder(GenerationBuilder[T]):
     def intra_op_threads(self: B, threads: int) -> B:
         """Threads onnxruntime may use inside one operator (every session of the model)."""
         if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
-            raise ConfigurationError(f"intra_op_threads={threads!r} is invalid: use an integer >= 0 (0 lets onnxruntime choose).")
+            raise ConfigurationError(
+                f"intra_op_threads={threads!r} is invalid: use an integer >= 0 (0 lets onnxruntime choose)."
+            )
         self._threads = threads
         return self
 
@@ -121,8 +137,16 @@ def genai_defaults(
     context = int(context) if isinstance(context, int) and context > 0 else None
     base, totals = resolve_generation_defaults(folder)  # generation_config.json, when the folder has one
     values: dict[str, Any] = {}
-    for key in ("do_sample", "temperature", "top_k", "top_p", "repetition_penalty", "num_beams",
-                "num_return_sequences", "length_penalty"):
+    for key in (
+        "do_sample",
+        "temperature",
+        "top_k",
+        "top_p",
+        "repetition_penalty",
+        "num_beams",
+        "num_return_sequences",
+        "length_penalty",
+    ):
         if search_defaults and key in search and search[key] is not None:
             values[key] = search[key]
     if search_defaults and isinstance(search.get("early_stopping"), bool):
@@ -136,10 +160,8 @@ def genai_defaults(
         values.pop("num_return_sequences", None)
     config = base
     for key, value in values.items():
-        try:
-            config = config.replace(**{key: value})
-        except ConfigurationError:
-            pass  # a value we would reject (e.g. temperature 0 with do_sample): keep the library default
+        with contextlib.suppress(ConfigurationError):  # a value we would reject (e.g. temperature 0 with
+            config = config.replace(**{key: value})  # do_sample): keep the library default
     config = config.replace(**{k: v for k, v in _UNSUPPORTED.items() if getattr(config, k) != v})  # not applicable
     max_length = search.get("max_length")
     if isinstance(max_length, int) and (context is None or max_length < context) and "max_new_tokens" not in totals:
@@ -174,8 +196,15 @@ class GenaiPlanner(CallPlanner):
     them, so a user-given ``eos_token_id`` adds end tokens rather than replacing them.
     """
 
-    def __init__(self, defaults: GenerationConfig, totals: Mapping[str, int], overrides: Mapping[str, Any], *,
-                 model_eos: Sequence[int] = (), **kw: Any) -> None:
+    def __init__(
+        self,
+        defaults: GenerationConfig,
+        totals: Mapping[str, int],
+        overrides: Mapping[str, Any],
+        *,
+        model_eos: Sequence[int] = (),
+        **kw: Any,
+    ) -> None:
         check_supported(overrides)
         self.model_eos = tuple(int(i) for i in model_eos)
         super().__init__(defaults, totals, overrides, **kw)
@@ -375,16 +404,18 @@ class Call:
         return [int(i) for i in self.prompt_ids if i >= 0]
 
     def processors(self, config: GenerationConfig) -> list[LogitsProcessor]:
-        return python_processors(config, prompt_length=len(self.text_ids), model_eos=self.model_eos,
-                                 extra=self.extra_processors)
+        return python_processors(
+            config, prompt_length=len(self.text_ids), model_eos=self.model_eos, extra=self.extra_processors
+        )
 
     def tokens(self, config: GenerationConfig) -> Iterator[int]:
         processors = self.processors(config)
         options = search_options(config, len(self.prompt_ids), native_processors=not processors)
         # genai's cache is max_length long: a sliding window needs it longer than this call asks for
         options["max_length"] = max(options["max_length"], self.window)
-        return og_tokens(self.model, options, self.feed, processors=processors, prompt_ids=self.text_ids,
-                         limit=config.max_new_tokens)
+        return og_tokens(
+            self.model, options, self.feed, processors=processors, prompt_ids=self.text_ids, limit=config.max_new_tokens
+        )
 
 
 def run_generation(call: Call, *, started: float, on_token: Callable[[str], None] | None = None) -> GenerationResult:
@@ -408,22 +439,31 @@ def run_generation(call: Call, *, started: float, on_token: Callable[[str], None
                 f"{call.window}). Use greedy search or sampling here, or run beam search on this folder with "
                 "inference4py.OnnxTextGenerator, whose native loop handles the window."
             )
-        seqs = og_sequences(call.model, search_options(config, prompt_len), call.feed, count=config.num_return_sequences)
-        candidates = tuple(_candidate(s[call.skip:], call.tokenizer, config) for s in seqs)
+        seqs = og_sequences(
+            call.model, search_options(config, prompt_len), call.feed, count=config.num_return_sequences
+        )
+        candidates = tuple(_candidate(s[call.skip :], call.tokenizer, config) for s in seqs)
         end = time.perf_counter()
         best = candidates[0]
         if on_token is not None and best.text:
             on_token(best.text)
         return GenerationResult(
-            text=best.text, token_ids=best.token_ids, prompt_tokens=prompt_len, generated_tokens=len(best.token_ids),
-            finish_reason=best.finish_reason, duration=end - started, time_to_first_token=end - started,
+            text=best.text,
+            token_ids=best.token_ids,
+            prompt_tokens=prompt_len,
+            generated_tokens=len(best.token_ids),
+            finish_reason=best.finish_reason,
+            duration=end - started,
+            time_to_first_token=end - started,
             candidates=candidates,
         )
     results = []
     for i in range(config.num_return_sequences):
         sample_config = config if i == 0 or config.seed is None else config.replace(seed=config.seed + i)
         chunks = stream_generate(call.tokens(sample_config), call.tokenizer, sample_config)
-        results.append(collect(chunks, prompt_tokens=prompt_len, started=started, on_token=on_token if i == 0 else None))
+        results.append(
+            collect(chunks, prompt_tokens=prompt_len, started=started, on_token=on_token if i == 0 else None)
+        )
     first = results[0]
     if len(results) == 1:
         return first

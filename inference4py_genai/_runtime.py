@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from inference4py import _env
 from inference4py.errors import (
@@ -128,8 +129,11 @@ def open_model(
         config = genai.Config(str(folder))
     if providers is not None:
         names = [provider_name(p) for p in providers]
-        with raising(ConfigurationError, f"selecting the execution providers {list(providers)}",
-                     "Use names such as 'cuda', 'DML', 'CPUExecutionProvider'."):
+        with raising(
+            ConfigurationError,
+            f"selecting the execution providers {list(providers)}",
+            "Use names such as 'cuda', 'DML', 'CPUExecutionProvider'.",
+        ):
             config.clear_providers()
             for name in names:
                 if name.lower() != "cpu":  # CPU is what remains once the list is cleared

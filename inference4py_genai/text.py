@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.result import GenerationChunk, GenerationResult
@@ -30,8 +31,14 @@ PHI3_TEMPLATE = (
 class GenaiTextGeneratorBuilder(ChatOptions, _base.GenaiBuilder["TextGenerator"]):
     """Options of a :class:`TextGenerator` (the shared ones are in GenerationBuilder)."""
 
-    def __init__(self, *, preset: str | None = None, model_id: str | None = None,
-                 chat_template: str | None = None, use_chat_template: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        preset: str | None = None,
+        model_id: str | None = None,
+        chat_template: str | None = None,
+        use_chat_template: bool = False,
+    ) -> None:
         super().__init__(preset=preset, model_id=model_id, use_chat_template=use_chat_template or None)
         self._init_chat(chat_template, use_chat_template)
 
@@ -60,8 +67,12 @@ class TextGenerator(ClosableTask):
     @classmethod
     def phi3Mini(cls) -> GenaiTextGeneratorBuilder:  # noqa: N802 - inference4j's name
         """Phi-3 Mini 4K Instruct (3.8B, int4), inference4j/phi-3-mini-4k-instruct (chat template on)."""
-        return GenaiTextGeneratorBuilder(preset="phi3Mini", model_id="inference4j/phi-3-mini-4k-instruct",
-                                         chat_template=PHI3_TEMPLATE, use_chat_template=True)
+        return GenaiTextGeneratorBuilder(
+            preset="phi3Mini",
+            model_id="inference4j/phi-3-mini-4k-instruct",
+            chat_template=PHI3_TEMPLATE,
+            use_chat_template=True,
+        )
 
     @classmethod
     def deepSeekR1_1_5B(cls) -> GenaiTextGeneratorBuilder:  # noqa: N802 - inference4j's name
@@ -69,12 +80,13 @@ class TextGenerator(ClosableTask):
 
         The model thinks aloud in ``<think>...</think>`` before answering: leave room in max_new_tokens.
         """
-        return GenaiTextGeneratorBuilder(preset="deepSeekR1_1_5B", model_id="inference4j/deepseek-r1-distill-qwen-1.5b",
-                                         use_chat_template=True)
+        return GenaiTextGeneratorBuilder(
+            preset="deepSeekR1_1_5B", model_id="inference4j/deepseek-r1-distill-qwen-1.5b", use_chat_template=True
+        )
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def _from_builder(cls, b: GenaiTextGeneratorBuilder) -> "TextGenerator":
+    def _from_builder(cls, b: GenaiTextGeneratorBuilder) -> TextGenerator:
         return cls(b.resolve_folder(), b)
 
     def __init__(self, folder: Path, builder: GenaiTextGeneratorBuilder) -> None:
@@ -86,8 +98,15 @@ class TextGenerator(ClosableTask):
         if not defaults.eos_token_id and self.tokenizer.eos_token_id is not None:
             defaults = defaults.replace(eos_token_id=(self.tokenizer.eos_token_id,))
         self._vocab_size = int(genai_config["model"].get("vocab_size") or self.tokenizer.vocab_size)
-        self._planner = _base.GenaiPlanner(defaults, totals, builder.generation_overrides(), extra_eos=builder._eos,
-                                           context=context, total_counts_prompt=True, model_eos=_base.genai_eos(genai_config))
+        self._planner = _base.GenaiPlanner(
+            defaults,
+            totals,
+            builder.generation_overrides(),
+            extra_eos=builder._eos,
+            context=context,
+            total_counts_prompt=True,
+            model_eos=_base.genai_eos(genai_config),
+        )
         self._processors = tuple(builder._processors)
         self._prompts = PromptEncoder(self.tokenizer, self.folder, builder, self._vocab_size)
         self._model = open_model(self.folder, genai_config, providers=builder._providers, threads=builder._threads)
@@ -118,12 +137,20 @@ class TextGenerator(ClosableTask):
         self._check_open()
         ids = self.encode_prompt(prompt)
         return _base.Call(
-            model=self._model, tokenizer=self.tokenizer, config=self._planner.for_call(len(ids), overrides),
-            feed=_base.feed_tokens(ids), prompt_ids=ids, model_eos=self._planner.model_eos,
-            extra_processors=self._processors, skip=len(ids), window=self._window,
+            model=self._model,
+            tokenizer=self.tokenizer,
+            config=self._planner.for_call(len(ids), overrides),
+            feed=_base.feed_tokens(ids),
+            prompt_ids=ids,
+            model_eos=self._planner.model_eos,
+            extra_processors=self._processors,
+            skip=len(ids),
+            window=self._window,
         )
 
-    def generate(self, prompt: Prompt, on_token: Callable[[str], None] | None = None, **overrides: Any) -> GenerationResult:
+    def generate(
+        self, prompt: Prompt, on_token: Callable[[str], None] | None = None, **overrides: Any
+    ) -> GenerationResult:
         """Generate a completion.
 
         Args:

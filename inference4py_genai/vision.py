@@ -15,12 +15,14 @@ from __future__ import annotations
 import io
 import os
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence, Union
+from typing import Any
 
 import numpy as np
 
 from inference4py.errors import ConfigurationError, InvalidInputError, PromptTooLongError, UnsupportedModelError
+from inference4py.generation.config import GenerationConfig
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.tasks.base import ClosableTask
 from inference4py.tasks.prompts import PromptEncoder
@@ -31,8 +33,8 @@ from inference4py_genai.text import GenaiTextGeneratorBuilder
 
 __all__ = ["VisionLanguageModel", "VisionLanguageBuilder", "ImageInput", "PHI3V_TEMPLATE", "IMAGE_TAGS"]
 
-ImageInput = Union[str, "os.PathLike[str]", bytes, bytearray, Any]  # Any: a PIL image or an HxWx3 uint8 array
-Images = Union[ImageInput, Sequence[ImageInput], None]
+ImageInput = str | os.PathLike[str] | bytes | bytearray | Any  # Any: a PIL image or an HxWx3 uint8 array
+Images = ImageInput | Sequence[ImageInput] | None
 
 # Phi-3.5-vision-instruct's chat template (the fallback when a folder carries none).
 PHI3V_TEMPLATE = (
@@ -54,13 +56,20 @@ IMAGE_TAGS: dict[str, str] = {
 class VisionLanguageBuilder(GenaiTextGeneratorBuilder):
     """Options of a :class:`VisionLanguageModel`: the text generator's, plus ``image_tag``."""
 
-    def __init__(self, *, preset: str | None = None, model_id: str | None = None,
-                 chat_template: str | None = None, use_chat_template: bool = True) -> None:
-        super().__init__(preset=preset, model_id=model_id, chat_template=chat_template,
-                         use_chat_template=use_chat_template)
+    def __init__(
+        self,
+        *,
+        preset: str | None = None,
+        model_id: str | None = None,
+        chat_template: str | None = None,
+        use_chat_template: bool = True,
+    ) -> None:
+        super().__init__(
+            preset=preset, model_id=model_id, chat_template=chat_template, use_chat_template=use_chat_template
+        )
         self._image_tag: str | None = None
 
-    def image_tag(self, tag: str) -> "VisionLanguageBuilder":
+    def image_tag(self, tag: str) -> VisionLanguageBuilder:
         """The text that marks an image in the prompt, ``{n}`` being its number from 1 (default: by model type)."""
         if not isinstance(tag, str) or not tag:
             raise ConfigurationError("image_tag needs a non-empty string such as '<|image_{n}|>\\n'.")
@@ -87,12 +96,13 @@ class VisionLanguageModel(ClosableTask):
     @classmethod
     def phi3Vision(cls) -> VisionLanguageBuilder:  # noqa: N802 - inference4j's name
         """Phi-3.5 Vision Instruct (4.2B), inference4j/phi-3.5-vision-instruct."""
-        return VisionLanguageBuilder(preset="phi3Vision", model_id="inference4j/phi-3.5-vision-instruct",
-                                     chat_template=PHI3V_TEMPLATE)
+        return VisionLanguageBuilder(
+            preset="phi3Vision", model_id="inference4j/phi-3.5-vision-instruct", chat_template=PHI3V_TEMPLATE
+        )
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def _from_builder(cls, b: VisionLanguageBuilder) -> "VisionLanguageModel":
+    def _from_builder(cls, b: VisionLanguageBuilder) -> VisionLanguageModel:
         return cls(b.resolve_folder(), b)
 
     def __init__(self, folder: Path, builder: VisionLanguageBuilder) -> None:
@@ -115,23 +125,35 @@ class VisionLanguageModel(ClosableTask):
         self._image_tag = tag
         self.tokenizer: Tokenizer = load_tokenizer(self.folder)
         defaults, totals, context = _base.genai_defaults(self.folder, genai_config)
-        self._planner = _base.GenaiPlanner(defaults, totals, builder.generation_overrides(), extra_eos=builder._eos,
-                                           context=context, total_counts_prompt=True, model_eos=_base.genai_eos(genai_config))
+        self._planner = _base.GenaiPlanner(
+            defaults,
+            totals,
+            builder.generation_overrides(),
+            extra_eos=builder._eos,
+            context=context,
+            total_counts_prompt=True,
+            model_eos=_base.genai_eos(genai_config),
+        )
         self._context = context
         self._processors = tuple(builder._processors)
         self._prompts = PromptEncoder(self.tokenizer, self.folder, builder, None)
         self._model = open_model(self.folder, genai_config, providers=builder._providers, threads=builder._threads)
-        with raising(UnsupportedModelError, f"creating the multimodal processor of {self.folder}",
-                     "The folder needs the processor configuration genai_config.json names (processor_config.json)."):
+        with raising(
+            UnsupportedModelError,
+            f"creating the multimodal processor of {self.folder}",
+            "The folder needs the processor configuration genai_config.json names (processor_config.json).",
+        ):
             self._processor = self._model.create_multimodal_processor()
 
     @property
-    def generation_config(self):
+    def generation_config(self) -> GenerationConfig:
         """The defaults every call starts from (genai_config.json + builder options)."""
         return self._planner.base
 
     def __repr__(self) -> str:
-        return f"VisionLanguageModel(folder={str(self.folder)!r}, type={self.model_type!r}, builder={self._builder_repr})"
+        return (
+            f"VisionLanguageModel(folder={str(self.folder)!r}, type={self.model_type!r}, builder={self._builder_repr})"
+        )
 
     def _release(self) -> None:
         self._processor = None
@@ -155,7 +177,10 @@ class VisionLanguageModel(ClosableTask):
             first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), None)
             if first_user is None:
                 raise InvalidInputError("The messages need a 'user' message (the image tags go into the first one).")
-            messages[first_user] = {**messages[first_user], "content": tags + str(messages[first_user].get("content", ""))}
+            messages[first_user] = {
+                **messages[first_user],
+                "content": tags + str(messages[first_user].get("content", "")),
+            }
         else:
             raise InvalidInputError(
                 f"Unsupported prompt of type {type(prompt).__name__}: pass a str or a list of "
@@ -175,15 +200,18 @@ class VisionLanguageModel(ClosableTask):
         if not items:
             return None
         data = [_image_bytes(item, i) for i, item in enumerate(items)]
-        with raising(InvalidInputError, "reading the images", "Pass JPEG / PNG / BMP files, their bytes, or PIL images."):
+        with raising(
+            InvalidInputError, "reading the images", "Pass JPEG / PNG / BMP files, their bytes, or PIL images."
+        ):
             return og().Images.open_bytes(*data), len(data)
 
     def _inputs(self, images: Images, prompt: str | Sequence[Mapping[str, Any]]) -> tuple[Any, np.ndarray]:
         opened = self._images(images)
         og_images, count = opened if opened is not None else (None, 0)
         text = self.render_prompt(prompt, count)
-        with raising(InvalidInputError, "preparing the prompt and images",
-                     "Check that the prompt has one image tag per image."):
+        with raising(
+            InvalidInputError, "preparing the prompt and images", "Check that the prompt has one image tag per image."
+        ):
             inputs = self._processor(text, images=og_images) if og_images is not None else self._processor(text)
             ids = np.asarray(inputs["input_ids"].as_numpy(), dtype=np.int64).reshape(-1)  # image tokens: negative ids
         if ids.size == 0:
@@ -191,7 +219,9 @@ class VisionLanguageModel(ClosableTask):
         return inputs, ids
 
     # ------------------------------------------------------------------ generation
-    def _call(self, images: Images, prompt: str | Sequence[Mapping[str, Any]], overrides: Mapping[str, Any]) -> _base.Call:
+    def _call(
+        self, images: Images, prompt: str | Sequence[Mapping[str, Any]], overrides: Mapping[str, Any]
+    ) -> _base.Call:
         self._check_open()
         inputs, ids = self._inputs(images, prompt)
         if self._context is not None and ids.size >= self._context:
@@ -204,9 +234,16 @@ class VisionLanguageModel(ClosableTask):
         def feed(generator: Any) -> None:
             generator.set_inputs(inputs)
 
-        return _base.Call(model=self._model, tokenizer=self.tokenizer, config=config, feed=feed,
-                          prompt_ids=[int(i) for i in ids], model_eos=self._planner.model_eos,
-                          extra_processors=self._processors, skip=int(ids.size))
+        return _base.Call(
+            model=self._model,
+            tokenizer=self.tokenizer,
+            config=config,
+            feed=feed,
+            prompt_ids=[int(i) for i in ids],
+            model_eos=self._planner.model_eos,
+            extra_processors=self._processors,
+            skip=int(ids.size),
+        )
 
     def generate(
         self,
@@ -236,7 +273,9 @@ class VisionLanguageModel(ClosableTask):
         started = time.perf_counter()
         return _base.run_generation(self._call(images, prompt, overrides), started=started, on_token=on_token)
 
-    def stream_chunks(self, images: Images, prompt: str | Sequence[Mapping[str, Any]], **overrides: Any) -> Iterator[GenerationChunk]:
+    def stream_chunks(
+        self, images: Images, prompt: str | Sequence[Mapping[str, Any]], **overrides: Any
+    ) -> Iterator[GenerationChunk]:
         """The middle tier: :class:`GenerationChunk` objects with token ids and a finish reason."""
         return _base.stream_chunks(self._call(images, prompt, overrides))
 
@@ -267,7 +306,9 @@ def _image_bytes(item: Any, index: int) -> bytes:
         item = path.read_bytes()
     if isinstance(item, np.ndarray):
         if item.dtype != np.uint8 or item.ndim != 3 or item.shape[2] not in (3, 4):
-            raise InvalidInputError(f"Image {index + 1}: arrays must be H x W x 3 (or 4) uint8, got {item.dtype} {item.shape}.")
+            raise InvalidInputError(
+                f"Image {index + 1}: arrays must be H x W x 3 (or 4) uint8, got {item.dtype} {item.shape}."
+            )
         item = Image.fromarray(item)
     if isinstance(item, (bytes, bytearray, memoryview)):
         data = bytes(item)
@@ -280,7 +321,9 @@ def _image_bytes(item: Any, index: int) -> bytes:
                     return data
                 return _png(image)
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
-            raise InvalidInputError(f"Image {index + 1} cannot be decoded ({exc}). Pass a JPEG, PNG, WebP, GIF or BMP image.") from exc
+            raise InvalidInputError(
+                f"Image {index + 1} cannot be decoded ({exc}). Pass a JPEG, PNG, WebP, GIF or BMP image."
+            ) from exc
     if hasattr(item, "save") and hasattr(item, "mode"):  # a PIL image
         return _png(item)
     raise InvalidInputError(

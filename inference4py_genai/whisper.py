@@ -19,8 +19,9 @@ Whisper checkpoint: ``encoder.onnx`` (``audio_features`` [batch, n_mels, 3000]),
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -55,20 +56,22 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
 
     Builder = WhisperBuilder
 
+    _planner: _base.GenaiPlanner  # the native planner's genai flavour (keeps genai's own EOS ids)
+
     # ------------------------------------------------------------------ presets
     @classmethod
-    def builder(cls) -> WhisperBuilder:  # type: ignore[override]
+    def builder(cls) -> WhisperBuilder:
         """A builder with no model chosen: call ``model_id`` or ``model_path`` (a genai Whisper folder)."""
         return cls._preset(None, None)
 
     @classmethod
-    def _preset(cls, name: str | None, model_id: str | None) -> WhisperBuilder:  # type: ignore[override]
+    def _preset(cls, name: str | None, model_id: str | None) -> WhisperBuilder:
         b = WhisperBuilder(preset=name, model_id=model_id)
         b._task = cls
         return b
 
     @classmethod
-    def whisperSmall(cls) -> WhisperBuilder:  # type: ignore[override]  # noqa: N802 - inference4j's name
+    def whisperSmall(cls) -> WhisperBuilder:  # noqa: N802 - inference4j's name
         """Whisper small (244M, multilingual) for onnxruntime-genai, inference4j/whisper-small-genai."""
         return cls._preset("whisperSmall", "inference4j/whisper-small-genai")
 
@@ -82,38 +85,38 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
 
     # The native presets point at optimum exports (no genai_config.json): refuse them by name.
     @classmethod
-    def whisperTiny(cls) -> WhisperBuilder:  # type: ignore[override]  # noqa: N802
+    def whisperTiny(cls) -> WhisperBuilder:  # noqa: N802
         """Not available for onnxruntime-genai (raises ConfigurationError)."""
         return cls._no_genai_repo("whisperTiny")
 
     @classmethod
-    def whisperBase(cls) -> WhisperBuilder:  # type: ignore[override]  # noqa: N802
+    def whisperBase(cls) -> WhisperBuilder:  # noqa: N802
         """Not available for onnxruntime-genai (raises ConfigurationError)."""
         return cls._no_genai_repo("whisperBase")
 
     @classmethod
-    def whisperLargeV3Turbo(cls) -> WhisperBuilder:  # type: ignore[override]  # noqa: N802
+    def whisperLargeV3Turbo(cls) -> WhisperBuilder:  # noqa: N802
         """Not available for onnxruntime-genai (raises ConfigurationError)."""
         return cls._no_genai_repo("whisperLargeV3Turbo")
 
     @classmethod
-    def whisperTinyEn(cls) -> WhisperBuilder:  # type: ignore[override]  # noqa: N802
+    def whisperTinyEn(cls) -> WhisperBuilder:  # noqa: N802
         """Not available for onnxruntime-genai (raises ConfigurationError)."""
         return cls._no_genai_repo("whisperTinyEn")
 
     @classmethod
-    def whisperBaseEn(cls) -> WhisperBuilder:  # type: ignore[override]  # noqa: N802
+    def whisperBaseEn(cls) -> WhisperBuilder:  # noqa: N802
         """Not available for onnxruntime-genai (raises ConfigurationError)."""
         return cls._no_genai_repo("whisperBaseEn")
 
     @classmethod
-    def whisperSmallEn(cls) -> WhisperBuilder:  # type: ignore[override]  # noqa: N802
+    def whisperSmallEn(cls) -> WhisperBuilder:  # noqa: N802
         """Not available for onnxruntime-genai (raises ConfigurationError)."""
         return cls._no_genai_repo("whisperSmallEn")
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def _from_builder(cls, b: WhisperBuilder) -> "WhisperSpeechModel":  # type: ignore[override]
+    def _from_builder(cls, b: WhisperBuilder) -> WhisperSpeechModel:  # type: ignore[override]  # takes genai's builder
         return cls(b.resolve_folder(), b)
 
     def __init__(self, folder: Path, builder: WhisperBuilder) -> None:  # noqa: D107 - not calling super(): no ORT sessions
@@ -135,11 +138,22 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
         # The builder writes fixed search values for Whisper (top_k 1...), not the model's: skip them.
         defaults, totals, context = _base.genai_defaults(self.folder, genai_config, search_defaults=False)
         # Whisper's own processors replace the generic suppress lists (transformers does the same).
-        defaults = defaults.replace(suppress_tokens=(), begin_suppress_tokens=(), forced_bos_token_id=None,
-                                    eos_token_id=defaults.eos_token_id or (self._vocab.eot,),
-                                    decoder_start_token_id=self._vocab.sot)
-        self._planner = _base.GenaiPlanner(defaults, totals, builder.generation_overrides(), extra_eos=builder._eos,
-                                           context=context, total_counts_prompt=True, model_eos=_base.genai_eos(genai_config))
+        defaults = defaults.replace(
+            suppress_tokens=(),
+            begin_suppress_tokens=(),
+            forced_bos_token_id=None,
+            eos_token_id=defaults.eos_token_id or (self._vocab.eot,),
+            decoder_start_token_id=self._vocab.sot,
+        )
+        self._planner = _base.GenaiPlanner(
+            defaults,
+            totals,
+            builder.generation_overrides(),
+            extra_eos=builder._eos,
+            context=context,
+            total_counts_prompt=True,
+            model_eos=_base.genai_eos(genai_config),
+        )
         self._processors = tuple(builder._processors)
         self._language = builder._language
         self._task_name = builder._whisper_task
@@ -151,7 +165,9 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
         """STFT / mel settings: preprocessor_config.json, else genai's audio_processor_config.json, else Whisper's."""
         pre = _read_json(self.folder / "preprocessor_config.json")
         ops: dict[str, dict[str, Any]] = {}
-        for step in _read_json(self.folder / "audio_processor_config.json").get("feature_extraction", {}).get("sequence", []):
+        for step in (
+            _read_json(self.folder / "audio_processor_config.json").get("feature_extraction", {}).get("sequence", [])
+        ):
             op = step.get("operation", {}) if isinstance(step, dict) else {}
             if isinstance(op.get("attrs"), dict):
                 ops[str(op.get("type"))] = op["attrs"]
@@ -197,11 +213,19 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
             logits = np.asarray(generator.get_logits(), dtype=np.float32)[0, -1]  # [vocab]
         return self._vocab.most_likely_language(logits)
 
-    def _window_tokens_genai(self, window: np.ndarray, ids: list[int], config: Any,
-                             extra: list[LogitsProcessor]) -> Iterator[int]:
-        call = _base.Call(model=self._model, tokenizer=self.tokenizer, config=config, feed=self._feed(window, ids),
-                          prompt_ids=ids, model_eos=self._planner.model_eos,
-                          extra_processors=[*extra, *self._processors], skip=len(ids))
+    def _window_tokens_genai(
+        self, window: np.ndarray, ids: list[int], config: Any, extra: list[LogitsProcessor]
+    ) -> Iterator[int]:
+        call = _base.Call(
+            model=self._model,
+            tokenizer=self.tokenizer,
+            config=config,
+            feed=self._feed(window, ids),
+            prompt_ids=ids,
+            model_eos=self._planner.model_eos,
+            extra_processors=[*extra, *self._processors],
+            skip=len(ids),
+        )
         if config.num_beams > 1:
             result = _base.run_generation(call, started=time.perf_counter())
             yield from result.token_ids
@@ -215,8 +239,9 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
     def _detect_in(self, context: np.ndarray) -> int:
         return self._detect_window(context)
 
-    def _decode_window(self, context: np.ndarray, ids: list[int], config: Any, timestamps: bool,
-                       sampler: Any, rng: Any) -> Iterator[int]:
+    def _decode_window(
+        self, context: np.ndarray, ids: list[int], config: Any, timestamps: bool, sampler: Any, rng: Any
+    ) -> Iterator[int]:
         # genai applies the generic processors itself; Whisper's rules run on its logits in Python.
         yield from self._window_tokens_genai(context, ids, config, self._whisper_processors(len(ids), timestamps))
 
@@ -226,4 +251,3 @@ WhisperBuilder._task = WhisperSpeechModel
 
 def _read_json(path: Path) -> dict[str, Any]:
     return native._read_json_object(path)
-

@@ -239,9 +239,7 @@ def populate_cache(
     not available) and ``refs/<revision>`` holding the commit hash.  Values are
     bytes, or paths of local files to copy in.
     """
-    contents = {
-        name: data if isinstance(data, bytes) else Path(data).read_bytes() for name, data in files.items()
-    }
+    contents = {name: data if isinstance(data, bytes) else Path(data).read_bytes() for name, data in files.items()}
     if commit is None:
         digest = hashlib.sha1(repo_id.encode())
         for name in sorted(contents):

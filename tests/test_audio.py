@@ -35,7 +35,10 @@ def _feature_signals() -> dict[str, np.ndarray]:
     return {
         "silence": np.zeros(5 * SAMPLE_RATE, dtype=np.float32),
         "short": clips["tone"][8000:9600].copy(),
-        "tone": clips["tone"], "chirp": clips["chirp"], "noise": clips["noise"], "bursts": clips["bursts"],
+        "tone": clips["tone"],
+        "chirp": clips["chirp"],
+        "noise": clips["noise"],
+        "bursts": clips["bursts"],
         "exact30": long[: 30 * SAMPLE_RATE].copy(),
         "long": long,
     }

@@ -181,17 +181,48 @@ def fake_task(monkeypatch):
 
 
 def test_generate_streams_the_pieces_and_maps_every_option(fake_task, capsys):
-    code = main([
-        "generate", "--model", "org/name", "--revision", "v1", "--max-new-tokens", "12", "--temperature", "0.7",
-        "--top-k", "40", "--top-p", "0.9", "--min-p", "0.05", "--repetition-penalty", "1.1", "--seed", "7",
-        "--stop", "END", "--stop", "\n\n", "Once upon a time",
-    ])
+    code = main(
+        [
+            "generate",
+            "--model",
+            "org/name",
+            "--revision",
+            "v1",
+            "--max-new-tokens",
+            "12",
+            "--temperature",
+            "0.7",
+            "--top-k",
+            "40",
+            "--top-p",
+            "0.9",
+            "--min-p",
+            "0.05",
+            "--repetition-penalty",
+            "1.1",
+            "--seed",
+            "7",
+            "--stop",
+            "END",
+            "--stop",
+            "\n\n",
+            "Once upon a time",
+        ]
+    )
     assert code == 0
     assert capsys.readouterr().out == "Hello, world\n"
     assert fake_task["calls"] == [
-        ("model_id", "org/name"), ("revision", "v1"), ("max_new_tokens", 12), ("temperature", 0.7), ("top_k", 40),
-        ("top_p", 0.9), ("min_p", 0.05), ("repetition_penalty", 1.1), ("seed", 7),
-        ("stop_sequence", "END"), ("stop_sequence", "\n\n"),
+        ("model_id", "org/name"),
+        ("revision", "v1"),
+        ("max_new_tokens", 12),
+        ("temperature", 0.7),
+        ("top_k", 40),
+        ("top_p", 0.9),
+        ("min_p", 0.05),
+        ("repetition_penalty", 1.1),
+        ("seed", 7),
+        ("stop_sequence", "END"),
+        ("stop_sequence", "\n\n"),
     ]
     assert fake_task["prompts"] == ["Once upon a time"]
     assert fake_task["closed"]

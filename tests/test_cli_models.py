@@ -13,8 +13,17 @@ S2S = load_reference("seq2seq")["models"]
 
 def test_generate_streams_the_greedy_reference(capsys):
     case = REF["gpt2"]["cases"][0]
-    code = main(["generate", "--model", str(MODELS / "gpt2"), "--greedy",
-                 "--max-new-tokens", str(case["max_new_tokens"]), case["prompt"]])
+    code = main(
+        [
+            "generate",
+            "--model",
+            str(MODELS / "gpt2"),
+            "--greedy",
+            "--max-new-tokens",
+            str(case["max_new_tokens"]),
+            case["prompt"],
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert out == case["text"] + ("" if case["text"].endswith("\n") else "\n")
@@ -23,8 +32,19 @@ def test_generate_streams_the_greedy_reference(capsys):
 def test_generate_with_stop_string(capsys):
     case = REF["gpt2"]["cases"][0]
     stop = case["text"][8:14]
-    code = main(["generate", "--model", str(MODELS / "gpt2"), "--greedy", "--stop", stop,
-                 "--max-new-tokens", str(case["max_new_tokens"]), case["prompt"]])
+    code = main(
+        [
+            "generate",
+            "--model",
+            str(MODELS / "gpt2"),
+            "--greedy",
+            "--stop",
+            stop,
+            "--max-new-tokens",
+            str(case["max_new_tokens"]),
+            case["prompt"],
+        ]
+    )
     assert code == 0
     assert capsys.readouterr().out.rstrip("\n") == case["text"][: case["text"].index(stop)].rstrip("\n")
 
@@ -46,12 +66,34 @@ def test_chat_without_template_is_a_clean_error(capsys, monkeypatch):
 
 def test_summarize_and_translate(capsys):
     case = S2S["bart"]["cases"][1]
-    assert main(["summarize", "--model", str(MODELS / "bart"), "--max-new-tokens", str(case["max_new_tokens"]),
-                 case["input"]]) == 0
+    assert (
+        main(
+            [
+                "summarize",
+                "--model",
+                str(MODELS / "bart"),
+                "--max-new-tokens",
+                str(case["max_new_tokens"]),
+                case["input"],
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.rstrip("\n") == case["text"].rstrip("\n")
     case = S2S["marian"]["cases"][1]
-    assert main(["translate", "--model", str(MODELS / "marian"), "--max-new-tokens", str(case["max_new_tokens"]),
-                 case["input"]]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                "--model",
+                str(MODELS / "marian"),
+                "--max-new-tokens",
+                str(case["max_new_tokens"]),
+                case["input"],
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.rstrip("\n") == case["text"].rstrip("\n")
 
 

@@ -7,7 +7,6 @@ checked for syntax only.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -37,6 +36,14 @@ def test_snippet_runs(page, code, marker, monkeypatch):
 
 def test_every_page_has_a_runnable_snippet_or_is_prose():
     runnable = {p.name for p, _, marker in (x.values for x in _snippets()) if marker is None}
-    for name in ("README.md", "getting-started.md", "text-generation.md", "summarization.md",
-                 "translation.md", "grammar-correction.md", "text-to-sql.md", "configuration.md"):
+    for name in (
+        "README.md",
+        "getting-started.md",
+        "text-generation.md",
+        "summarization.md",
+        "translation.md",
+        "grammar-correction.md",
+        "text-to-sql.md",
+        "configuration.md",
+    ):
         assert name in runnable, f"{name} has no snippet that runs offline"

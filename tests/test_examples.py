@@ -15,8 +15,10 @@ RUNS = {
     "generate.py": (["--model", f"{MODELS}/qwen2", "--prompt", "Hello", "--max-new-tokens", "8"], None),
     "chat.py": (["--model", f"{MODELS}/qwen2", "--max-new-tokens", "6"], "Hi there\nAnd then?\n\n"),
     "seq2seq_tasks.py": (["--fixtures", MODELS], None),
-    "transcribe.py": (["tests/fixtures/references/whisper/bursts.flac", "--model", f"{MODELS}/whisper",
-                       "--max-new-tokens", "12"], None),
+    "transcribe.py": (
+        ["tests/fixtures/references/whisper/bursts.flac", "--model", f"{MODELS}/whisper", "--max-new-tokens", "12"],
+        None,
+    ),
 }
 
 
@@ -31,8 +33,15 @@ EXTRA: set[str] = {"genai_generate.py"}  # examples tested elsewhere (e.g. with 
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_example_runs(name):
     args, stdin = RUNS[name]
-    proc = subprocess.run([sys.executable, f"examples/{name}", *args], cwd=ROOT, input=stdin, text=True,
-                          capture_output=True, timeout=120, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [sys.executable, f"examples/{name}", *args],
+        cwd=ROOT,
+        input=stdin,
+        text=True,
+        capture_output=True,
+        timeout=120,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip()
     if name == "generate.py":

@@ -30,70 +30,146 @@ from tests.hubserver import FakeHub, FakeRepo, hub_client_online, populate_cache
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
 
 INFERENCE4J_DECODER = [
-    ".gitattributes", "README.md", "config.json", "generation_config.json", "merges.txt", "vocab.json",
-    "model.onnx", "model.onnx_data", *TOKENIZER_FILES,
+    ".gitattributes",
+    "README.md",
+    "config.json",
+    "generation_config.json",
+    "merges.txt",
+    "vocab.json",
+    "model.onnx",
+    "model.onnx_data",
+    *TOKENIZER_FILES,
 ]
 
 INFERENCE4J_ENCODER_DECODER = [
-    ".gitattributes", "README.md", "config.json", "generation_config.json", "spiece.model",
-    "encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx", *TOKENIZER_FILES,
+    ".gitattributes",
+    "README.md",
+    "config.json",
+    "generation_config.json",
+    "spiece.model",
+    "encoder_model.onnx",
+    "decoder_model.onnx",
+    "decoder_with_past_model.onnx",
+    *TOKENIZER_FILES,
 ]
 
 OPTIMUM_SEQ2SEQ = [  # optimum-cli export onnx --task text2text-generation-with-past
-    "README.md", "config.json", "generation_config.json", "spiece.model",
-    "encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx", "decoder_model_merged.onnx",
+    "README.md",
+    "config.json",
+    "generation_config.json",
+    "spiece.model",
+    "encoder_model.onnx",
+    "decoder_model.onnx",
+    "decoder_with_past_model.onnx",
+    "decoder_model_merged.onnx",
     *TOKENIZER_FILES,
 ]
 
 OPTIMUM_DECODER_MERGED = [
-    "config.json", "generation_config.json", "vocab.json", "merges.txt", "chat_template.jinja",
-    "decoder_model.onnx", "decoder_with_past_model.onnx",
-    "decoder_model_merged.onnx", "decoder_model_merged.onnx_data", *TOKENIZER_FILES,
+    "config.json",
+    "generation_config.json",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "decoder_model.onnx",
+    "decoder_with_past_model.onnx",
+    "decoder_model_merged.onnx",
+    "decoder_model_merged.onnx_data",
+    *TOKENIZER_FILES,
 ]
 
 _TJS_SUFFIXES = ["", "_bnb4", "_fp16", "_int8", "_q4", "_q4f16", "_quantized", "_uint8"]
 TRANSFORMERS_JS = [  # e.g. onnx-community/Qwen2.5-0.5B-Instruct
-    ".gitattributes", "README.md", "config.json", "generation_config.json", "merges.txt", "vocab.json",
+    ".gitattributes",
+    "README.md",
+    "config.json",
+    "generation_config.json",
+    "merges.txt",
+    "vocab.json",
     *TOKENIZER_FILES,
     *[f"onnx/model{s}.onnx" for s in _TJS_SUFFIXES],
-    "onnx/model.onnx_data", "onnx/model.onnx_data_1", "onnx/model_fp16.onnx_data",
+    "onnx/model.onnx_data",
+    "onnx/model.onnx_data_1",
+    "onnx/model_fp16.onnx_data",
 ]
 
 TRANSFORMERS_JS_WHISPER = [  # e.g. onnx-community/whisper-tiny
-    "config.json", "generation_config.json", "preprocessor_config.json", "normalizer.json", "added_tokens.json",
-    "vocab.json", "merges.txt", *TOKENIZER_FILES,
-    *[f"onnx/{base}{s}.onnx" for base in ("encoder_model", "decoder_model", "decoder_with_past_model",
-                                           "decoder_model_merged") for s in _TJS_SUFFIXES],
+    "config.json",
+    "generation_config.json",
+    "preprocessor_config.json",
+    "normalizer.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    *TOKENIZER_FILES,
+    *[
+        f"onnx/{base}{s}.onnx"
+        for base in ("encoder_model", "decoder_model", "decoder_with_past_model", "decoder_model_merged")
+        for s in _TJS_SUFFIXES
+    ],
 ]
 
 GENAI_ROOT = [  # onnxruntime-genai model builder output uploaded as a repo
-    "README.md", "genai_config.json", "model.onnx", "model.onnx.data", "tokenizer.json", "tokenizer_config.json",
-    "special_tokens_map.json", "config.json",
+    "README.md",
+    "genai_config.json",
+    "model.onnx",
+    "model.onnx.data",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "config.json",
 ]
 
 GENAI_MULTI = [  # e.g. microsoft/Phi-3-mini-4k-instruct-onnx
-    "README.md", "LICENSE", "config.json",
-    *[f"cpu_and_mobile/cpu-int4-rtn-block-32/{f}" for f in (
-        "genai_config.json", "phi3-mini-4k-instruct-cpu-int4-rtn-block-32.onnx",
-        "phi3-mini-4k-instruct-cpu-int4-rtn-block-32.onnx.data", "tokenizer.json", "tokenizer_config.json",
-        "special_tokens_map.json", "added_tokens.json", "configuration_phi3.py")],
-    *[f"cuda/cuda-fp16/{f}" for f in (
-        "genai_config.json", "phi3-mini-4k-instruct-cuda-fp16.onnx", "phi3-mini-4k-instruct-cuda-fp16.onnx.data",
-        "tokenizer.json", "tokenizer_config.json")],
+    "README.md",
+    "LICENSE",
+    "config.json",
+    *[
+        f"cpu_and_mobile/cpu-int4-rtn-block-32/{f}"
+        for f in (
+            "genai_config.json",
+            "phi3-mini-4k-instruct-cpu-int4-rtn-block-32.onnx",
+            "phi3-mini-4k-instruct-cpu-int4-rtn-block-32.onnx.data",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "special_tokens_map.json",
+            "added_tokens.json",
+            "configuration_phi3.py",
+        )
+    ],
+    *[
+        f"cuda/cuda-fp16/{f}"
+        for f in (
+            "genai_config.json",
+            "phi3-mini-4k-instruct-cuda-fp16.onnx",
+            "phi3-mini-4k-instruct-cuda-fp16.onnx.data",
+            "tokenizer.json",
+            "tokenizer_config.json",
+        )
+    ],
 ]
 
 
 def test_inference4j_decoder_takes_model_onnx_its_data_and_tokenizer_files():
     assert select_model_files(INFERENCE4J_DECODER) == sorted(
-        ["config.json", "generation_config.json", "merges.txt", "vocab.json", "model.onnx", "model.onnx_data",
-         *TOKENIZER_FILES]
+        [
+            "config.json",
+            "generation_config.json",
+            "merges.txt",
+            "vocab.json",
+            "model.onnx",
+            "model.onnx_data",
+            *TOKENIZER_FILES,
+        ]
     )
 
 
 def test_inference4j_encoder_decoder_takes_the_three_graphs():
     files = select_model_files(INFERENCE4J_ENCODER_DECODER)
     assert [f for f in files if f.endswith(".onnx")] == [
-        "decoder_model.onnx", "decoder_with_past_model.onnx", "encoder_model.onnx"
+        "decoder_model.onnx",
+        "decoder_with_past_model.onnx",
+        "encoder_model.onnx",
     ]
     assert "spiece.model" in files and "README.md" not in files and ".gitattributes" not in files
 
@@ -131,7 +207,8 @@ def test_fp32_variant_means_full_precision():
 def test_transformers_js_whisper_encoder_plus_merged_decoder():
     files = select_model_files(TRANSFORMERS_JS_WHISPER, variant="quantized")
     assert [f for f in files if f.endswith(".onnx")] == [
-        "onnx/decoder_model_merged_quantized.onnx", "onnx/encoder_model_quantized.onnx"
+        "onnx/decoder_model_merged_quantized.onnx",
+        "onnx/encoder_model_quantized.onnx",
     ]
     assert {"preprocessor_config.json", "normalizer.json", "added_tokens.json"} <= set(files)
 
@@ -147,10 +224,19 @@ def test_genai_root_folder_takes_the_graphs_its_config_names():
 
 def test_genai_multimodal_config_names_every_graph():
     listing = ["genai_config.json", "vision.onnx", "embedding.onnx", "text.onnx", "text.onnx.data", "old.onnx"]
-    config = {"model": {"vision": {"filename": "vision.onnx"}, "embedding": {"filename": "embedding.onnx"},
-                        "decoder": {"filename": "text.onnx"}}}
+    config = {
+        "model": {
+            "vision": {"filename": "vision.onnx"},
+            "embedding": {"filename": "embedding.onnx"},
+            "decoder": {"filename": "text.onnx"},
+        }
+    }
     assert select_model_files(listing, genai_config=config) == [
-        "embedding.onnx", "genai_config.json", "text.onnx", "text.onnx.data", "vision.onnx"
+        "embedding.onnx",
+        "genai_config.json",
+        "text.onnx",
+        "text.onnx.data",
+        "vision.onnx",
     ]
 
 
@@ -166,9 +252,16 @@ def test_several_genai_folders_need_a_variant():
     files = select_model_files(GENAI_MULTI, variant="cuda-fp16")
     assert files == sorted(
         ["config.json"]
-        + [f"cuda/cuda-fp16/{f}" for f in ("genai_config.json", "phi3-mini-4k-instruct-cuda-fp16.onnx",
-                                           "phi3-mini-4k-instruct-cuda-fp16.onnx.data", "tokenizer.json",
-                                           "tokenizer_config.json")]
+        + [
+            f"cuda/cuda-fp16/{f}"
+            for f in (
+                "genai_config.json",
+                "phi3-mini-4k-instruct-cuda-fp16.onnx",
+                "phi3-mini-4k-instruct-cuda-fp16.onnx.data",
+                "tokenizer.json",
+                "tokenizer_config.json",
+            )
+        ]
     )
     assert select_model_files(GENAI_MULTI, variant="cpu_and_mobile/cpu-int4-rtn-block-32")[1].startswith(
         "cpu_and_mobile/cpu-int4-rtn-block-32/"
@@ -413,23 +506,23 @@ def test_download_genai_subfolder_takes_what_its_config_names(online):
 def test_unknown_repo_is_model_not_found(online):
     from huggingface_hub.errors import RepositoryNotFoundError
 
-    with FakeHub({}) as hub:
-        with pytest.raises(ModelNotFoundError, match="not found on the Hugging Face Hub") as info:
-            resolve_model_folder("org/missing", endpoint=hub.url)
+    with FakeHub({}) as hub, pytest.raises(ModelNotFoundError, match="not found on the Hugging Face Hub") as info:
+        resolve_model_folder("org/missing", endpoint=hub.url)
     assert "token" in str(info.value)
     assert isinstance(info.value.__cause__, RepositoryNotFoundError)
 
 
 def test_unknown_revision_is_model_not_found(online):
-    with FakeHub({"org/m": {"model.onnx": b"x"}}) as hub:
-        with pytest.raises(ModelNotFoundError, match="Revision 'v9'"):
-            resolve_model_folder("org/m", endpoint=hub.url, revision="v9")
+    with FakeHub({"org/m": {"model.onnx": b"x"}}) as hub, pytest.raises(ModelNotFoundError, match="Revision 'v9'"):
+        resolve_model_folder("org/m", endpoint=hub.url, revision="v9")
 
 
 def test_gated_repo_explains_license_and_token(online):
-    with FakeHub({"org/gated": FakeRepo({"model.onnx": b"x"}, gated=True)}) as hub:
-        with pytest.raises(HubError, match="accept its license") as info:
-            resolve_model_folder("org/gated", endpoint=hub.url, token=False)
+    with (
+        FakeHub({"org/gated": FakeRepo({"model.onnx": b"x"}, gated=True)}) as hub,
+        pytest.raises(HubError, match="accept its license") as info,
+    ):
+        resolve_model_folder("org/gated", endpoint=hub.url, token=False)
     assert "HF_TOKEN" in str(info.value)
 
 

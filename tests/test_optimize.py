@@ -84,7 +84,7 @@ def test_rotary_fusion_graph(fused_dir, name):
     gqa = next(n for n in model.graph.node if n.op_type == "GroupQueryAttention")
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in gqa.attribute}
     assert attrs["do_rotary"] == 1 and attrs["num_heads"] == 4 and attrs["kv_num_heads"] == 2
-    assert attrs["scale"] == pytest.approx(16 ** -0.5, rel=1e-6)
+    assert attrs["scale"] == pytest.approx(16**-0.5, rel=1e-6)
     assert report.nodes_after < report.nodes_before / 4
     assert report.max_logit_difference < 1e-3
     # every other file of the folder came along
@@ -120,8 +120,10 @@ def test_fused_batch_and_beams_equal_the_original(fused_dir, name):
     refs = FUSED.get(name) or DECODER[name]
     prompts = [c["prompt"] for c in refs["cases"] if c["kind"] == "text" and c["prompt"]][:5]
     assert len({len(p) for p in prompts}) > 1
-    with OnnxTextGenerator.builder().model_path(MODELS / name).build() as plain, \
-            OnnxTextGenerator.builder().model_path(folder).build() as fused:
+    with (
+        OnnxTextGenerator.builder().model_path(MODELS / name).build() as plain,
+        OnnxTextGenerator.builder().model_path(folder).build() as fused,
+    ):
         batch = fused.generate_batch(prompts, max_new_tokens=12)  # left-padded rows of different lengths
         for prompt, got in zip(prompts, batch):
             assert got.token_ids == plain.generate(prompt, max_new_tokens=12).token_ids
@@ -130,10 +132,14 @@ def test_fused_batch_and_beams_equal_the_original(fused_dir, name):
             got = fused.generate(prompt, max_new_tokens=10, num_beams=3, num_return_sequences=2)
             assert got.token_ids == want.token_ids
             assert [c.token_ids for c in got.candidates] == [c.token_ids for c in want.candidates]
-        sampled = [fused.generate(prompts[0], max_new_tokens=12, do_sample=True, top_k=20, seed=s).token_ids
-                   for s in (1, 1, 2)]
-        assert sampled[0] == sampled[1] == plain.generate(prompts[0], max_new_tokens=12, do_sample=True, top_k=20,
-                                                          seed=1).token_ids
+        sampled = [
+            fused.generate(prompts[0], max_new_tokens=12, do_sample=True, top_k=20, seed=s).token_ids for s in (1, 1, 2)
+        ]
+        assert (
+            sampled[0]
+            == sampled[1]
+            == plain.generate(prompts[0], max_new_tokens=12, do_sample=True, top_k=20, seed=1).token_ids
+        )
 
 
 def test_a_wrong_fusion_is_caught_by_the_check():

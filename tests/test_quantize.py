@@ -49,8 +49,11 @@ def test_tied_output_projection_is_quantized_too(tmp_path):
     emb = rng.standard_normal((64, 32)).astype(np.float32)  # [vocab, hidden]
     graph = helper.make_graph(
         [helper.make_node("Transpose", ["emb"], ["emb_t"]), helper.make_node("MatMul", ["x", "emb_t"], ["logits"])],
-        "tied", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 64])], [numpy_helper.from_array(emb, "emb")])
+        "tied",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 64])],
+        [numpy_helper.from_array(emb, "emb")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     assert _fold_weight_transposes(model) == 1
     assert [n.op_type for n in model.graph.node] == ["MatMul"]

@@ -73,7 +73,7 @@ _CORPUS_MORE = [
     "Weather today: sunny, 23 degrees; tomorrow: rain (maybe).",
     "She said \"yes\" and he replied 'no', then they laughed.",
     "Upper CASE, lower case, MiXeD case and snake_case_names.",
-    "<html><body class=\"main\">Hello & goodbye</body></html>",
+    '<html><body class="main">Hello & goodbye</body></html>',
     "email: someone@example.com, url: https://example.org/path?q=1",
     "Quantities: 12kg, 3.5m, 100%, $20, #hashtag, @mention.",
 ]
@@ -124,7 +124,7 @@ def build_byte_level_bpe(folder: Path, *, config: dict | None = None, vocab_merg
 def build_metaspace_bpe(folder: Path, *, config: dict | None = None) -> Path:
     """A Llama style BPE (Metaspace, byte fallback), as TinyLlama's tokenizer.json."""
     from tokenizers import Tokenizer as Backend
-    from tokenizers import models, normalizers, pre_tokenizers, trainers
+    from tokenizers import models, pre_tokenizers, trainers
 
     folder.mkdir(parents=True, exist_ok=True)
     backend = Backend(models.BPE(unk_token="<unk>"))
@@ -207,7 +207,13 @@ def build_t5_spm(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     train_spm(
         folder / "spiece.model",
-        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, pad_piece="<pad>", eos_piece="</s>", unk_piece="<unk>",
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        pad_piece="<pad>",
+        eos_piece="</s>",
+        unk_piece="<unk>",
     )
     (folder / "config.json").write_text(json.dumps({"model_type": "t5"}), encoding="utf-8")
     return folder
@@ -338,12 +344,30 @@ def test_added_tokens_decoder_and_special_map(tmp_path):
         tmp_path / "added",
         config={
             "added_tokens_decoder": {
-                "0": {"content": "<|endoftext|>", "lstrip": False, "rstrip": False, "normalized": False,
-                      "single_word": False, "special": True},
-                "400": {"content": "<|im_start|>", "lstrip": False, "rstrip": False, "normalized": False,
-                        "single_word": False, "special": True},
-                "401": {"content": "<tool>", "lstrip": False, "rstrip": False, "normalized": False,
-                        "single_word": False, "special": False},
+                "0": {
+                    "content": "<|endoftext|>",
+                    "lstrip": False,
+                    "rstrip": False,
+                    "normalized": False,
+                    "single_word": False,
+                    "special": True,
+                },
+                "400": {
+                    "content": "<|im_start|>",
+                    "lstrip": False,
+                    "rstrip": False,
+                    "normalized": False,
+                    "single_word": False,
+                    "special": True,
+                },
+                "401": {
+                    "content": "<tool>",
+                    "lstrip": False,
+                    "rstrip": False,
+                    "normalized": False,
+                    "single_word": False,
+                    "special": False,
+                },
             },
             "additional_special_tokens": ["<|im_start|>"],
         },
@@ -529,9 +553,10 @@ def test_no_chat_template(folders):
 
 
 def test_sandboxed():
-    with pytest.raises(Exception):
-        render_chat_template("{{ messages.__class__.__mro__ }}{{ ''.__class__.__subclasses__() }}",
-                             [{"role": "user", "content": "x"}])
+    with pytest.raises(InvalidInputError):
+        render_chat_template(
+            "{{ messages.__class__.__mro__ }}{{ ''.__class__.__subclasses__() }}", [{"role": "user", "content": "x"}]
+        )
 
 
 # --------------------------------------------------------------------------- #

@@ -36,10 +36,16 @@ BUILDERS = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", action="append", choices=sorted(BUILDERS), metavar="NAME",
-                        help=f"run only this builder (repeatable): {', '.join(BUILDERS)}")
-    parser.add_argument("--fixtures-dir", type=Path, default=REPO / "tests" / "fixtures",
-                        help="output root (default: tests/fixtures)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=sorted(BUILDERS),
+        metavar="NAME",
+        help=f"run only this builder (repeatable): {', '.join(BUILDERS)}",
+    )
+    parser.add_argument(
+        "--fixtures-dir", type=Path, default=REPO / "tests" / "fixtures", help="output root (default: tests/fixtures)"
+    )
     args = parser.parse_args(argv)
 
     if str(REPO) not in sys.path:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -24,18 +26,28 @@ __all__ = ["GraphIO", "read_graph_io", "read_node_int_attributes"]
 
 # TensorProto.DataType -> numpy scalar type (what onnxruntime reports, see sessions.ORT_TO_NUMPY)
 _ELEM_TYPES: dict[int, type] = {
-    1: np.float32, 2: np.uint8, 3: np.int8, 5: np.int16, 6: np.int32, 7: np.int64,
-    9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64,
+    1: np.float32,
+    2: np.uint8,
+    3: np.int8,
+    5: np.int16,
+    6: np.int32,
+    7: np.int64,
+    9: np.bool_,
+    10: np.float16,
+    11: np.float64,
+    12: np.uint32,
+    13: np.uint64,
 }
 
 GraphIO = tuple[dict[str, TensorInfo], dict[str, TensorInfo]]
+_Buffer = memoryview | mmap.mmap
 
 
 class _Malformed(ValueError):
     pass
 
 
-def _varint(buf: memoryview | mmap.mmap, pos: int, end: int) -> tuple[int, int]:
+def _varint(buf: _Buffer, pos: int, end: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         if pos >= end:
@@ -50,7 +62,7 @@ def _varint(buf: memoryview | mmap.mmap, pos: int, end: int) -> tuple[int, int]:
             raise _Malformed("varint too long")
 
 
-def _fields(buf, start: int, end: int):
+def _fields(buf: _Buffer, start: int, end: int) -> Iterator[tuple[int, int, Any]]:
     """Yield (field number, wire type, value or (start, end) span) of one message."""
     pos = start
     while pos < end:
@@ -75,11 +87,11 @@ def _fields(buf, start: int, end: int):
         raise _Malformed("message overruns its length")
 
 
-def _text(buf, span: tuple[int, int]) -> str:
-    return bytes(buf[span[0]:span[1]]).decode("utf-8")
+def _text(buf: _Buffer, span: tuple[int, int]) -> str:
+    return bytes(buf[span[0] : span[1]]).decode("utf-8")
 
 
-def _value_info(buf, span: tuple[int, int]) -> TensorInfo | None:
+def _value_info(buf: _Buffer, span: tuple[int, int]) -> TensorInfo | None:
     name = None
     dtype: type = np.float32
     dims: list[int | str | None] = []
@@ -111,7 +123,7 @@ def _value_info(buf, span: tuple[int, int]) -> TensorInfo | None:
     return TensorInfo(name, dtype, tuple(dims))
 
 
-def _initializer_name(buf, span: tuple[int, int]) -> str | None:
+def _initializer_name(buf: _Buffer, span: tuple[int, int]) -> str | None:
     for number, wire, value in _fields(buf, *span):
         if number == 8 and wire == 2:  # TensorProto.name
             return _text(buf, value)
@@ -137,7 +149,7 @@ def read_graph_io(path: str | os.PathLike[str]) -> GraphIO | None:
         return None
 
 
-def _parse(buf, size: int) -> GraphIO | None:
+def _parse(buf: _Buffer, size: int) -> GraphIO | None:
     graph = None
     for number, wire, value in _fields(buf, 0, size):
         if number == 7 and wire == 2:
@@ -187,7 +199,7 @@ def read_node_int_attributes(path: str | os.PathLike[str], op_type: str) -> list
         return None
 
 
-def _node_attributes(buf, size: int, op_type: bytes) -> list[dict[str, int]] | None:
+def _node_attributes(buf: _Buffer, size: int, op_type: bytes) -> list[dict[str, int]] | None:
     graph = None
     for number, wire, value in _fields(buf, 0, size):
         if number == 7 and wire == 2:
@@ -202,7 +214,7 @@ def _node_attributes(buf, size: int, op_type: bytes) -> list[dict[str, int]] | N
         attributes: dict[str, int] = {}
         for n_num, n_wire, n_val in _fields(buf, *node):
             if n_num == 4 and n_wire == 2:
-                op = bytes(buf[n_val[0]:n_val[1]])
+                op = bytes(buf[n_val[0] : n_val[1]])
             elif n_num == 5 and n_wire == 2:
                 name, value = None, None
                 for a_num, a_wire, a_val in _fields(buf, *n_val):

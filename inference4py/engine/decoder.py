@@ -8,7 +8,8 @@ logits are read back.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -36,7 +37,14 @@ def context_length(config: Mapping[str, Any]) -> int | None:
     cfg = dict(config)
     if isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg, **cfg["text_config"]}
-    for key in ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length", "seq_length", "context_length"):
+    for key in (
+        "max_position_embeddings",
+        "n_positions",
+        "n_ctx",
+        "max_sequence_length",
+        "seq_length",
+        "context_length",
+    ):
         value = cfg.get(key)
         if isinstance(value, int) and value > 0:
             return value
@@ -49,15 +57,21 @@ def open_session(spec: PipelineSpec, role: str, options: SessionOptions | None =
     The caller's explicit providers / threads (``options``) win over the description's.
     """
     session = spec.session(role)
-    return create_session(spec.path(role), options, provider=session.provider,
-                          provider_options=session.provider_options, settings=session.options)
+    return create_session(
+        spec.path(role),
+        options,
+        provider=session.provider,
+        provider_options=session.provider_options,
+        settings=session.options,
+    )
 
 
 class _Graph:
     """One decoder graph and what it expects."""
 
-    def __init__(self, session: ort.InferenceSession, config: Mapping[str, Any], name: str,
-                 spec: PipelineSpec | None = None) -> None:
+    def __init__(
+        self, session: ort.InferenceSession, config: Mapping[str, Any], name: str, spec: PipelineSpec | None = None
+    ) -> None:
         self.session = session
         self.name = name
         self.inputs: dict[str, TensorInfo] = graph_inputs(session)
@@ -71,7 +85,10 @@ class _Graph:
         state = spec.state if spec is not None else None
         cross = state.cross_cache if state is not None else None
         self.layout: KVLayout = discover_layout(
-            self.inputs, self.outputs, config, graph_name=name,
+            self.inputs,
+            self.outputs,
+            config,
+            graph_name=name,
             names=state.kv_cache.names if state else None,
             cross_names=cross.names if cross else None,
             num_kv_heads=state.kv_cache.num_kv_heads if state else None,
@@ -113,7 +130,9 @@ class DecoderRuntime:
         self.config = dict(config)
         self.first = _Graph(open_session(spec, "decoder", options), config, spec.session("decoder").file, spec)
         self.rest = (
-            _Graph(open_session(spec, "decoder_with_past", options), config, spec.session("decoder_with_past").file, spec)
+            _Graph(
+                open_session(spec, "decoder_with_past", options), config, spec.session("decoder_with_past").file, spec
+            )
             if spec.has("decoder_with_past")
             else self.first
         )
@@ -164,15 +183,21 @@ class DecoderRuntime:
         GroupQueryAttention node) or forced by ``state.kv_cache.share_buffer``.
         """
         g = self.rest
-        if (self.first is not self.rest or not g.has_mask or g.layout.cross_entries or g.has_cache_branch
-                or g.logits_to_keep or len(g.outputs["logits"].shape) != 3
-                or any(e.kind != "self" for e in g.layout.self_entries)):
+        if (
+            self.first is not self.rest
+            or not g.has_mask
+            or g.layout.cross_entries
+            or g.has_cache_branch
+            or g.logits_to_keep
+            or len(g.outputs["logits"].shape) != 3
+            or any(e.kind != "self" for e in g.layout.self_entries)
+        ):
             return False
         if spec.state.kv_cache.share_buffer:
             return True
         return _has_op(spec.path("decoder"), b"GroupQueryAttention")
 
-    def new_state(self, batch_size: int = 1, capacity: int | None = None) -> "DecoderState":
+    def new_state(self, batch_size: int = 1, capacity: int | None = None) -> DecoderState:
         """A fresh decoding state; ``capacity`` (prompt + max_new_tokens) sizes the pre-allocated buffers.
 
         Buffers grow when more tokens arrive than ``capacity`` says; None picks a small default.
@@ -219,6 +244,12 @@ class DecoderState:
       both past and present; rows are kept right-padded (each row's valid length
       is the sum of its attention-mask row, which is what the graph reads).
     """
+
+    # bound by _bind_step (after prefill / reorder / rewind / growth), read by step()
+    _step_ids: np.ndarray  # [batch, 1]
+    _step_pos: np.ndarray | None  # [batch, 1] when the graph takes positions
+    _rows: np.ndarray  # [batch]
+    _top_valid: int  # shared mode: the longest row's valid length
 
     def __init__(self, runtime: DecoderRuntime, batch_size: int, capacity: int | None = None) -> None:
         self.rt = runtime
@@ -272,7 +303,7 @@ class DecoderState:
         n = ids.shape[1]
         self._ensure_mask(self.length + n)
         full_mask = self._maskbuf[:, : self.length + n]
-        full_mask[:, self.length:] = mask
+        full_mask[:, self.length :] = mask
         if self.length == 0:
             positions = np.cumsum(full_mask, axis=1) - 1
             positions[full_mask == 0] = 1  # padded slots: any valid index, they are masked out
@@ -345,7 +376,9 @@ class DecoderState:
         else:
             assert self._past is not None
             self._past = [
-                ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(np.take(value.numpy(), idx, axis=entry.batch_axis)))
+                ort.OrtValue.ortvalue_from_numpy(
+                    np.ascontiguousarray(np.take(value.numpy(), idx, axis=entry.batch_axis))
+                )
                 for entry, value in zip(self.rt.layout.self_entries, self._past)
             ]
             self._maskbuf = np.ascontiguousarray(self._maskbuf[idx])
@@ -507,10 +540,8 @@ class DecoderState:
         if not self._kv or needed > self.capacity or self._maskbuf.shape[0] != self.batch:
             self._grow(needed)  # the requested capacity is a hint, clamped to the context length by _want
         # this chunk's mask: the sum of row b is its valid length after this run
-        if first:
-            width = n  # total_sequence_length == sequence_length: the first prompt
-        else:
-            width = int(self._valid.max()) + n  # batch of one here: past + n
+        # the first prompt: total_sequence_length == sequence_length; later, a batch of one: past + n
+        width = n if first else int(self._valid.max()) + n
         self._maskbuf[:] = 0
         new_valid = self._valid + counts
         self._maskbuf[np.arange(self.capacity)[None, :] < new_valid[:, None]] = 1
@@ -518,18 +549,29 @@ class DecoderState:
         if self.rt.min_capacity and self.batch > 1 and not (counts == n).all():
             # A sliding-window cache refuses padded rows in one run (seqlens_k below the chunk
             # length): each row is prefilled alone, straight into its slot of the shared buffer.
-            rows = [self._run_shared(ids[b:b + 1, :counts[b]], np.ones((1, counts[b]), self._mask_dtype),
-                                     self._valid[b:b + 1], slot=b)[:, -1, :] for b in range(self.batch)]
+            rows = [
+                self._run_shared(
+                    ids[b : b + 1, : counts[b]],
+                    np.ones((1, counts[b]), self._mask_dtype),
+                    self._valid[b : b + 1],
+                    slot=b,
+                )[:, -1, :]
+                for b in range(self.batch)
+            ]
             last = np.concatenate(rows, axis=0)
         else:
-            logits = self._run_shared(ids, np.ascontiguousarray(self._maskbuf[:, :width]), self._valid)  # [batch, n, vocab]
+            logits = self._run_shared(
+                ids, np.ascontiguousarray(self._maskbuf[:, :width]), self._valid
+            )  # [batch, n, vocab]
             last_idx = np.maximum(counts - 1, 0)
             last = logits[np.arange(self.batch), last_idx] if self.batch > 1 or counts[0] != n else logits[:, -1, :]
         self._valid = new_valid
         self.length += n
         return np.ascontiguousarray(last, dtype=np.float32)
 
-    def _run_shared(self, ids: np.ndarray, chunk_mask: np.ndarray, past: np.ndarray, slot: int | None = None) -> np.ndarray:
+    def _run_shared(
+        self, ids: np.ndarray, chunk_mask: np.ndarray, past: np.ndarray, slot: int | None = None
+    ) -> np.ndarray:
         """One run of the step graph on the shared buffers; ``slot`` binds only that row's part of them.
 
         ``past`` holds each row's valid tokens before the run (``[rows]``); returns ``[rows, n, vocab]`` logits.
@@ -550,7 +592,7 @@ class DecoderState:
         for entry in g.layout.self_entries:
             arr, value = self._kv[entry.input]
             if slot is not None:  # a view of one row: same memory, written in place
-                value = ort.OrtValue.ortvalue_from_numpy(arr[slot:slot + 1])
+                value = ort.OrtValue.ortvalue_from_numpy(arr[slot : slot + 1])
                 keep.append(value)
             binding.bind_ortvalue_input(entry.input, value)
             binding.bind_ortvalue_output(entry.output, value)
@@ -600,7 +642,10 @@ class DecoderState:
 
         fast.run(what=g.name)
         outputs = fast.outputs()
-        names = ["logits"] + [e.output for e in (g.layout.self_entries or [e for e in self.rt.layout.self_entries if e.output in g.outputs])]
+        names = ["logits"] + [
+            e.output
+            for e in (g.layout.self_entries or [e for e in self.rt.layout.self_entries if e.output in g.outputs])
+        ]
         produced = dict(zip(names, outputs))
         logits = produced["logits"].numpy()
         self._vocab = logits.shape[-1]

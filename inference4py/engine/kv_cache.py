@@ -28,10 +28,10 @@ back to the description (``num_kv_heads`` / ``head_size``), then ``config.json``
 from __future__ import annotations
 
 import functools
-
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -82,7 +82,9 @@ class CacheNames:
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
-            raise PipelineSpecError(f"Unknown kv_cache format {self.format!r}. Valid formats: auto, {', '.join(FORMATS)}.")
+            raise PipelineSpecError(
+                f"Unknown kv_cache format {self.format!r}. Valid formats: auto, {', '.join(FORMATS)}."
+            )
         expected = 2 if self.format == "separate" else 1
         if len(self.pairs) != expected:
             raise PipelineSpecError(
@@ -92,11 +94,11 @@ class CacheNames:
             _compile(template)
 
     @classmethod
-    def separate(cls, past_key: str, past_value: str, present_key: str, present_value: str) -> "CacheNames":
+    def separate(cls, past_key: str, past_value: str, present_key: str, present_value: str) -> CacheNames:
         return cls("separate", ((past_key, present_key), (past_value, present_value)))
 
     @classmethod
-    def combined(cls, past: str, present: str) -> "CacheNames":
+    def combined(cls, past: str, present: str) -> CacheNames:
         return cls("combined", ((past, present),))
 
     def to_json(self) -> dict[str, str]:
@@ -104,8 +106,13 @@ class CacheNames:
         if self.format == "combined":
             return {"format": "combined", "past_pattern": self.pairs[0][0], "present_pattern": self.pairs[0][1]}
         (pk, prk), (pv, prv) = self.pairs
-        return {"format": "separate", "past_key_pattern": pk, "past_value_pattern": pv,
-                "present_key_pattern": prk, "present_value_pattern": prv}
+        return {
+            "format": "separate",
+            "past_key_pattern": pk,
+            "past_value_pattern": pv,
+            "present_key_pattern": prk,
+            "present_value_pattern": prv,
+        }
 
     def match(self, name: str) -> tuple[int, str] | None:
         """(layer, present output name) when ``name`` is one of this cache's past inputs."""
@@ -119,20 +126,52 @@ class CacheNames:
 
 #: Exporter conventions, tried in order: (self-attention cache, cross-attention cache or None).
 CONVENTIONS: tuple[tuple[CacheNames, CacheNames | None], ...] = (
-    (CacheNames.separate("past_key_values.{layer}.decoder.key", "past_key_values.{layer}.decoder.value",
-                         "present.{layer}.decoder.key", "present.{layer}.decoder.value"),
-     CacheNames.separate("past_key_values.{layer}.encoder.key", "past_key_values.{layer}.encoder.value",
-                         "present.{layer}.encoder.key", "present.{layer}.encoder.value")),
-    (CacheNames.separate("past_key_values.{layer}.key", "past_key_values.{layer}.value",
-                         "present.{layer}.key", "present.{layer}.value"), None),
-    (CacheNames.separate("past_key_self_{layer}", "past_value_self_{layer}",
-                         "present_key_self_{layer}", "present_value_self_{layer}"),
-     CacheNames.separate("past_key_cross_{layer}", "past_value_cross_{layer}",
-                         "present_key_cross_{layer}", "present_value_cross_{layer}")),
-    (CacheNames.separate("past_key_values_{layer}_key", "past_key_values_{layer}_value",
-                         "present_{layer}_key", "present_{layer}_value"), None),
+    (
+        CacheNames.separate(
+            "past_key_values.{layer}.decoder.key",
+            "past_key_values.{layer}.decoder.value",
+            "present.{layer}.decoder.key",
+            "present.{layer}.decoder.value",
+        ),
+        CacheNames.separate(
+            "past_key_values.{layer}.encoder.key",
+            "past_key_values.{layer}.encoder.value",
+            "present.{layer}.encoder.key",
+            "present.{layer}.encoder.value",
+        ),
+    ),
+    (
+        CacheNames.separate(
+            "past_key_values.{layer}.key",
+            "past_key_values.{layer}.value",
+            "present.{layer}.key",
+            "present.{layer}.value",
+        ),
+        None,
+    ),
+    (
+        CacheNames.separate(
+            "past_key_self_{layer}", "past_value_self_{layer}", "present_key_self_{layer}", "present_value_self_{layer}"
+        ),
+        CacheNames.separate(
+            "past_key_cross_{layer}",
+            "past_value_cross_{layer}",
+            "present_key_cross_{layer}",
+            "present_value_cross_{layer}",
+        ),
+    ),
+    (
+        CacheNames.separate(
+            "past_key_values_{layer}_key",
+            "past_key_values_{layer}_value",
+            "present_{layer}_key",
+            "present_{layer}_value",
+        ),
+        None,
+    ),
     (CacheNames.combined("past_{layer}", "present_{layer}"), None),
 )
+
 
 @dataclass(frozen=True)
 class CacheEntry:
@@ -204,7 +243,12 @@ def heads_from_config(config: Mapping[str, Any]) -> tuple[int | None, int | None
     text = cfg.get("text_config")
     if isinstance(text, dict):  # multimodal configs nest the language model's
         cfg = {**cfg, **text}
-    heads = cfg.get("num_attention_heads") or cfg.get("n_head") or cfg.get("num_heads") or cfg.get("decoder_attention_heads")
+    heads = (
+        cfg.get("num_attention_heads")
+        or cfg.get("n_head")
+        or cfg.get("num_heads")
+        or cfg.get("decoder_attention_heads")
+    )
     kv = cfg.get("num_key_value_heads") or cfg.get("num_kv_heads") or cfg.get("n_head_kv") or heads
     hidden = cfg.get("hidden_size") or cfg.get("n_embd") or cfg.get("d_model")
     head_dim = cfg.get("head_dim") or cfg.get("d_kv")
@@ -216,8 +260,19 @@ def heads_from_config(config: Mapping[str, Any]) -> tuple[int | None, int | None
 # --------------------------------------------------------------------------- detection
 
 _FLOATS = (np.float32, np.float16, np.float64)
-_NOT_CACHE = frozenset({"input_ids", "attention_mask", "position_ids", "logits", "encoder_hidden_states",
-                        "encoder_attention_mask", "decoder_attention_mask", "input_features", "inputs_embeds"})
+_NOT_CACHE = frozenset(
+    {
+        "input_ids",
+        "attention_mask",
+        "position_ids",
+        "logits",
+        "encoder_hidden_states",
+        "encoder_attention_mask",
+        "decoder_attention_mask",
+        "input_features",
+        "inputs_embeds",
+    }
+)
 _NUMBER = re.compile(r"\d+")
 
 
@@ -245,7 +300,7 @@ def _templates(infos: Iterable[TensorInfo]) -> dict[str, list[int]]:
         m = _NUMBER.search(info.name)
         if not m:
             continue
-        template = info.name[: m.start()] + LAYER + info.name[m.end():]
+        template = info.name[: m.start()] + LAYER + info.name[m.end() :]
         found.setdefault(template, []).append(int(m.group()))
     return found
 
@@ -372,6 +427,7 @@ def discover_layout(
             if kind == "cross":
                 out_name = ""  # decoder_with_past graphs take the cross cache but do not return it
             else:
+                assert names is not None  # a self entry: hit came from names.match
                 check_cache_names(inputs, outputs, names, graph_name=graph_name, declared=False)  # raises
         entries.append(CacheEntry(name, out_name, layer, kind, info.dtype, info.shape))
     entries.sort(key=lambda e: (e.layer, e.kind, e.input))
@@ -393,5 +449,10 @@ def discover_layout(
             "symbolic shapes and neither the pipeline description (state.kv_cache.num_kv_heads / head_size) nor "
             "config.json (num_key_value_heads, hidden_size, head_dim) says. Add them to inference4py.json."
         )
-    return KVLayout(tuple(entries), int(kv_heads or 0), int(head_dim or 0), names if entries else None,
-                    cross_names if any(e.kind == "cross" for e in entries) else None)
+    return KVLayout(
+        tuple(entries),
+        int(kv_heads or 0),
+        int(head_dim or 0),
+        names if entries else None,
+        cross_names if any(e.kind == "cross" for e in entries) else None,
+    )

@@ -29,9 +29,10 @@ import copy
 import json
 import os
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from inference4py.errors import ModelFilesMissingError, ModelLoadError, ModelNotFoundError, PipelineSpecError
 
@@ -80,31 +81,58 @@ PRESETS: Mapping[str, Mapping[str, Any]] = {
     "encoder-decoder": {
         "sessions": {"encoder": {"file": "encoder_model.onnx"}, "decoder": {"file": "decoder_model_merged.onnx"}},
         "flow": [{"run": "encoder", "when": "init"}, {"run": "decoder", "when": "step"}],
-        "state": {"kv_cache": {"format": "auto"}, "cross_cache": {"frozen": True}, "position_ids": {"strategy": "auto"}},
+        "state": {
+            "kv_cache": {"format": "auto"},
+            "cross_cache": {"frozen": True},
+            "position_ids": {"strategy": "auto"},
+        },
     },
     "speech-seq2seq": {
         "sessions": {"encoder": {"file": "encoder_model.onnx"}, "decoder": {"file": "decoder_model_merged.onnx"}},
         "flow": [{"run": "encoder", "when": "init"}, {"run": "decoder", "when": "step"}],
-        "state": {"kv_cache": {"format": "auto"}, "cross_cache": {"frozen": True}, "position_ids": {"strategy": "auto"}},
+        "state": {
+            "kv_cache": {"format": "auto"},
+            "cross_cache": {"frozen": True},
+            "position_ids": {"strategy": "auto"},
+        },
     },
 }
 
 #: Generation defaults a description may set (transformers' names; values are checked by GenerationConfig).
 GENERATION_KEYS: Mapping[str, tuple[type, ...]] = {
-    "max_length": (int,), "min_length": (int,), "max_new_tokens": (int,), "min_new_tokens": (int,),
-    "do_sample": (bool,), "temperature": (int, float), "top_k": (int,), "top_p": (int, float), "min_p": (int, float),
-    "repetition_penalty": (int, float), "no_repeat_ngram_size": (int,), "num_beams": (int,),
-    "num_return_sequences": (int,), "length_penalty": (int, float), "early_stopping": (bool,),
+    "max_length": (int,),
+    "min_length": (int,),
+    "max_new_tokens": (int,),
+    "min_new_tokens": (int,),
+    "do_sample": (bool,),
+    "temperature": (int, float),
+    "top_k": (int,),
+    "top_p": (int, float),
+    "min_p": (int, float),
+    "repetition_penalty": (int, float),
+    "no_repeat_ngram_size": (int,),
+    "num_beams": (int,),
+    "num_return_sequences": (int,),
+    "length_penalty": (int, float),
+    "early_stopping": (bool,),
 }
 
 #: onnxruntime session options a description may set per session.
 SESSION_OPTION_KEYS: Mapping[str, tuple[type, ...]] = {
-    "intra_op_num_threads": (int,), "inter_op_num_threads": (int,), "graph_optimization_level": (str,),
-    "enable_cpu_mem_arena": (bool,), "enable_mem_pattern": (bool,),
+    "intra_op_num_threads": (int,),
+    "inter_op_num_threads": (int,),
+    "graph_optimization_level": (str,),
+    "enable_cpu_mem_arena": (bool,),
+    "enable_mem_pattern": (bool,),
 }
 GRAPH_OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 
-_TOKEN_KEYS = {"bos": "bos_token_id", "eos": "eos_token_id", "pad": "pad_token_id", "decoder_start": "decoder_start_token_id"}
+_TOKEN_KEYS = {
+    "bos": "bos_token_id",
+    "eos": "eos_token_id",
+    "pad": "pad_token_id",
+    "decoder_start": "decoder_start_token_id",
+}
 
 
 # --------------------------------------------------------------------------- the resolved spec
@@ -340,7 +368,7 @@ class PipelineSpec:
         out["metadata"] = {**dict(self.metadata), "resolved_from": self.source}
         return out
 
-    def normalized(self) -> "PipelineSpec":
+    def normalized(self) -> PipelineSpec:
         """This spec with sessions named by role and no metadata: two specs that run
         the same way compare equal after this."""
         rename = {name: role for role, name in self.roles.items()}
@@ -348,8 +376,12 @@ class PipelineSpec:
         steps = tuple(replace(s, run=rename.get(s.run, s.run)) for s in self.steps)
         state = self.state
         if state.cross_cache is not None:
-            state = replace(state, cross_cache=replace(state.cross_cache, source=rename.get(state.cross_cache.source,
-                                                                                            state.cross_cache.source)))
+            state = replace(
+                state,
+                cross_cache=replace(
+                    state.cross_cache, source=rename.get(state.cross_cache.source, state.cross_cache.source)
+                ),
+            )
         return replace(self, sessions=sessions, steps=steps, state=state, source="", metadata={})
 
 
@@ -466,23 +498,36 @@ def _detect_description(root: Path) -> dict[str, Any]:
     single = _find(root, "model.onnx")
 
     if encoder:
-        if not (merged or plain):
-            raise _missing(root, "an encoder-decoder model",
-                           ["decoder_model_merged.onnx", "or decoder_model.onnx (+ decoder_with_past_model.onnx)"])
+        seq2seq_decoder = merged or plain
+        if seq2seq_decoder is None:
+            raise _missing(
+                root,
+                "an encoder-decoder model",
+                ["decoder_model_merged.onnx", "or decoder_model.onnx (+ decoder_with_past_model.onnx)"],
+            )
         speech = _is_speech(root / encoder, config)
-        description["pipeline"] = _pipeline_dict("speech-seq2seq" if speech else "encoder-decoder", encoder,
-                                                 merged or plain, None if merged else with_past)
+        description["pipeline"] = _pipeline_dict(
+            "speech-seq2seq" if speech else "encoder-decoder", encoder, seq2seq_decoder, None if merged else with_past
+        )
         return description
-    if single or merged or (plain and not with_past):
-        description["pipeline"] = _pipeline_dict("autoregressive-decoder", None, single or merged or plain, None)
+    one_graph = single or merged or (plain if not with_past else None)
+    if one_graph:
+        description["pipeline"] = _pipeline_dict("autoregressive-decoder", None, one_graph, None)
         return description
     if plain and with_past:
         description["pipeline"] = _pipeline_dict("autoregressive-decoder", None, plain, with_past)
         return description
     pipeline = _detect_from_graphs(root, config)
     if pipeline is None:
-        raise _missing(root, "a model", ["model.onnx (decoder-only)", "decoder_model_merged.onnx",
-                                         "encoder_model.onnx + decoder_model_merged.onnx (encoder-decoder)"])
+        raise _missing(
+            root,
+            "a model",
+            [
+                "model.onnx (decoder-only)",
+                "decoder_model_merged.onnx",
+                "encoder_model.onnx + decoder_model_merged.onnx (encoder-decoder)",
+            ],
+        )
     description["pipeline"] = pipeline
     return description
 
@@ -496,8 +541,10 @@ def _pipeline_dict(preset: str, encoder: str | None, decoder: str, with_past: st
     sessions["decoder"] = {"file": decoder}
     if with_past:
         sessions["decoder_with_past"] = {"file": with_past}
-        flow += [{"run": "decoder", "when": "step", "steps": "first"},
-                 {"run": "decoder_with_past", "when": "step", "steps": "later"}]
+        flow += [
+            {"run": "decoder", "when": "step", "steps": "first"},
+            {"run": "decoder_with_past", "when": "step", "steps": "later"},
+        ]
     else:
         flow.append({"run": "decoder", "when": "step"})
     return {"extends": preset, "sessions": sessions, "flow": flow}
@@ -624,13 +671,30 @@ def _missing(root: Path, what: str, expected: list[str]) -> ModelFilesMissingErr
 # --------------------------------------------------------------------------- onnxruntime-genai
 
 _GENAI_PROVIDERS = {
-    "cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "dml": "DmlExecutionProvider",
-    "rocm": "ROCMExecutionProvider", "openvino": "OpenVINOExecutionProvider", "qnn": "QNNExecutionProvider",
-    "webgpu": "WebGpuExecutionProvider", "coreml": "CoreMLExecutionProvider",
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "dml": "DmlExecutionProvider",
+    "rocm": "ROCMExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+    "qnn": "QNNExecutionProvider",
+    "webgpu": "WebGpuExecutionProvider",
+    "coreml": "CoreMLExecutionProvider",
     "nvtensorrtrtx": "NvTensorRTRTXExecutionProvider",
 }
-_GENAI_SEARCH_KEYS = ("max_length", "min_length", "do_sample", "temperature", "top_k", "top_p", "repetition_penalty",
-                      "no_repeat_ngram_size", "num_beams", "num_return_sequences", "length_penalty", "early_stopping")
+_GENAI_SEARCH_KEYS = (
+    "max_length",
+    "min_length",
+    "do_sample",
+    "temperature",
+    "top_k",
+    "top_p",
+    "repetition_penalty",
+    "no_repeat_ngram_size",
+    "num_beams",
+    "num_return_sequences",
+    "length_penalty",
+    "early_stopping",
+)
 
 
 def translate_genai_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -660,8 +724,11 @@ def translate_genai_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
         )
     inputs = decoder.get("inputs") or {}
     outputs = decoder.get("outputs") or {}
-    for role, table, default in (("input_ids", inputs, "input_ids"), ("attention_mask", inputs, "attention_mask"),
-                                 ("logits", outputs, "logits")):
+    for role, table, default in (
+        ("input_ids", inputs, "input_ids"),
+        ("attention_mask", inputs, "attention_mask"),
+        ("logits", outputs, "logits"),
+    ):
         if table.get(role, default) != default:
             raise PipelineSpecError(
                 f"{GENAI_CONFIG} renames the decoder's {role!r} to {table[role]!r}; the native loop feeds "
@@ -677,22 +744,31 @@ def translate_genai_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
         sessions = {"encoder": _genai_session(encoder), **sessions}
         flow.insert(0, {"run": "encoder", "when": "init"})
         enc_inputs = encoder.get("inputs") or {}
-        preset = "speech-seq2seq" if "audio_features" in enc_inputs or "input_features" in enc_inputs else "encoder-decoder"
+        preset = (
+            "speech-seq2seq" if "audio_features" in enc_inputs or "input_features" in enc_inputs else "encoder-decoder"
+        )
         cross: dict[str, Any] = {"source": "encoder", "frozen": True}
         if inputs.get("cross_past_key_names"):
             enc_outputs = encoder.get("outputs") or {}
-            present_key = enc_outputs.get("cross_present_key_names", inputs["cross_past_key_names"].replace("past", "present"))
-            present_value = enc_outputs.get("cross_present_value_names",
-                                            inputs.get("cross_past_value_names", "").replace("past", "present"))
-            cross.update(past_key_pattern=_template(inputs["cross_past_key_names"]),
-                         past_value_pattern=_template(inputs.get("cross_past_value_names", "")),
-                         present_key_pattern=_template(present_key), present_value_pattern=_template(present_value))
+            present_key = enc_outputs.get(
+                "cross_present_key_names", inputs["cross_past_key_names"].replace("past", "present")
+            )
+            present_value = enc_outputs.get(
+                "cross_present_value_names", inputs.get("cross_past_value_names", "").replace("past", "present")
+            )
+            cross.update(
+                past_key_pattern=_template(inputs["cross_past_key_names"]),
+                past_value_pattern=_template(inputs.get("cross_past_value_names", "")),
+                present_key_pattern=_template(present_key),
+                present_value_pattern=_template(present_value),
+            )
         state["cross_cache"] = cross
     if decoder.get("num_key_value_heads"):
         state["kv_cache"]["num_kv_heads"] = decoder["num_key_value_heads"]
     if decoder.get("head_size"):
         state["kv_cache"]["head_size"] = decoder["head_size"]
-    search = cfg.get("search") if isinstance(cfg.get("search"), dict) else {}
+    search_raw = cfg.get("search")
+    search: dict[str, Any] = search_raw if isinstance(search_raw, dict) else {}
     if search.get("past_present_share_buffer"):
         state["kv_cache"]["share_buffer"] = True
     window = decoder.get("sliding_window")
@@ -717,7 +793,13 @@ def translate_genai_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     metadata = {"source": "onnxruntime-genai"}
     if model.get("type"):
         metadata["model_type"] = model["type"]
-    out = {"version": FORMAT_VERSION, "pipeline": pipeline, "tokens": tokens, "generation": generation, "metadata": metadata}
+    out = {
+        "version": FORMAT_VERSION,
+        "pipeline": pipeline,
+        "tokens": tokens,
+        "generation": generation,
+        "metadata": metadata,
+    }
     return out
 
 
@@ -735,8 +817,11 @@ def _genai_kv(inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> dict[str
             "present_value_pattern": _template(outputs.get("present_value_names", "")),
         }
     if inputs.get("past_names") and outputs.get("present_names"):
-        return {"format": "combined", "past_pattern": _template(inputs["past_names"]),
-                "present_pattern": _template(outputs["present_names"])}
+        return {
+            "format": "combined",
+            "past_pattern": _template(inputs["past_names"]),
+            "present_pattern": _template(outputs["present_names"]),
+        }
     return {"format": "auto"}
 
 
@@ -750,8 +835,11 @@ def _genai_session(section: Mapping[str, Any]) -> dict[str, Any]:
             if isinstance(provider_options, dict) and provider_options:
                 out["provider_options"] = {str(k): str(v) for k, v in provider_options.items()}
             break
-    settings = {k: options[k] for k in ("intra_op_num_threads", "inter_op_num_threads", "enable_cpu_mem_arena",
-                                        "enable_mem_pattern") if k in options}
+    settings = {
+        k: options[k]
+        for k in ("intra_op_num_threads", "inter_op_num_threads", "enable_cpu_mem_arena", "enable_mem_pattern")
+        if k in options
+    }
     if settings:
         out["session_options"] = settings
     return out
@@ -760,7 +848,9 @@ def _genai_session(section: Mapping[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- resolution
 
 
-def resolve_description(raw: Mapping[str, Any], folder: str | os.PathLike[str], *, source: str = DESCRIPTION_FILE) -> PipelineSpec:
+def resolve_description(
+    raw: Mapping[str, Any], folder: str | os.PathLike[str], *, source: str = DESCRIPTION_FILE
+) -> PipelineSpec:
     """Expand, validate and resolve a description (a parsed ``inference4py.json``) against a folder.
 
     Raises:
@@ -808,8 +898,9 @@ def resolve_description(raw: Mapping[str, Any], folder: str | os.PathLike[str], 
     sessions = _parse_sessions(merged.get("sessions"), root, where)
     steps = _parse_flow(merged.get("flow"), sessions, where)
     context_length = merged.get("context_length")
-    if context_length is not None and (not isinstance(context_length, int) or isinstance(context_length, bool)
-                                       or context_length <= 0):
+    if context_length is not None and (
+        not isinstance(context_length, int) or isinstance(context_length, bool) or context_length <= 0
+    ):
         raise PipelineSpecError(f"{where}: pipeline.context_length must be a positive integer, got {context_length!r}.")
     state_raw = merged.get("state") or {}
     if not isinstance(state_raw, Mapping):
@@ -819,15 +910,25 @@ def resolve_description(raw: Mapping[str, Any], folder: str | os.PathLike[str], 
     # config.json), so the resolved spec shows the tokens and defaults a generation will use.
     file_tokens, file_generation = _folder_generation_defaults(root, read_model_config(root))
     tokens = _parse_tokens({**file_tokens, **_mapping_or_error(raw.get("tokens"), where, "tokens")}, where)
-    generation = _parse_generation({**file_generation, **_mapping_or_error(raw.get("generation"), where, "generation")},
-                                   where)
+    generation = _parse_generation(
+        {**file_generation, **_mapping_or_error(raw.get("generation"), where, "generation")}, where
+    )
     metadata = raw.get("metadata") or {}
     if not isinstance(metadata, Mapping):
         raise PipelineSpecError(f'{where}: "metadata" must be an object.')
     metadata = {k: v for k, v in metadata.items() if k != "resolved_from"}
 
-    spec = PipelineSpec(preset=preset_name or "", folder=root, sessions=sessions, steps=steps, source=source,
-                        metadata=metadata, tokens=tokens, generation=generation, context_length=context_length)
+    spec = PipelineSpec(
+        preset=preset_name or "",
+        folder=root,
+        sessions=sessions,
+        steps=steps,
+        source=source,
+        metadata=metadata,
+        tokens=tokens,
+        generation=generation,
+        context_length=context_length,
+    )
     state = _parse_state(state_raw, spec, where)
     spec = replace(spec, state=state)
     return _resolve_from_graphs(spec, explicit_preset=preset_name is not None, where=where)
@@ -863,7 +964,9 @@ def _check_keys(obj: Mapping[str, Any], allowed: set[str], where: str, what: str
 
 def _safe_file(root: Path, file: Any, name: str, where: str) -> str:
     if not isinstance(file, str) or not file.strip():
-        raise PipelineSpecError(f'{where}: session "{name}" needs a "file": the ONNX file, relative to the model folder.')
+        raise PipelineSpecError(
+            f'{where}: session "{name}" needs a "file": the ONNX file, relative to the model folder.'
+        )
     posix = file.replace("\\", "/")
     if posix.startswith("/") or Path(file).is_absolute() or (len(posix) > 1 and posix[1] == ":"):
         raise PipelineSpecError(
@@ -915,12 +1018,15 @@ def _parse_sessions(value: Any, root: Path, where: str) -> dict[str, SessionSpec
     for name, body in value.items():
         if not isinstance(body, Mapping):
             raise PipelineSpecError(f'{where}: session "{name}" must be an object like {{"file": "model.onnx"}}.')
-        _check_keys(body, {"file", "execution_provider", "provider_options", "session_options"}, where, f'session "{name}"')
+        _check_keys(
+            body, {"file", "execution_provider", "provider_options", "session_options"}, where, f'session "{name}"'
+        )
         file = _safe_file(root, body.get("file"), name, where)
         provider = body.get("execution_provider")
         if provider is not None and (not isinstance(provider, str) or not provider):
-            raise PipelineSpecError(f'{where}: session "{name}" execution_provider must be a provider name such as '
-                                    '"CUDAExecutionProvider".')
+            raise PipelineSpecError(
+                f'{where}: session "{name}" execution_provider must be a provider name such as "CUDAExecutionProvider".'
+            )
         provider_options = body.get("provider_options") or {}
         if not isinstance(provider_options, Mapping):
             raise PipelineSpecError(f'{where}: session "{name}" provider_options must be an object of strings.')
@@ -939,8 +1045,8 @@ def _parse_sessions(value: Any, root: Path, where: str) -> dict[str, SessionSpec
                 raise PipelineSpecError(
                     f'{where}: graph_optimization_level "{opt}" is unknown. Valid: {", ".join(GRAPH_OPTIMIZATION_LEVELS)}.'
                 )
-            if key.endswith("_threads") and opt < 0:
-                raise PipelineSpecError(f'{where}: {key} must be >= 0 (0 lets onnxruntime choose).')
+            if key.endswith("_threads") and isinstance(opt, int) and opt < 0:
+                raise PipelineSpecError(f"{where}: {key} must be >= 0 (0 lets onnxruntime choose).")
         sessions[str(name)] = SessionSpec(file, provider, dict(provider_options), dict(options))
     return sessions
 
@@ -956,7 +1062,9 @@ def _parse_flow(value: Any, sessions: Mapping[str, SessionSpec], where: str) -> 
     steps = []
     for item in value:
         if not isinstance(item, Mapping):
-            raise PipelineSpecError(f'{where}: flow entries look like {{"run": "decoder", "when": "step"}}, got {item!r}.')
+            raise PipelineSpecError(
+                f'{where}: flow entries look like {{"run": "decoder", "when": "step"}}, got {item!r}.'
+            )
         _check_keys(item, {"run", "when", "steps"}, where, "a flow entry")
         run, when, mode = item.get("run"), item.get("when"), item.get("steps", "all")
         if run not in sessions:
@@ -971,11 +1079,11 @@ def _parse_flow(value: Any, sessions: Mapping[str, SessionSpec], where: str) -> 
                 f'{where}: flow step "{run}" has steps={mode!r}; "steps" applies to "step" sessions and is one of '
                 f"{', '.join(STEP_MODES)}."
             )
-        steps.append(FlowStep(run, when, mode))
+        steps.append(FlowStep(str(run), when, mode))
     unused = [name for name in sessions if name not in {s.run for s in steps}]
     if unused:
         raise PipelineSpecError(
-            f'{where}: session(s) {", ".join(unused)} are declared but never run. Add them to the flow '
+            f"{where}: session(s) {', '.join(unused)} are declared but never run. Add them to the flow "
             f'(e.g. {{"run": "{unused[0]}", "when": "step"}}) or remove them.'
         )
     # What the runtimes run today: at most one init session, one step session reading the prompt,
@@ -984,11 +1092,14 @@ def _parse_flow(value: Any, sessions: Mapping[str, SessionSpec], where: str) -> 
     first = [s for s in steps if s.when == "step" and s.steps in ("all", "first")]
     later = [s for s in steps if s.when == "step" and s.steps in ("all", "later")]
     if any(s.when == "final" for s in steps):
-        raise PipelineSpecError(f'{where}: "final" sessions are not supported by inference4py\'s runtimes yet; '
-                                "remove them from the flow.")
+        raise PipelineSpecError(
+            f'{where}: "final" sessions are not supported by inference4py\'s runtimes yet; remove them from the flow.'
+        )
     if len(init) > 1:
-        raise PipelineSpecError(f"{where}: {len(init)} init sessions ({', '.join(s.run for s in init)}); the "
-                                "runtimes support one (the encoder).")
+        raise PipelineSpecError(
+            f"{where}: {len(init)} init sessions ({', '.join(s.run for s in init)}); the "
+            "runtimes support one (the encoder)."
+        )
     if len(first) != 1 or len(later) != 1:
         raise PipelineSpecError(
             f'{where}: the flow needs exactly one "step" session for the prompt and one for the following tokens: '
@@ -997,7 +1108,7 @@ def _parse_flow(value: Any, sessions: Mapping[str, SessionSpec], where: str) -> 
     return tuple(steps)
 
 
-def _parse_names(obj: Mapping[str, Any], fmt: str, where: str, what: str):
+def _parse_names(obj: Mapping[str, Any], fmt: str, where: str, what: str) -> CacheNames | None:
     from inference4py.engine.kv_cache import CacheNames
 
     separate = ("past_key_pattern", "past_value_pattern", "present_key_pattern", "present_value_pattern")
@@ -1041,9 +1152,24 @@ def _parse_state(raw: Mapping[str, Any], spec: PipelineSpec, where: str) -> Stat
     kv_raw = raw.get("kv_cache") or {}
     if not isinstance(kv_raw, Mapping):
         raise PipelineSpecError(f"{where}: state.kv_cache must be an object.")
-    _check_keys(kv_raw, {"format", "past_key_pattern", "past_value_pattern", "present_key_pattern",
-                         "present_value_pattern", "past_pattern", "present_pattern", "num_kv_heads", "head_size",
-                         "share_buffer", "sliding_window"}, where, "state.kv_cache")
+    _check_keys(
+        kv_raw,
+        {
+            "format",
+            "past_key_pattern",
+            "past_value_pattern",
+            "present_key_pattern",
+            "present_value_pattern",
+            "past_pattern",
+            "present_pattern",
+            "num_kv_heads",
+            "head_size",
+            "share_buffer",
+            "sliding_window",
+        },
+        where,
+        "state.kv_cache",
+    )
     fmt = kv_raw.get("format", "auto")
     if fmt not in KV_FORMATS:
         raise PipelineSpecError(f'{where}: unknown kv_cache format "{fmt}". Valid formats: {", ".join(KV_FORMATS)}.')
@@ -1051,9 +1177,14 @@ def _parse_state(raw: Mapping[str, Any], spec: PipelineSpec, where: str) -> Stat
     share = kv_raw.get("share_buffer", False)
     if not isinstance(share, bool):
         raise PipelineSpecError(f"{where}: state.kv_cache.share_buffer must be true or false.")
-    kv = KVCacheSpec(fmt, names, _positive_int_or_none(kv_raw.get("num_kv_heads"), where, "state.kv_cache.num_kv_heads"),
-                     _positive_int_or_none(kv_raw.get("head_size"), where, "state.kv_cache.head_size"), share,
-                     _positive_int_or_none(kv_raw.get("sliding_window"), where, "state.kv_cache.sliding_window"))
+    kv = KVCacheSpec(
+        fmt,
+        names,
+        _positive_int_or_none(kv_raw.get("num_kv_heads"), where, "state.kv_cache.num_kv_heads"),
+        _positive_int_or_none(kv_raw.get("head_size"), where, "state.kv_cache.head_size"),
+        share,
+        _positive_int_or_none(kv_raw.get("sliding_window"), where, "state.kv_cache.sliding_window"),
+    )
 
     cross = None
     cross_raw = raw.get("cross_cache")
@@ -1061,8 +1192,19 @@ def _parse_state(raw: Mapping[str, Any], spec: PipelineSpec, where: str) -> Stat
     if cross_raw is not None:
         if not isinstance(cross_raw, Mapping):
             raise PipelineSpecError(f"{where}: state.cross_cache must be an object.")
-        _check_keys(cross_raw, {"source", "frozen", "past_key_pattern", "past_value_pattern", "present_key_pattern",
-                                "present_value_pattern"}, where, "state.cross_cache")
+        _check_keys(
+            cross_raw,
+            {
+                "source",
+                "frozen",
+                "past_key_pattern",
+                "past_value_pattern",
+                "present_key_pattern",
+                "present_value_pattern",
+            },
+            where,
+            "state.cross_cache",
+        )
         if init:
             source = cross_raw.get("source", init[0])
             if source not in init:
@@ -1072,10 +1214,14 @@ def _parse_state(raw: Mapping[str, Any], spec: PipelineSpec, where: str) -> Stat
                 )
             frozen = cross_raw.get("frozen", True)
             if frozen is not True:
-                raise PipelineSpecError(f"{where}: state.cross_cache.frozen must be true: the runtimes compute the "
-                                        "cross-attention cache once per generation.")
-            has_patterns = any(cross_raw.get(k) for k in ("past_key_pattern", "past_value_pattern",
-                                                            "present_key_pattern", "present_value_pattern"))
+                raise PipelineSpecError(
+                    f"{where}: state.cross_cache.frozen must be true: the runtimes compute the "
+                    "cross-attention cache once per generation."
+                )
+            has_patterns = any(
+                cross_raw.get(k)
+                for k in ("past_key_pattern", "past_value_pattern", "present_key_pattern", "present_value_pattern")
+            )
             cross_names = _parse_names(cross_raw, "separate" if has_patterns else "auto", where, "state.cross_cache")
             cross = CrossCacheSpec(source, True, cross_names)
     elif init:
@@ -1116,7 +1262,9 @@ def _parse_tokens(raw: Any, where: str) -> TokenSpec:
         if key == "eos":
             ids = value if isinstance(value, list) else [value]
             if not ids or not all(_token_id(v) for v in ids):
-                raise PipelineSpecError(f"{where}: tokens.eos must be a token id or a list of token ids, got {value!r}.")
+                raise PipelineSpecError(
+                    f"{where}: tokens.eos must be a token id or a list of token ids, got {value!r}."
+                )
             values[key] = tuple(ids)
         elif not _token_id(value):
             raise PipelineSpecError(f"{where}: tokens.{key} must be a non-negative token id, got {value!r}.")
@@ -1164,7 +1312,7 @@ def _resolve_from_graphs(spec: PipelineSpec, *, explicit_preset: bool, where: st
         if position.strategy == "default" and not has_position:
             raise PipelineSpecError(
                 f'{where}: position_ids strategy "default" but {graph} has no input "{position.input_name}" '
-                f"(inputs: {', '.join(sorted(inputs)[:10])}). Set the right input_name, or \"strategy\": \"none\" "
+                f'(inputs: {", ".join(sorted(inputs)[:10])}). Set the right input_name, or "strategy": "none" '
                 "when the graph computes positions itself."
             )
         if position.strategy == "none" and has_position:
@@ -1193,7 +1341,7 @@ def _check_provider(provider: str, name: str, where: str) -> None:
         return
     if provider not in ort.get_available_providers():
         warnings.warn(
-            f"{where}: session \"{name}\" asks for {provider}, which this onnxruntime build lacks "
+            f'{where}: session "{name}" asks for {provider}, which this onnxruntime build lacks '
             f"(available: {', '.join(ort.get_available_providers())}); it will run on the CPU. Install the "
             "matching onnxruntime package to use it.",
             RuntimeWarning,

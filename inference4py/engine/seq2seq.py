@@ -11,7 +11,8 @@ carries two caches:
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -29,8 +30,9 @@ _ENCODER_INPUTS = ("input_ids", "input_features")
 class _DecoderGraph(_Graph):
     """A decoder graph of an encoder-decoder pipeline: what it takes from the encoder side."""
 
-    def __init__(self, session: ort.InferenceSession, config: Mapping[str, Any], name: str,
-                 spec: PipelineSpec | None = None) -> None:
+    def __init__(
+        self, session: ort.InferenceSession, config: Mapping[str, Any], name: str, spec: PipelineSpec | None = None
+    ) -> None:
         super().__init__(session, config, name, spec)
         self.has_cache_branch = "use_cache_branch" in self.inputs
         self.takes_hidden = "encoder_hidden_states" in self.inputs
@@ -69,7 +71,9 @@ class Seq2SeqRuntime:
         self.encoder_output = next(iter(graph_outputs(self.encoder).values()))
         self.first = _DecoderGraph(open_session(spec, "decoder", options), config, spec.session("decoder").file, spec)
         self.rest = (
-            _DecoderGraph(open_session(spec, "decoder_with_past", options), config, spec.session("decoder_with_past").file, spec)
+            _DecoderGraph(
+                open_session(spec, "decoder_with_past", options), config, spec.session("decoder_with_past").file, spec
+            )
             if spec.has("decoder_with_past")
             else self.first
         )
@@ -87,8 +91,10 @@ class Seq2SeqRuntime:
         self.max_source_positions = self.config.get("max_source_positions") or (
             context_length(self.config) if self.encoder_input == "input_ids" and absolute else None
         )
-        self.max_target_positions = spec.context_length or self.config.get("max_target_positions") or (
-            context_length(self.config) if absolute else None
+        self.max_target_positions = (
+            spec.context_length
+            or self.config.get("max_target_positions")
+            or (context_length(self.config) if absolute else None)
         )
         self.encoder_runs = 0  # observable: tests check the encoder runs once per generation
 
@@ -108,7 +114,11 @@ class Seq2SeqRuntime:
                     "Shorten the text, or build with .truncate() (CLI: --truncate) to keep only the first "
                     f"{self.max_source_positions} tokens."
                 )
-            mask = np.ones(arr.shape, dtype=np.int64) if attention_mask is None else np.asarray(attention_mask, dtype=np.int64)
+            mask = (
+                np.ones(arr.shape, dtype=np.int64)
+                if attention_mask is None
+                else np.asarray(attention_mask, dtype=np.int64)
+            )
         else:  # speech: [batch, mel_bins, frames]
             arr = arr.astype(self.encoder_inputs["input_features"].dtype, copy=False)
             if arr.ndim == 2:
@@ -117,13 +127,15 @@ class Seq2SeqRuntime:
         binding = self.encoder.io_binding()
         binding.bind_cpu_input(self.encoder_input, np.ascontiguousarray(arr))
         if "attention_mask" in self.encoder_inputs and self.encoder_input == "input_ids":
-            binding.bind_cpu_input("attention_mask", mask.astype(self.encoder_inputs["attention_mask"].dtype, copy=False))
+            binding.bind_cpu_input(
+                "attention_mask", mask.astype(self.encoder_inputs["attention_mask"].dtype, copy=False)
+            )
         binding.bind_output(self.encoder_output.name, "cpu")
         run_binding(self.encoder, binding, what=f"encoder ({self.spec.session('encoder').file})")
         self.encoder_runs += 1
         return binding.get_outputs()[0], mask
 
-    def new_state(self, inputs: np.ndarray, attention_mask: np.ndarray | None = None) -> "Seq2SeqState":
+    def new_state(self, inputs: np.ndarray, attention_mask: np.ndarray | None = None) -> Seq2SeqState:
         """Encode ``inputs`` and return a fresh decoding state attending to them."""
         hidden, mask = self.encode(inputs, attention_mask)
         return Seq2SeqState(self, hidden, mask)
@@ -138,6 +150,8 @@ class Seq2SeqState:
     flag and the frozen cross cache stay bound; each step rebinds only the decoder mask
     and the self cache (``rt.rest.cache_names``).
     """
+
+    _ones: np.ndarray  # a reusable run of ones; decoder_attention_mask views its start
 
     def __init__(self, runtime: Seq2SeqRuntime, hidden: ort.OrtValue, encoder_mask: np.ndarray) -> None:
         self.rt = runtime
@@ -239,7 +253,8 @@ class Seq2SeqState:
         binding.bind_ortvalue_input("input_ids", ort.OrtValue.ortvalue_from_numpy(self._step_ids))
         if g.takes_mask:
             self._step_mask = np.ascontiguousarray(
-                self.encoder_mask.astype(g.inputs["encoder_attention_mask"].dtype, copy=False))
+                self.encoder_mask.astype(g.inputs["encoder_attention_mask"].dtype, copy=False)
+            )
             fast.bind_array("encoder_attention_mask", self._step_mask)
         if g.takes_hidden:
             fast.bind_value("encoder_hidden_states", self.hidden)
@@ -272,7 +287,9 @@ class Seq2SeqState:
 
         bind("input_ids", ids.astype(g.ids_dtype, copy=False))
         if g.takes_mask:
-            bind("encoder_attention_mask", self.encoder_mask.astype(g.inputs["encoder_attention_mask"].dtype, copy=False))
+            bind(
+                "encoder_attention_mask", self.encoder_mask.astype(g.inputs["encoder_attention_mask"].dtype, copy=False)
+            )
         if g.takes_hidden:
             fast.bind_value("encoder_hidden_states", self.hidden)
         if g.takes_decoder_mask:

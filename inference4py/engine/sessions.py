@@ -7,9 +7,10 @@ or running a graph is turned into one of ours here, with the original chained.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -56,7 +57,9 @@ class SessionOptions:
     intra_op_threads: int | None = None
 
     def __post_init__(self) -> None:
-        if self.intra_op_threads is not None and (not isinstance(self.intra_op_threads, int) or self.intra_op_threads < 0):
+        if self.intra_op_threads is not None and (
+            not isinstance(self.intra_op_threads, int) or self.intra_op_threads < 0
+        ):
             raise ConfigurationError(
                 f"intra_op_threads={self.intra_op_threads!r} is invalid: use an integer >= 0 (0 lets onnxruntime choose)."
             )
@@ -172,8 +175,9 @@ def create_session(
     providers, per_provider = _providers(options, provider, provider_options)
     try:
         if per_provider is not None:
-            return ort.InferenceSession(str(path), sess_options=ort_options, providers=providers,
-                                        provider_options=per_provider)
+            return ort.InferenceSession(
+                str(path), sess_options=ort_options, providers=providers, provider_options=per_provider
+            )
         return ort.InferenceSession(str(path), sess_options=ort_options, providers=providers)
     except Exception as exc:  # onnxruntime raises several private exception types
         text = str(exc)
@@ -213,7 +217,14 @@ def run_binding(session: ort.InferenceSession, binding: ort.IOBinding, *, what: 
 
 # numpy scalar type -> ONNX TensorProto element type, for inputs bound by address
 _ONNX_ELEMENT_TYPES: dict[type, int] = {
-    np.float32: 1, np.uint8: 2, np.int8: 3, np.int32: 6, np.int64: 7, np.bool_: 9, np.float16: 10, np.float64: 11,
+    np.float32: 1,
+    np.uint8: 2,
+    np.int8: 3,
+    np.int32: 6,
+    np.int64: 7,
+    np.bool_: 9,
+    np.float16: 10,
+    np.float64: 11,
 }
 
 

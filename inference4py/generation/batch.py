@@ -7,7 +7,8 @@ token like transformers does, and its result does not depend on other rows.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,6 +16,10 @@ from inference4py.generation.config import GenerationConfig
 from inference4py.generation.processors import LogitsProcessor
 from inference4py.generation.sampling import Sampler
 from inference4py.generation.search import StepModel
+
+if TYPE_CHECKING:
+    from inference4py.generation.result import GenerationResult
+    from inference4py.tokenization import Tokenizer
 
 __all__ = ["left_pad", "right_pad", "generate_batch_ids"]
 
@@ -25,8 +30,8 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np
     ids = np.full((len(rows), width), pad_id, dtype=np.int64)
     mask = np.zeros((len(rows), width), dtype=np.int64)
     for i, row in enumerate(rows):
-        ids[i, width - len(row):] = row
-        mask[i, width - len(row):] = 1
+        ids[i, width - len(row) :] = row
+        mask[i, width - len(row) :] = 1
     return ids, mask
 
 
@@ -74,23 +79,23 @@ def generate_batch_ids(
         if not unfinished.any() or i + 1 == config.max_new_tokens:
             break
         logits = model.step(tokens)
-    return [ids[r, n: n + int(lengths[r])].tolist() for r in range(batch)]
+    return [ids[r, n : n + int(lengths[r])].tolist() for r in range(batch)]
 
 
 def result_from_ids(
     token_ids: Sequence[int],
-    tokenizer,
+    tokenizer: Tokenizer,
     config: GenerationConfig,
     *,
     prompt_tokens: int,
     duration: float,
     time_to_first_token: float,
-):
+) -> GenerationResult:
     """A :class:`GenerationResult` for ids generated without streaming (stop sequences cut afterwards)."""
-    from inference4py.generation.result import Candidate, GenerationResult
+    from inference4py.generation.result import Candidate, FinishReason, GenerationResult
 
     text = tokenizer.decode(list(token_ids), skip_special_tokens=True)
-    reason = "eos" if token_ids and token_ids[-1] in config.eos_token_id else "length"
+    reason: FinishReason = "eos" if token_ids and token_ids[-1] in config.eos_token_id else "length"
     cuts = [text.find(s) for s in config.stop_sequences if s in text]
     if cuts:
         text = text[: min(cuts)]
@@ -101,8 +106,8 @@ def result_from_ids(
         token_ids=ids,
         prompt_tokens=prompt_tokens,
         generated_tokens=len(ids),
-        finish_reason=reason,  # type: ignore[arg-type]
+        finish_reason=reason,
         duration=duration,
         time_to_first_token=time_to_first_token,
-        candidates=(Candidate(text, ids, None, reason),),  # type: ignore[arg-type]
+        candidates=(Candidate(text, ids, None, reason),),
     )

@@ -30,8 +30,9 @@ right one for a config.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, Sequence
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -208,7 +209,9 @@ def beam_search(
         )
     sampling = config.sampling
     if sampling and rng is None:
-        raise ConfigurationError("Beam sampling (do_sample=True with num_beams > 1) needs a random generator: pass rng.")
+        raise ConfigurationError(
+            "Beam sampling (do_sample=True with num_beams > 1) needs a random generator: pass rng."
+        )
     warpers = make_logits_warpers(config) if sampling else []
     B, n = ids0.shape
     max_new = config.max_new_tokens
@@ -248,7 +251,8 @@ def beam_search(
         acc = (scores.reshape(B, K, vocab) + running[:, :, None]).reshape(B, K * vocab)
 
         # c. top-M continuations over all beams
-        cand = _gumbel_order(acc, M, rng) if sampling else _top(acc, M)  # [B, M]
+        # [B, M]; rng is set whenever sampling (checked on entry)
+        cand = _gumbel_order(acc, M, rng) if sampling and rng is not None else _top(acc, M)
         cand_scores = np.take_along_axis(acc, cand, axis=1)
         cand_beam = cand // vocab
         cand_tok = cand % vocab
@@ -273,8 +277,9 @@ def beam_search(
         merged = np.concatenate([fin_scores, fin_cand], axis=1)  # [B, K + M]
         order = _top(merged, K)
         if (order != np.arange(K)).any():
-            _update_finished(order, merged, just, cand_beam, cand_tok, seqs, cur, n,
-                             fin_seqs, fin_len, fin_scores, is_fin)
+            _update_finished(
+                order, merged, just, cand_beam, cand_tok, seqs, cur, n, fin_seqs, fin_len, fin_scores, is_fin
+            )
 
         # g. new running beams, stopping rules
         beam_rows = (src + rows_b * K).reshape(-1)
@@ -283,10 +288,7 @@ def beam_search(
         seqs[:, :, cur] = new_tok
         running = next_running
         new_len = cur + 1
-        if es == "never" and lp > 0.0:
-            best_len = L - n
-        else:
-            best_len = new_len - n
+        best_len = L - n if es == "never" and lp > 0.0 else new_len - n
         best_possible = running[:, :1] / _F32(float(best_len) ** lp)
         worst = np.where(is_fin, fin_scores.min(axis=1, keepdims=True), _NEG)
         improvable &= (best_possible > worst).any(axis=1, keepdims=True)
@@ -302,13 +304,26 @@ def beam_search(
         hyps = []
         for j in range(count):
             tokens = tuple(int(t) for t in fin_seqs[b, j, n : n + fin_len[b, j]])
-            reason = "eos" if tokens and eos[tokens[-1]] else "length"
+            reason: Literal["eos", "length"] = "eos" if tokens and eos[tokens[-1]] else "length"
             hyps.append(Hypothesis(tokens, float(fin_scores[b, j]), reason))
         out.append(hyps)
     return out
 
 
-def _update_finished(order, merged, just, cand_beam, cand_tok, seqs, cur, n, fin_seqs, fin_len, fin_scores, is_fin):
+def _update_finished(
+    order: np.ndarray,
+    merged: np.ndarray,
+    just: np.ndarray,
+    cand_beam: np.ndarray,
+    cand_tok: np.ndarray,
+    seqs: np.ndarray,
+    cur: int,
+    n: int,
+    fin_seqs: np.ndarray,
+    fin_len: np.ndarray,
+    fin_scores: np.ndarray,
+    is_fin: np.ndarray,
+) -> None:
     """Rebuild the finished slots from ``order`` (indices into [old slots, continuations]), in place."""
     K = fin_scores.shape[1]
     old_seqs, old_len, old_fin = fin_seqs.copy(), fin_len.copy(), is_fin.copy()
@@ -358,7 +373,11 @@ def sample_sequences(
     ids[:, :n] = np.repeat(ids0, R, axis=0)
     logits = _start(model, ids0, attention_mask, R)
     eos = _eos_mask(config, logits.shape[1])
-    pad = config.pad_token_id if config.pad_token_id is not None else (config.eos_token_id[0] if config.eos_token_id else 0)
+    pad = (
+        config.pad_token_id
+        if config.pad_token_id is not None
+        else (config.eos_token_id[0] if config.eos_token_id else 0)
+    )
     lengths = np.zeros(rows, dtype=np.int64)
     open_rows = np.ones(rows, dtype=bool)
     for i in range(max_new):
@@ -379,8 +398,8 @@ def sample_sequences(
         hyps = []
         for r in range(b * R, (b + 1) * R):
             tokens_r = tuple(int(t) for t in ids[r, n : n + lengths[r]])
-            reason = "eos" if tokens_r and eos[tokens_r[-1]] else "length"
-            hyps.append(Hypothesis(tokens_r, None, reason))
+            reason_r: Literal["eos", "length"] = "eos" if tokens_r and eos[tokens_r[-1]] else "length"
+            hyps.append(Hypothesis(tokens_r, None, reason_r))
         out.append(hyps)
     return out
 

@@ -11,14 +11,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Union
+from typing import Any
 
 from inference4py.errors import ConfigurationError, ModelLoadError
 
 __all__ = ["GenerationConfig"]
 
-EarlyStopping = Union[bool, str]
+EarlyStopping = bool | str
 
 
 def _as_id_list(value: Any) -> tuple[int, ...]:
@@ -108,7 +109,11 @@ class GenerationConfig:
             raise bad("max_new_tokens", self.max_new_tokens, "an integer >= 1")
         if not isinstance(self.min_new_tokens, int) or self.min_new_tokens < 0:
             raise bad("min_new_tokens", self.min_new_tokens, "an integer >= 0")
-        if not isinstance(self.temperature, (int, float)) or self.temperature < 0 or self.temperature != self.temperature:
+        if (
+            not isinstance(self.temperature, (int, float))
+            or self.temperature < 0
+            or self.temperature != self.temperature
+        ):
             raise bad("temperature", self.temperature, "a number >= 0 (0 means greedy)")
         if not isinstance(self.top_k, int) or self.top_k < 0:
             raise bad("top_k", self.top_k, "an integer >= 0 (0 disables top-k)")
@@ -147,7 +152,7 @@ class GenerationConfig:
         """True when tokens are drawn at random (do_sample and temperature > 0)."""
         return bool(self.do_sample) and self.temperature > 0
 
-    def replace(self, **changes: Any) -> "GenerationConfig":
+    def replace(self, **changes: Any) -> GenerationConfig:
         """Return a copy with some fields changed (validated again).
 
         Raises:
@@ -165,7 +170,7 @@ class GenerationConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], **overrides: Any) -> "GenerationConfig":
+    def from_dict(cls, data: Mapping[str, Any], **overrides: Any) -> GenerationConfig:
         """Build from a transformers-style dict, ignoring keys we do not use.
 
         ``max_length`` / ``min_length`` are total lengths in transformers; they are
@@ -178,7 +183,7 @@ class GenerationConfig:
         return cls(**values)
 
     @classmethod
-    def from_model_folder(cls, folder: str | os.PathLike[str], **overrides: Any) -> "GenerationConfig":
+    def from_model_folder(cls, folder: str | os.PathLike[str], **overrides: Any) -> GenerationConfig:
         """Defaults from ``generation_config.json`` (and ``config.json`` ids) of a model folder."""
         data = read_generation_defaults(folder)
         return cls.from_dict(data, **overrides)
@@ -195,8 +200,14 @@ def _read_json(path: str) -> dict[str, Any]:
     return data
 
 
-_ID_KEYS = ("eos_token_id", "pad_token_id", "bos_token_id", "decoder_start_token_id",
-            "forced_bos_token_id", "forced_eos_token_id")
+_ID_KEYS = (
+    "eos_token_id",
+    "pad_token_id",
+    "bos_token_id",
+    "decoder_start_token_id",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+)
 
 
 def read_generation_defaults(folder: str | os.PathLike[str]) -> dict[str, Any]:
@@ -224,9 +235,22 @@ def read_generation_defaults(folder: str | os.PathLike[str]) -> dict[str, Any]:
 
 _GEN_KEYS_IN_MODEL_CONFIG = frozenset(
     {
-        "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "temperature", "top_k",
-        "top_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "bad_words_ids",
-        "num_return_sequences", "suppress_tokens", "begin_suppress_tokens", *_ID_KEYS,
+        "max_length",
+        "min_length",
+        "do_sample",
+        "early_stopping",
+        "num_beams",
+        "temperature",
+        "top_k",
+        "top_p",
+        "repetition_penalty",
+        "length_penalty",
+        "no_repeat_ngram_size",
+        "bad_words_ids",
+        "num_return_sequences",
+        "suppress_tokens",
+        "begin_suppress_tokens",
+        *_ID_KEYS,
     }
 )
 

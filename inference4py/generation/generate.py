@@ -11,17 +11,22 @@ streams the best sequence and keeps every candidate for ``collect``.
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
-from inference4py.generation.beam import Hypothesis
+from inference4py.generation.beam import Hypothesis, SearchModel
 from inference4py.generation.config import GenerationConfig
+from inference4py.generation.processors import LogitsProcessor
 from inference4py.generation.result import Candidate, FinishReason, GenerationChunk, GenerationResult
 from inference4py.generation.streaming import IncrementalDetokenizer, StopSequenceMatcher
+
+if TYPE_CHECKING:
+    from inference4py.tokenization import Tokenizer
 
 __all__ = ["stream_generate", "collect", "CandidateStream", "generate_chunks"]
 
 
-def stream_generate(tokens: Iterator[int], tokenizer, config: GenerationConfig) -> Iterator[GenerationChunk]:
+def stream_generate(tokens: Iterator[int], tokenizer: Tokenizer, config: GenerationConfig) -> Iterator[GenerationChunk]:
     """Decode a token stream into text chunks.
 
     The concatenation of every chunk's text equals the final text exactly; a stop
@@ -118,14 +123,14 @@ class CandidateStream:
         config: Stop sequences and EOS ids are read from it.
     """
 
-    def __init__(self, search: Callable[[], list[Hypothesis]], tokenizer, config: GenerationConfig) -> None:
+    def __init__(self, search: Callable[[], list[Hypothesis]], tokenizer: Tokenizer, config: GenerationConfig) -> None:
         self._search: Callable[[], list[Hypothesis]] | None = search
         self._tokenizer = tokenizer
         self._config = config
         self._chunks: Iterator[GenerationChunk] = iter(())
         self.candidates: tuple[Candidate, ...] = ()
 
-    def __iter__(self) -> "CandidateStream":
+    def __iter__(self) -> CandidateStream:
         return self
 
     def __next__(self) -> GenerationChunk:
@@ -150,12 +155,12 @@ class CandidateStream:
 
 
 def generate_chunks(
-    state,
+    state: SearchModel,
     prompt_ids: Sequence[int],
     config: GenerationConfig,
-    tokenizer,
+    tokenizer: Tokenizer,
     *,
-    extra_processors: Sequence[Callable] = (),
+    extra_processors: Sequence[LogitsProcessor] = (),
 ) -> Iterator[GenerationChunk]:
     """Chunks for one prompt over a fresh engine state: the search the config asks for, then streaming.
 
@@ -169,9 +174,19 @@ def generate_chunks(
 
     processors = make_logits_processors(config, prompt_length=len(prompt_ids), extra=extra_processors)
     if returns_several(config):
-        return CandidateStream(lambda: generate_sequences(state, prompt_ids, config, processors=processors,
-                                                          sampler=make_sampler(config), rng=make_rng(config.seed)),
-                               tokenizer, config)
-    tokens = generate_step(state, prompt_ids, config, processors=processors, sampler=make_sampler(config),
-                           rng=make_rng(config.seed))
+        return CandidateStream(
+            lambda: generate_sequences(
+                state,
+                prompt_ids,
+                config,
+                processors=processors,
+                sampler=make_sampler(config),
+                rng=make_rng(config.seed),
+            ),
+            tokenizer,
+            config,
+        )
+    tokens = generate_step(
+        state, prompt_ids, config, processors=processors, sampler=make_sampler(config), rng=make_rng(config.seed)
+    )
     return stream_generate(tokens, tokenizer, config)

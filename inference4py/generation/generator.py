@@ -17,7 +17,8 @@ its cache across turns and only prefill the new tokens.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -82,7 +83,7 @@ class Generator:
         self._processors = make_logits_processors(self.config, prompt_length=self._turn_start, extra=self._extra)
 
     def _feed(self) -> None:
-        pending = self._ids[self._fed:]
+        pending = self._ids[self._fed :]
         if not pending:
             return
         arr = np.asarray([pending], dtype=np.int64)  # [1, n]
@@ -98,7 +99,9 @@ class Generator:
         if not self._ids:
             raise InvalidInputError("Call append_tokens(prompt_ids) before generate_next_token().")
         if self.is_done():
-            raise InvalidInputError("Generation is done (EOS or max_new_tokens reached); append tokens or rewind first.")
+            raise InvalidInputError(
+                "Generation is done (EOS or max_new_tokens reached); append tokens or rewind first."
+            )
         scores = self.get_logits()
         ids = np.asarray([self._ids], dtype=np.int64)  # [1, cur_len]
         for proc in self._processors:
@@ -162,4 +165,6 @@ class Generator:
             self._fed = keep
             self._logits = None
         self._turn_start = min(self._turn_start, length)
-        self._processors = make_logits_processors(self.config, prompt_length=max(self._turn_start, 1), extra=self._extra)
+        self._processors = make_logits_processors(
+            self.config, prompt_length=max(self._turn_start, 1), extra=self._extra
+        )

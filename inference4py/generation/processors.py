@@ -15,8 +15,7 @@ Processors may modify ``scores`` in place and return it.
 from __future__ import annotations
 
 import functools
-
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -73,7 +72,7 @@ def _vocab_ids(token_ids: tuple[int, ...], vocab_size: int) -> np.ndarray:
 
 
 class _Repr:
-    __slots__ = ()
+    __slots__: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__ if not name.startswith("_"))
@@ -352,7 +351,9 @@ class TopP(_Repr):
 
     def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
         order = _sort_ascending(scores)
-        remove_sorted = _top_p_remove_sorted(np.take_along_axis(scores, order, axis=1), self.top_p, self.min_tokens_to_keep)
+        remove_sorted = _top_p_remove_sorted(
+            np.take_along_axis(scores, order, axis=1), self.top_p, self.min_tokens_to_keep
+        )
         remove = np.empty_like(remove_sorted)
         np.put_along_axis(remove, order, remove_sorted, axis=1)
         scores[remove] = _NEG_INF

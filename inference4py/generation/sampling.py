@@ -16,7 +16,7 @@ same random numbers.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -251,9 +251,7 @@ def _top_k_candidates(s: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return ids.astype(np.int64, copy=False), vals
 
 
-def _nucleus_candidates(
-    s: np.ndarray, top_p: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+def _nucleus_candidates(s: np.ndarray, top_p: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """The top tokens of each row that contain its whole top-p nucleus, without a full sort.
 
     Tokens outside a candidate set whose left-out mass is <= 1 - top_p have an

@@ -8,7 +8,8 @@ business: the caller stops iterating (see :mod:`inference4py.generation.generate
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 import numpy as np
 

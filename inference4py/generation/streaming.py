@@ -143,7 +143,7 @@ class IncrementalDetokenizer:
         hold = self._hold_cache.get(token_id)
         if hold is None:
             piece = self._tokenizer.id_to_token(token_id)
-            hold = (bool(piece) and _BYTE_PIECE.fullmatch(piece) is not None) or (
+            hold = (piece is not None and piece != "" and _BYTE_PIECE.fullmatch(piece) is not None) or (
                 self._decode_ids([token_id]) == ""
             )
             if len(self._hold_cache) < _HOLD_CACHE_SIZE:
@@ -196,10 +196,12 @@ class IncrementalDetokenizer:
         return self._add_window()
 
     def _add_native(self) -> str:
+        native = self._native
+        assert native is not None  # add() calls this only with a native stream
         ids = self._ids
         pending = ids[self._fed :] if len(ids) - self._fed > 1 else ids[-1]  # held ids go in with this one
         try:
-            raw = self._native(pending)
+            raw = native(pending)
         except Exception:  # noqa: BLE001 - whatever it refuses, the window code handles
             self._native = None
             self._prefix_text = self._decode(self._prefix, self._read)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
+from typing import Any, Generic, TypeVar
 
 from inference4py.engine.sessions import SessionOptions
 from inference4py.errors import ConfigurationError, GeneratorClosedError, PromptTooLongError
@@ -221,7 +222,10 @@ class GenerationBuilder(Generic[T]):
                 ".model_id('org/name') or .model_path('folder') before build()."
             )
         return hub.resolve_model_folder(
-            self._model_id, revision=self._revision, token=self._token, local_files_only=self._local_files_only,
+            self._model_id,
+            revision=self._revision,
+            token=self._token,
+            local_files_only=self._local_files_only,
             variant=self._variant,
         )
 
@@ -269,7 +273,11 @@ def resolve_generation_defaults(folder: Path, spec: Any = None) -> tuple[Generat
     except ConfigurationError:
         # A folder may carry values we reject (e.g. num_return_sequences > num_beams with sampling off);
         # keep only the ids and fall back to library defaults for the rest.
-        ids = {k: known[k] for k in ("eos_token_id", "pad_token_id", "bos_token_id", "decoder_start_token_id") if k in known}
+        ids = {
+            k: known[k]
+            for k in ("eos_token_id", "pad_token_id", "bos_token_id", "decoder_start_token_id")
+            if k in known
+        }
         config = GenerationConfig(**ids)
     return config, totals
 
@@ -338,6 +346,9 @@ class CallPlanner:
         return config
 
 
+_Task = TypeVar("_Task", bound="ClosableTask")
+
+
 class ClosableTask:
     """Context-manager plumbing and a closed flag shared by task classes."""
 
@@ -355,7 +366,7 @@ class ClosableTask:
         if self._closed:
             raise GeneratorClosedError(f"This {type(self).__name__} was closed; build a new one to generate again.")
 
-    def __enter__(self):
+    def __enter__(self: _Task) -> _Task:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from inference4py.tasks.languages import Language
 from inference4py.tasks.seq2seq_base import Seq2SeqBuilder, Seq2SeqTask, TextOutput
@@ -45,11 +46,24 @@ class FlanT5TextGenerator(Seq2SeqTask):
         """Summarize ``text`` ("summarize: ..." prompt)."""
         return self._run_formatted(text, on_token, overrides, flan_t5_prompt, task="summarize")
 
-    def translate(self, text: str, source: Language | str, target: Language | str,
-                  on_token: Callable[[str], None] | None = None, **overrides: Any) -> TextOutput:
+    def translate(
+        self,
+        text: str,
+        source: Language | str,
+        target: Language | str,
+        on_token: Callable[[str], None] | None = None,
+        **overrides: Any,
+    ) -> TextOutput:
         """Translate ``text`` from ``source`` to ``target`` ("translate English to French: ...")."""
-        return self._run_formatted(text, on_token, overrides, flan_t5_prompt, task="translate",
-                                   source=Language.of(source), target=Language.of(target))
+        return self._run_formatted(
+            text,
+            on_token,
+            overrides,
+            flan_t5_prompt,
+            task="translate",
+            source=Language.of(source),
+            target=Language.of(target),
+        )
 
     def correct(self, text: str, on_token: Callable[[str], None] | None = None, **overrides: Any) -> TextOutput:
         """Fix the grammar of ``text`` ("correct grammar: ...")."""

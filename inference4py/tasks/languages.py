@@ -42,7 +42,7 @@ class Language(Enum):
         return self.display_name
 
     @classmethod
-    def of(cls, value: "Language | str") -> "Language":
+    def of(cls, value: Language | str) -> Language:
         """Parse a Language, an ISO code ("de", "deu") or an English name ("German")."""
         if isinstance(value, Language):
             return value

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from inference4py.errors import ConfigurationError, UnsupportedModelError
 from inference4py.tasks.languages import Language
@@ -83,8 +84,14 @@ class MarianTranslator(Seq2SeqTask):
             "Pick one of those or another model."
         )
 
-    def translate(self, text: str, target: Language | str | None = None, source: Language | str | None = None,
-                  on_token: Callable[[str], None] | None = None, **overrides: Any) -> TextOutput:
+    def translate(
+        self,
+        text: str,
+        target: Language | str | None = None,
+        source: Language | str | None = None,
+        on_token: Callable[[str], None] | None = None,
+        **overrides: Any,
+    ) -> TextOutput:
         """Translate ``text``; ``target`` is needed only for multilingual models."""
         prefix = self._target_prefix(target, source)
         return self._run_formatted(text, on_token, overrides, lambda t: prefix + t)

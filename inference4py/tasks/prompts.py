@@ -6,8 +6,9 @@ TextGenerator), with the builder options that configure it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence, TypeVar, Union
+from typing import Any, TypeVar
 
 from inference4py.errors import ConfigurationError, InvalidInputError
 from inference4py.tokenization import Tokenizer
@@ -15,7 +16,7 @@ from inference4py.tokenization import Tokenizer
 __all__ = ["ChatOptions", "PromptEncoder", "Prompt"]
 
 Message = Mapping[str, Any]
-Prompt = Union[str, Sequence[Message], Sequence[int]]
+Prompt = str | Sequence[Message] | Sequence[int]
 C = TypeVar("C", bound="ChatOptions")
 
 
@@ -36,7 +37,9 @@ class ChatOptions:
                 or chat_template.jinja).
         """
         if template is not None and (not isinstance(template, str) or not template.strip()):
-            raise ConfigurationError("chat_template needs a Jinja template string (or no argument for the model's own).")
+            raise ConfigurationError(
+                "chat_template needs a Jinja template string (or no argument for the model's own)."
+            )
         if template is not None:
             self._chat_template = template
         self._use_chat_template = True

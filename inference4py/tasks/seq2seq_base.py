@@ -7,26 +7,27 @@ as decoder-only models, over a :class:`~inference4py.engine.seq2seq.Seq2SeqState
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from typing import Any, Callable, Iterator, Sequence, Union
 
 from inference4py.engine.pipeline import load_pipeline, read_model_config
 from inference4py.engine.seq2seq import Seq2SeqRuntime
 from inference4py.errors import ConfigurationError, InvalidInputError
-from inference4py.generation.config import GenerationConfig
 from inference4py.generation.batch import generate_batch_ids, result_from_ids, right_pad
-from inference4py.generation.generate import generate_chunks, collect
+from inference4py.generation.config import GenerationConfig
+from inference4py.generation.generate import collect, generate_chunks
 from inference4py.generation.processors import make_logits_processors
-from inference4py.generation.result import GenerationChunk, GenerationResult
+from inference4py.generation.result import Candidate, GenerationChunk, GenerationResult
 from inference4py.generation.sampling import make_rng, make_sampler
 from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
 from inference4py.tokenization import Tokenizer, load_tokenizer
 
 __all__ = ["Seq2SeqBuilder", "Seq2SeqTask", "TextOutput"]
 
-Source = Union[str, Sequence[int]]
+Source = str | Sequence[int]
 
 
 class TextOutput(str):
@@ -39,7 +40,7 @@ class TextOutput(str):
 
     result: GenerationResult
 
-    def __new__(cls, result: GenerationResult) -> "TextOutput":
+    def __new__(cls, result: GenerationResult) -> TextOutput:
         obj = super().__new__(cls, result.text)
         obj.result = result
         return obj
@@ -77,7 +78,7 @@ class TextOutput(str):
         return self.result.tokens_per_second
 
     @property
-    def candidates(self):  # noqa: ANN201 - tuple[Candidate, ...]
+    def candidates(self) -> tuple[Candidate, ...]:
         return self.result.candidates
 
 
@@ -89,12 +90,12 @@ class Seq2SeqBuilder(GenerationBuilder[Any]):
         self._truncate = False
         self._prompt_formatter: Callable[..., str] | None = preset_fields.get("prompt_formatter")
 
-    def truncate(self, value: bool = True) -> "Seq2SeqBuilder":
+    def truncate(self, value: bool = True) -> Seq2SeqBuilder:
         """Cut inputs longer than the encoder's limit instead of raising PromptTooLongError."""
         self._truncate = bool(value)
         return self
 
-    def prompt_formatter(self, fn: Callable[..., str]) -> "Seq2SeqBuilder":
+    def prompt_formatter(self, fn: Callable[..., str]) -> Seq2SeqBuilder:
         """Replace the preset's prompt format: ``fn(text, **fields) -> str`` (see each class)."""
         if not callable(fn):
             raise ConfigurationError("prompt_formatter needs a callable returning the model input string.")
@@ -121,7 +122,7 @@ class Seq2SeqTask(ClosableTask):
         return b
 
     @classmethod
-    def _from_builder(cls, b: Seq2SeqBuilder) -> "Seq2SeqTask":
+    def _from_builder(cls, b: Seq2SeqBuilder) -> Seq2SeqTask:
         return cls(b.resolve_folder(), b)
 
     def __init__(self, folder: Path, builder: Seq2SeqBuilder) -> None:
@@ -142,8 +143,14 @@ class Seq2SeqTask(ClosableTask):
             defaults = defaults.replace(decoder_start_token_id=start)
         if not defaults.eos_token_id and self.tokenizer.eos_token_id is not None:
             defaults = defaults.replace(eos_token_id=(self.tokenizer.eos_token_id,))
-        self._planner = CallPlanner(defaults, totals, builder.generation_overrides(), extra_eos=builder._eos,
-                                    context=self._runtime.max_target_positions, total_counts_prompt=False)
+        self._planner = CallPlanner(
+            defaults,
+            totals,
+            builder.generation_overrides(),
+            extra_eos=builder._eos,
+            context=self._runtime.max_target_positions,
+            total_counts_prompt=False,
+        )
         self._processors = tuple(builder._processors)
         self._truncate = builder._truncate
         self._formatter = builder._prompt_formatter
@@ -157,7 +164,7 @@ class Seq2SeqTask(ClosableTask):
         return f"{type(self).__name__}(folder={str(self.folder)!r}, builder={self._builder_repr})"
 
     def _release(self) -> None:
-        self._runtime = None  # type: ignore[assignment]
+        self._runtime = None  # type: ignore[assignment]  # closed: every call checks _check_open() first
 
     # ------------------------------------------------------------------ inputs
     def encode_source(self, source: Source) -> list[int]:
@@ -166,12 +173,18 @@ class Seq2SeqTask(ClosableTask):
             if not source.strip():
                 raise InvalidInputError("The input text is empty. Pass the text to process.")
             ids = self.tokenizer.encode(source)
-        elif isinstance(source, (list, tuple)) and source and all(isinstance(t, int) and not isinstance(t, bool) for t in source):
+        elif (
+            isinstance(source, (list, tuple))
+            and source
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in source)
+        ):
             ids = list(source)
             vocab = self._runtime.vocab_size
             bad = [t for t in ids if t < 0 or (vocab is not None and t >= vocab)]
             if bad:
-                raise InvalidInputError(f"Token id(s) {bad[:5]} are outside the model's vocabulary (0..{(vocab or 0) - 1}).")
+                raise InvalidInputError(
+                    f"Token id(s) {bad[:5]} are outside the model's vocabulary (0..{(vocab or 0) - 1})."
+                )
             return ids
         else:
             raise InvalidInputError(
@@ -184,9 +197,16 @@ class Seq2SeqTask(ClosableTask):
         return ids
 
     # ------------------------------------------------------------------ generation
+    @staticmethod
+    def _start_id(config: GenerationConfig) -> int:
+        start = config.decoder_start_token_id
+        if start is None:  # __init__ sets it from the folder or refuses the model
+            raise ConfigurationError("decoder_start_token_id is not set: pass decoder_start_token_id=... .")
+        return int(start)
+
     def _chunks(self, source_ids: list[int], config: GenerationConfig) -> Iterator[GenerationChunk]:
-        state = self._runtime.new_state([source_ids])
-        start = [int(config.decoder_start_token_id)]  # type: ignore[arg-type]
+        state = self._runtime.new_state(np.array([source_ids], dtype=np.int64))
+        start = [self._start_id(config)]
         return generate_chunks(state, start, config, self.tokenizer, extra_processors=self._processors)
 
     def generate_batch(self, sources: Sequence[Source], **overrides: Any) -> list[GenerationResult]:
@@ -204,15 +224,24 @@ class Seq2SeqTask(ClosableTask):
         pad = next(int(c) for c in (config.pad_token_id, self.tokenizer.pad_token_id, 0) if c is not None)
         enc_ids, enc_mask = right_pad(rows, pad)
         state = self._runtime.new_state(enc_ids, enc_mask)
-        start = np.full((len(rows), 1), int(config.decoder_start_token_id), dtype=np.int64)  # type: ignore[arg-type]
+        start = np.full((len(rows), 1), self._start_id(config), dtype=np.int64)
         out = generate_batch_ids(
-            state, start, None, config,
+            state,
+            start,
+            None,
+            config,
             processors=make_logits_processors(config, prompt_length=1, extra=self._processors),
-            sampler=make_sampler(config), rng=make_rng(config.seed), pad_id=pad,
+            sampler=make_sampler(config),
+            rng=make_rng(config.seed),
+            pad_id=pad,
         )
         elapsed = time.perf_counter() - started
-        return [result_from_ids(o, self.tokenizer, config, prompt_tokens=len(r), duration=elapsed,
-                                time_to_first_token=elapsed) for o, r in zip(out, rows)]
+        return [
+            result_from_ids(
+                o, self.tokenizer, config, prompt_tokens=len(r), duration=elapsed, time_to_first_token=elapsed
+            )
+            for o, r in zip(out, rows)
+        ]
 
     def stream_chunks(self, source: Source, **overrides: Any) -> Iterator[GenerationChunk]:
         """Chunks (text, token id, finish reason) for a raw model input."""
@@ -221,7 +250,9 @@ class Seq2SeqTask(ClosableTask):
         config = self._planner.for_call(1, overrides)
         return self._chunks(ids, config)
 
-    def generate(self, source: Source, on_token: Callable[[str], None] | None = None, **overrides: Any) -> GenerationResult:
+    def generate(
+        self, source: Source, on_token: Callable[[str], None] | None = None, **overrides: Any
+    ) -> GenerationResult:
         """Run the model on a raw input (no prompt format is added) or on encoder token ids.
 
         Args:

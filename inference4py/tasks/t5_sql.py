@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from inference4py.errors import InvalidInputError
 from inference4py.tasks.seq2seq_base import Seq2SeqBuilder, Seq2SeqTask, TextOutput
@@ -30,13 +31,19 @@ class T5SqlGenerator(Seq2SeqTask):
 
     @classmethod
     def t5SmallAwesome(cls) -> Seq2SeqBuilder:  # noqa: N802
-        return cls._preset("t5SmallAwesome", "inference4j/t5-small-awesome-text-to-sql", prompt_formatter=awesome_sql_prompt)
+        return cls._preset(
+            "t5SmallAwesome", "inference4j/t5-small-awesome-text-to-sql", prompt_formatter=awesome_sql_prompt
+        )
 
     @classmethod
     def t5LargeSpider(cls) -> Seq2SeqBuilder:  # noqa: N802
-        return cls._preset("t5LargeSpider", "inference4j/T5-LM-Large-text2sql-spider", prompt_formatter=spider_sql_prompt)
+        return cls._preset(
+            "t5LargeSpider", "inference4j/T5-LM-Large-text2sql-spider", prompt_formatter=spider_sql_prompt
+        )
 
-    def generate_sql(self, query: str, schema: str, on_token: Callable[[str], None] | None = None, **overrides: Any) -> TextOutput:
+    def generate_sql(
+        self, query: str, schema: str, on_token: Callable[[str], None] | None = None, **overrides: Any
+    ) -> TextOutput:
         """SQL answering ``query`` over ``schema`` (CREATE TABLE statements or a table description)."""
         if not isinstance(schema, str) or not schema.strip():
             raise InvalidInputError("The schema is empty: pass the CREATE TABLE statements the query runs against.")

@@ -3,38 +3,44 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from inference4py.engine.decoder import DecoderRuntime
 from inference4py.engine.pipeline import load_pipeline, read_model_config
 from inference4py.errors import ConfigurationError, InvalidInputError
-from inference4py.generation.config import GenerationConfig
-from inference4py.generation.generate import generate_chunks, collect, stream_generate
 from inference4py.generation.batch import generate_batch_ids, left_pad, result_from_ids
+from inference4py.generation.config import GenerationConfig
+from inference4py.generation.generate import collect, generate_chunks, stream_generate
 from inference4py.generation.generator import Generator
 from inference4py.generation.processors import make_logits_processors
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.generation.sampling import make_rng, make_sampler
 from inference4py.tasks import chat_templates
-from inference4py.tasks.prompts import ChatOptions, Prompt, PromptEncoder
 from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
+from inference4py.tasks.prompts import ChatOptions, Prompt, PromptEncoder
 from inference4py.tokenization import Tokenizer, load_tokenizer
 
 __all__ = ["OnnxTextGenerator", "TextGeneratorBuilder", "Prompt"]
 
 
-
 class TextGeneratorBuilder(ChatOptions, GenerationBuilder["OnnxTextGenerator"]):
     """Options of an :class:`OnnxTextGenerator` (see GenerationBuilder for the shared ones)."""
 
-    def __init__(self, *, preset: str | None = None, model_id: str | None = None,
-                 chat_template: str | None = None, use_chat_template: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        preset: str | None = None,
+        model_id: str | None = None,
+        chat_template: str | None = None,
+        use_chat_template: bool = False,
+    ) -> None:
         super().__init__(preset=preset, model_id=model_id, use_chat_template=use_chat_template or None)
         self._init_chat(chat_template, use_chat_template)
         self._fuse: bool = False
 
-    def fuse_attention(self, value: bool = True) -> "TextGeneratorBuilder":
+    def fuse_attention(self, value: bool = True) -> TextGeneratorBuilder:
         """Run a fused copy of the model (``inference4py optimize``), made on first use and cached.
 
         An optimum export's attention becomes one onnxruntime ``GroupQueryAttention`` per layer,
@@ -73,35 +79,52 @@ class OnnxTextGenerator(ClosableTask):
     @classmethod
     def smolLM2(cls) -> TextGeneratorBuilder:  # noqa: N802 - inference4j's name
         """SmolLM2-360M-Instruct, inference4j/smollm2-360m-instruct (chat template on)."""
-        return TextGeneratorBuilder(preset="smolLM2", model_id="inference4j/smollm2-360m-instruct",
-                                    chat_template=chat_templates.CHATML_SMOL, use_chat_template=True)
+        return TextGeneratorBuilder(
+            preset="smolLM2",
+            model_id="inference4j/smollm2-360m-instruct",
+            chat_template=chat_templates.CHATML_SMOL,
+            use_chat_template=True,
+        )
 
     @classmethod
     def smolLM2_1_7B(cls) -> TextGeneratorBuilder:  # noqa: N802
         """SmolLM2-1.7B-Instruct, inference4j/smollm2-1.7b-instruct (chat template on)."""
-        return TextGeneratorBuilder(preset="smolLM2_1_7B", model_id="inference4j/smollm2-1.7b-instruct",
-                                    chat_template=chat_templates.CHATML_SMOL, use_chat_template=True)
+        return TextGeneratorBuilder(
+            preset="smolLM2_1_7B",
+            model_id="inference4j/smollm2-1.7b-instruct",
+            chat_template=chat_templates.CHATML_SMOL,
+            use_chat_template=True,
+        )
 
     @classmethod
     def qwen2(cls) -> TextGeneratorBuilder:
         """Qwen2.5-1.5B-Instruct, inference4j/qwen2.5-1.5b-instruct (chat template on)."""
-        return TextGeneratorBuilder(preset="qwen2", model_id="inference4j/qwen2.5-1.5b-instruct",
-                                    chat_template=chat_templates.CHATML_QWEN, use_chat_template=True)
+        return TextGeneratorBuilder(
+            preset="qwen2",
+            model_id="inference4j/qwen2.5-1.5b-instruct",
+            chat_template=chat_templates.CHATML_QWEN,
+            use_chat_template=True,
+        )
 
     @classmethod
     def tinyLlama(cls) -> TextGeneratorBuilder:  # noqa: N802
         """TinyLlama-1.1B-Chat, inference4j/tinyllama-1.1b-chat (chat template on)."""
-        return TextGeneratorBuilder(preset="tinyLlama", model_id="inference4j/tinyllama-1.1b-chat",
-                                    chat_template=chat_templates.ZEPHYR, use_chat_template=True)
+        return TextGeneratorBuilder(
+            preset="tinyLlama",
+            model_id="inference4j/tinyllama-1.1b-chat",
+            chat_template=chat_templates.ZEPHYR,
+            use_chat_template=True,
+        )
 
     @classmethod
     def gemma2(cls) -> TextGeneratorBuilder:
         """Gemma 2 instruct. Gated on the Hub: set ``.model_id(...)`` (and a token) or ``.model_path(...)``."""
-        return TextGeneratorBuilder(preset="gemma2", model_id=None,
-                                    chat_template=chat_templates.GEMMA, use_chat_template=True)
+        return TextGeneratorBuilder(
+            preset="gemma2", model_id=None, chat_template=chat_templates.GEMMA, use_chat_template=True
+        )
 
     @classmethod
-    def from_pretrained(cls, model: str, **options: Any) -> "OnnxTextGenerator":
+    def from_pretrained(cls, model: str, **options: Any) -> OnnxTextGenerator:
         """Python-style construction: ``from_pretrained("inference4j/gpt2", max_new_tokens=50)``.
 
         ``model`` is a hub id or a local folder; every keyword is a builder method name
@@ -113,7 +136,11 @@ class OnnxTextGenerator(ClosableTask):
         b = b.model_path(model) if _P(model).is_dir() else b.model_id(model)
         for name, value in options.items():
             method = getattr(b, name, None)
-            if name.startswith("_") or name in ("build", "resolve_folder", "session_options", "generation_overrides") or not callable(method):
+            if (
+                name.startswith("_")
+                or name in ("build", "resolve_folder", "session_options", "generation_overrides")
+                or not callable(method)
+            ):
                 raise ConfigurationError(f"Unknown option {name!r} for OnnxTextGenerator.from_pretrained.")
             if name in ("stop_sequence", "eos_token_id") and isinstance(value, (list, tuple)):
                 for v in value:
@@ -126,7 +153,7 @@ class OnnxTextGenerator(ClosableTask):
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def _from_builder(cls, b: TextGeneratorBuilder) -> "OnnxTextGenerator":
+    def _from_builder(cls, b: TextGeneratorBuilder) -> OnnxTextGenerator:
         folder = b.resolve_folder()
         if b._fuse and not _already_fused(folder):
             from inference4py.optimize import fused_model_folder
@@ -144,8 +171,14 @@ class OnnxTextGenerator(ClosableTask):
         defaults, totals = resolve_generation_defaults(self.folder, spec)
         if not defaults.eos_token_id and self.tokenizer.eos_token_id is not None:
             defaults = defaults.replace(eos_token_id=(self.tokenizer.eos_token_id,))
-        self._planner = CallPlanner(defaults, totals, builder.generation_overrides(), extra_eos=builder._eos,
-                                    context=self._runtime.max_positions, total_counts_prompt=True)
+        self._planner = CallPlanner(
+            defaults,
+            totals,
+            builder.generation_overrides(),
+            extra_eos=builder._eos,
+            context=self._runtime.max_positions,
+            total_counts_prompt=True,
+        )
         self._processors = tuple(builder._processors)
         self._prompts = PromptEncoder(self.tokenizer, self.folder, builder, self._runtime.vocab_size)
 
@@ -158,7 +191,7 @@ class OnnxTextGenerator(ClosableTask):
         return f"OnnxTextGenerator(folder={str(self.folder)!r}, builder={self._builder_repr})"
 
     def _release(self) -> None:
-        self._runtime = None  # type: ignore[assignment]
+        self._runtime = None  # type: ignore[assignment]  # closed: every call checks _check_open() first
 
     # ------------------------------------------------------------------ prompts
     def encode_prompt(self, prompt: Prompt) -> list[int]:
@@ -182,7 +215,9 @@ class OnnxTextGenerator(ClosableTask):
         state = self._runtime.new_state(1, capacity=len(ids) + config.max_new_tokens)
         return generate_chunks(state, ids, config, self.tokenizer, extra_processors=self._processors)
 
-    def generate(self, prompt: Prompt, on_token: Callable[[str], None] | None = None, **overrides: Any) -> GenerationResult:
+    def generate(
+        self, prompt: Prompt, on_token: Callable[[str], None] | None = None, **overrides: Any
+    ) -> GenerationResult:
         """Generate a completion.
 
         Args:
@@ -225,13 +260,22 @@ class OnnxTextGenerator(ClosableTask):
         ids, mask = left_pad(rows, pad)
         state = self._runtime.new_state(len(rows), capacity=ids.shape[1] + config.max_new_tokens)
         out = generate_batch_ids(
-            state, ids, mask, config,
+            state,
+            ids,
+            mask,
+            config,
             processors=make_logits_processors(config, prompt_length=ids.shape[1], extra=self._processors),
-            sampler=make_sampler(config), rng=make_rng(config.seed), pad_id=pad,
+            sampler=make_sampler(config),
+            rng=make_rng(config.seed),
+            pad_id=pad,
         )
         elapsed = time.perf_counter() - started
-        return [result_from_ids(o, self.tokenizer, config, prompt_tokens=len(r), duration=elapsed,
-                                time_to_first_token=elapsed) for o, r in zip(out, rows)]
+        return [
+            result_from_ids(
+                o, self.tokenizer, config, prompt_tokens=len(r), duration=elapsed, time_to_first_token=elapsed
+            )
+            for o, r in zip(out, rows)
+        ]
 
     def generator(self, **overrides: Any) -> Generator:
         """A step-level :class:`~inference4py.generation.generator.Generator` over this model.
@@ -243,7 +287,7 @@ class OnnxTextGenerator(ClosableTask):
         config = self._planner.for_call(1, overrides)
         return Generator(self._runtime.new_state(1), config, extra_processors=self._processors)
 
-    def chat_session(self, *, system_prompt: str | None = None, **overrides: Any) -> "ChatSession":
+    def chat_session(self, *, system_prompt: str | None = None, **overrides: Any) -> ChatSession:
         """A multi-turn conversation that keeps its KV cache between turns (see :class:`ChatSession`)."""
         self._check_open()
         return ChatSession(self, system_prompt=system_prompt, overrides=overrides)
@@ -301,7 +345,11 @@ class ChatSession:
         ids = model.encode_prompt(messages)
         config = model._planner.for_call(len(ids), self._overrides)
         if self._generator is None:
-            self._generator = Generator(model._runtime.new_state(1, capacity=len(ids) + config.max_new_tokens), config, extra_processors=model._processors)
+            self._generator = Generator(
+                model._runtime.new_state(1, capacity=len(ids) + config.max_new_tokens),
+                config,
+                extra_processors=model._processors,
+            )
         g = self._generator
         g.set_config(config)
         cached = g.sequence(0)
@@ -319,8 +367,12 @@ class ChatSession:
             while not g.is_done():
                 yield g.generate_next_token()
 
-        result = collect(stream_generate(tokens(), model.tokenizer, config), prompt_tokens=len(ids),
-                         started=started, on_token=on_token)
+        result = collect(
+            stream_generate(tokens(), model.tokenizer, config),
+            prompt_tokens=len(ids),
+            started=started,
+            on_token=on_token,
+        )
         self.messages = [*messages, {"role": "assistant", "content": result.text}]
         return result
 

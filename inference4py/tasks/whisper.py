@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -66,28 +67,121 @@ TASKS = ("transcribe", "translate")
 
 #: Whisper's language codes and names, in vocabulary order (``<|en|>`` first; ``yue`` is large-v3's 100th).
 WHISPER_LANGUAGES: dict[str, str] = {
-    "en": "english", "zh": "chinese", "de": "german", "es": "spanish", "ru": "russian", "ko": "korean",
-    "fr": "french", "ja": "japanese", "pt": "portuguese", "tr": "turkish", "pl": "polish", "ca": "catalan",
-    "nl": "dutch", "ar": "arabic", "sv": "swedish", "it": "italian", "id": "indonesian", "hi": "hindi",
-    "fi": "finnish", "vi": "vietnamese", "he": "hebrew", "uk": "ukrainian", "el": "greek", "ms": "malay",
-    "cs": "czech", "ro": "romanian", "da": "danish", "hu": "hungarian", "ta": "tamil", "no": "norwegian",
-    "th": "thai", "ur": "urdu", "hr": "croatian", "bg": "bulgarian", "lt": "lithuanian", "la": "latin",
-    "mi": "maori", "ml": "malayalam", "cy": "welsh", "sk": "slovak", "te": "telugu", "fa": "persian",
-    "lv": "latvian", "bn": "bengali", "sr": "serbian", "az": "azerbaijani", "sl": "slovenian", "kn": "kannada",
-    "et": "estonian", "mk": "macedonian", "br": "breton", "eu": "basque", "is": "icelandic", "hy": "armenian",
-    "ne": "nepali", "mn": "mongolian", "bs": "bosnian", "kk": "kazakh", "sq": "albanian", "sw": "swahili",
-    "gl": "galician", "mr": "marathi", "pa": "punjabi", "si": "sinhala", "km": "khmer", "sn": "shona",
-    "yo": "yoruba", "so": "somali", "af": "afrikaans", "oc": "occitan", "ka": "georgian", "be": "belarusian",
-    "tg": "tajik", "sd": "sindhi", "gu": "gujarati", "am": "amharic", "yi": "yiddish", "lo": "lao",
-    "uz": "uzbek", "fo": "faroese", "ht": "haitian creole", "ps": "pashto", "tk": "turkmen", "nn": "nynorsk",
-    "mt": "maltese", "sa": "sanskrit", "lb": "luxembourgish", "my": "myanmar", "bo": "tibetan",
-    "tl": "tagalog", "mg": "malagasy", "as": "assamese", "tt": "tatar", "haw": "hawaiian", "ln": "lingala",
-    "ha": "hausa", "ba": "bashkir", "jw": "javanese", "su": "sundanese", "yue": "cantonese",
+    "en": "english",
+    "zh": "chinese",
+    "de": "german",
+    "es": "spanish",
+    "ru": "russian",
+    "ko": "korean",
+    "fr": "french",
+    "ja": "japanese",
+    "pt": "portuguese",
+    "tr": "turkish",
+    "pl": "polish",
+    "ca": "catalan",
+    "nl": "dutch",
+    "ar": "arabic",
+    "sv": "swedish",
+    "it": "italian",
+    "id": "indonesian",
+    "hi": "hindi",
+    "fi": "finnish",
+    "vi": "vietnamese",
+    "he": "hebrew",
+    "uk": "ukrainian",
+    "el": "greek",
+    "ms": "malay",
+    "cs": "czech",
+    "ro": "romanian",
+    "da": "danish",
+    "hu": "hungarian",
+    "ta": "tamil",
+    "no": "norwegian",
+    "th": "thai",
+    "ur": "urdu",
+    "hr": "croatian",
+    "bg": "bulgarian",
+    "lt": "lithuanian",
+    "la": "latin",
+    "mi": "maori",
+    "ml": "malayalam",
+    "cy": "welsh",
+    "sk": "slovak",
+    "te": "telugu",
+    "fa": "persian",
+    "lv": "latvian",
+    "bn": "bengali",
+    "sr": "serbian",
+    "az": "azerbaijani",
+    "sl": "slovenian",
+    "kn": "kannada",
+    "et": "estonian",
+    "mk": "macedonian",
+    "br": "breton",
+    "eu": "basque",
+    "is": "icelandic",
+    "hy": "armenian",
+    "ne": "nepali",
+    "mn": "mongolian",
+    "bs": "bosnian",
+    "kk": "kazakh",
+    "sq": "albanian",
+    "sw": "swahili",
+    "gl": "galician",
+    "mr": "marathi",
+    "pa": "punjabi",
+    "si": "sinhala",
+    "km": "khmer",
+    "sn": "shona",
+    "yo": "yoruba",
+    "so": "somali",
+    "af": "afrikaans",
+    "oc": "occitan",
+    "ka": "georgian",
+    "be": "belarusian",
+    "tg": "tajik",
+    "sd": "sindhi",
+    "gu": "gujarati",
+    "am": "amharic",
+    "yi": "yiddish",
+    "lo": "lao",
+    "uz": "uzbek",
+    "fo": "faroese",
+    "ht": "haitian creole",
+    "ps": "pashto",
+    "tk": "turkmen",
+    "nn": "nynorsk",
+    "mt": "maltese",
+    "sa": "sanskrit",
+    "lb": "luxembourgish",
+    "my": "myanmar",
+    "bo": "tibetan",
+    "tl": "tagalog",
+    "mg": "malagasy",
+    "as": "assamese",
+    "tt": "tatar",
+    "haw": "hawaiian",
+    "ln": "lingala",
+    "ha": "hausa",
+    "ba": "bashkir",
+    "jw": "javanese",
+    "su": "sundanese",
+    "yue": "cantonese",
 }
 _LANGUAGE_ALIASES = {
     **{name: code for code, name in WHISPER_LANGUAGES.items()},
-    "burmese": "my", "valencian": "ca", "flemish": "nl", "haitian": "ht", "letzeburgesch": "lb", "pushto": "ps",
-    "panjabi": "pa", "moldavian": "ro", "moldovan": "ro", "sinhalese": "si", "castilian": "es", "mandarin": "zh",
+    "burmese": "my",
+    "valencian": "ca",
+    "flemish": "nl",
+    "haitian": "ht",
+    "letzeburgesch": "lb",
+    "pushto": "ps",
+    "panjabi": "pa",
+    "moldavian": "ro",
+    "moldovan": "ro",
+    "sinhalese": "si",
+    "castilian": "es",
+    "mandarin": "zh",
 }
 
 
@@ -169,8 +263,11 @@ class Transcription:
 
     def to_vtt(self) -> str:
         """The segments as WebVTT subtitles (segments without text are skipped)."""
-        cues = [f"{_clock(s.start, '.')} --> {_clock(s.end, '.')}\n{s.text.strip()}\n"
-                for s in self.segments if s.text.strip()]
+        cues = [
+            f"{_clock(s.start, '.')} --> {_clock(s.end, '.')}\n{s.text.strip()}\n"
+            for s in self.segments
+            if s.text.strip()
+        ]
         return "WEBVTT\n\n" + "\n".join(cues)
 
 
@@ -201,27 +298,41 @@ class WhisperTimestampRules:
         max_initial_timestamp_index: latest allowed first timestamp (in 0.02 s steps), or None.
     """
 
-    __slots__ = ("no_timestamps_token_id", "timestamp_begin", "eos_token_id", "begin_index",
-                 "max_initial_timestamp_index")
+    __slots__ = (
+        "no_timestamps_token_id",
+        "timestamp_begin",
+        "eos_token_id",
+        "begin_index",
+        "max_initial_timestamp_index",
+    )
 
-    def __init__(self, no_timestamps_token_id: int, eos_token_id: int, begin_index: int,
-                 max_initial_timestamp_index: int | None = None) -> None:
+    def __init__(
+        self,
+        no_timestamps_token_id: int,
+        eos_token_id: int,
+        begin_index: int,
+        max_initial_timestamp_index: int | None = None,
+    ) -> None:
         self.no_timestamps_token_id = int(no_timestamps_token_id)
         self.timestamp_begin = self.no_timestamps_token_id + 1
         self.eos_token_id = int(eos_token_id)
         self.begin_index = int(begin_index)
-        self.max_initial_timestamp_index = None if max_initial_timestamp_index is None else int(max_initial_timestamp_index)
+        self.max_initial_timestamp_index = (
+            None if max_initial_timestamp_index is None else int(max_initial_timestamp_index)
+        )
 
     def __repr__(self) -> str:
-        return (f"WhisperTimestampRules(no_timestamps_token_id={self.no_timestamps_token_id}, "
-                f"begin_index={self.begin_index}, max_initial_timestamp_index={self.max_initial_timestamp_index})")
+        return (
+            f"WhisperTimestampRules(no_timestamps_token_id={self.no_timestamps_token_id}, "
+            f"begin_index={self.begin_index}, max_initial_timestamp_index={self.max_initial_timestamp_index})"
+        )
 
     def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
         tb = self.timestamp_begin
         neg = np.float32(-np.inf)
         scores[:, self.no_timestamps_token_id] = neg
         for k in range(input_ids.shape[0]):
-            seq = input_ids[k, self.begin_index:]
+            seq = input_ids[k, self.begin_index :]
             last_was_ts = seq.size >= 1 and seq[-1] >= tb
             penultimate_was_ts = seq.size < 2 or seq[-2] >= tb
             if last_was_ts:
@@ -236,7 +347,7 @@ class WhisperTimestampRules:
         if input_ids.shape[1] == self.begin_index:
             scores[:, :tb] = neg
             if self.max_initial_timestamp_index is not None:
-                scores[:, tb + self.max_initial_timestamp_index + 1:] = neg
+                scores[:, tb + self.max_initial_timestamp_index + 1 :] = neg
         logprobs = log_softmax(scores)  # float32 [batch, vocab]
         for k in range(input_ids.shape[0]):
             stamp_lp = _logsumexp(logprobs[k, tb:])
@@ -297,13 +408,15 @@ def split_segments(
         for i, cut in enumerate(cuts):
             piece = toks[last:cut]
             end_at = -2 if (i == len(cuts) - 1 and not single_ending) else -1
-            segments.append(_RawSegment(offset + (piece[0] - timestamp_begin) * TIME_PRECISION,
-                                        offset + (piece[end_at] - timestamp_begin) * TIME_PRECISION, tuple(piece)))
+            segments.append(
+                _RawSegment(
+                    offset + (piece[0] - timestamp_begin) * TIME_PRECISION,
+                    offset + (piece[end_at] - timestamp_begin) * TIME_PRECISION,
+                    tuple(piece),
+                )
+            )
             last = cut
-        if single_ending:
-            advance = window_frames
-        else:
-            advance = (toks[last - 2] - timestamp_begin) * input_stride
+        advance = window_frames if single_ending else (toks[last - 2] - timestamp_begin) * input_stride
     else:
         stamps = [t for t in toks if t >= timestamp_begin]
         end_pos: float = int(window_frames * FRAME_SECONDS / TIME_PRECISION)
@@ -337,7 +450,9 @@ class _WhisperVocab:
         return self.no_timestamps + 1 if self.no_timestamps is not None else 1 << 62
 
     @classmethod
-    def read(cls, folder: Path, tokenizer: Tokenizer, config: Mapping[str, Any], vocab_size: int | None) -> "_WhisperVocab":
+    def read(
+        cls, folder: Path, tokenizer: Tokenizer, config: Mapping[str, Any], vocab_size: int | None
+    ) -> _WhisperVocab:
         gen = read_generation_defaults(folder)
         token = tokenizer.token_to_id
 
@@ -376,12 +491,18 @@ class _WhisperVocab:
         forced = tuple((int(p), None if t is None else int(t)) for p, t in (gen.get("forced_decoder_ids") or ()))
         mit = gen.get("max_initial_timestamp_index")
         return cls(
-            sot=int(sot), eot=int(eot), no_timestamps=None if no_ts is None else int(no_ts),
-            lang_to_id=langs, task_to_id=tasks, is_multilingual=bool(multilingual), forced_decoder_ids=forced,
+            sot=int(sot),
+            eot=int(eot),
+            no_timestamps=None if no_ts is None else int(no_ts),
+            lang_to_id=langs,
+            task_to_id=tasks,
+            is_multilingual=bool(multilingual),
+            forced_decoder_ids=forced,
             max_initial_timestamp_index=None if mit is None else int(mit),
             suppress_tokens=tuple(int(t) for t in gen.get("suppress_tokens") or config.get("suppress_tokens") or ()),
             begin_suppress_tokens=tuple(
-                int(t) for t in gen.get("begin_suppress_tokens") or config.get("begin_suppress_tokens") or ()),
+                int(t) for t in gen.get("begin_suppress_tokens") or config.get("begin_suppress_tokens") or ()
+            ),
         )
 
     def most_likely_language(self, logits: np.ndarray) -> int:
@@ -408,24 +529,24 @@ class WhisperBuilder(GenerationBuilder["WhisperSpeechModel"]):
         self._whisper_task: str | None = None
         self._timestamps = False
 
-    def language(self, code: Language | str | None) -> "WhisperBuilder":
+    def language(self, code: Language | str | None) -> WhisperBuilder:
         """The spoken language (``"en"``, ``"english"``, ``Language.EN``); None detects it per call."""
         self._language = None if code is None else language_code(code)
         return self
 
-    def task(self, task: str) -> "WhisperBuilder":
+    def task(self, task: str) -> WhisperBuilder:
         """``"transcribe"`` (same language) or ``"translate"`` (to English)."""
         if task not in TASKS:
             raise ConfigurationError(f"task must be 'transcribe' or 'translate', got {task!r}.")
         self._whisper_task = task
         return self
 
-    def timestamps(self, value: bool = True) -> "WhisperBuilder":
+    def timestamps(self, value: bool = True) -> WhisperBuilder:
         """Predict timestamp tokens: segments get their own times (default: off, one segment per 30 s)."""
         self._timestamps = bool(value)
         return self
 
-    def num_beams(self, n: int) -> "WhisperBuilder":
+    def num_beams(self, n: int) -> WhisperBuilder:
         """Beam width per 30 s window (1 = greedy / sampling)."""
         return self._set(num_beams=n)
 
@@ -500,7 +621,7 @@ class WhisperSpeechModel(ClosableTask):
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def _from_builder(cls, b: WhisperBuilder) -> "WhisperSpeechModel":
+    def _from_builder(cls, b: WhisperBuilder) -> WhisperSpeechModel:
         return cls(b.resolve_folder(), b)
 
     def __init__(self, folder: Path, builder: WhisperBuilder) -> None:
@@ -522,11 +643,21 @@ class WhisperSpeechModel(ClosableTask):
         self._features = self._feature_settings(config)
         defaults, totals = resolve_generation_defaults(self.folder)
         # Whisper's own processors replace the generic suppress lists (transformers does the same).
-        defaults = defaults.replace(suppress_tokens=(), begin_suppress_tokens=(), forced_bos_token_id=None,
-                                    eos_token_id=(self._vocab.eot,) if not defaults.eos_token_id else defaults.eos_token_id,
-                                    decoder_start_token_id=self._vocab.sot)
-        self._planner = CallPlanner(defaults, totals, builder.generation_overrides(), extra_eos=builder._eos,
-                                    context=self._runtime.max_target_positions, total_counts_prompt=True)
+        defaults = defaults.replace(
+            suppress_tokens=(),
+            begin_suppress_tokens=(),
+            forced_bos_token_id=None,
+            eos_token_id=(self._vocab.eot,) if not defaults.eos_token_id else defaults.eos_token_id,
+            decoder_start_token_id=self._vocab.sot,
+        )
+        self._planner = CallPlanner(
+            defaults,
+            totals,
+            builder.generation_overrides(),
+            extra_eos=builder._eos,
+            context=self._runtime.max_target_positions,
+            total_counts_prompt=True,
+        )
         self._processors = tuple(builder._processors)
         self._language = builder._language
         self._task_name = builder._whisper_task
@@ -575,7 +706,7 @@ class WhisperSpeechModel(ClosableTask):
         return f"WhisperSpeechModel(folder={str(self.folder)!r}, builder={self._builder_repr})"
 
     def _release(self) -> None:
-        self._runtime = None  # type: ignore[assignment]
+        self._runtime = None  # type: ignore[assignment]  # closed: every call checks _check_open() first
 
     # ------------------------------------------------------------------ audio
     def features(self, audio: _audio.AudioInput, *, sample_rate: int | None = None) -> np.ndarray:
@@ -585,9 +716,15 @@ class WhisperSpeechModel(ClosableTask):
 
     def _features_of(self, samples: np.ndarray) -> np.ndarray:
         f = self._features
-        return _audio.log_mel_spectrogram(samples, f["n_mels"], pad_or_trim=samples.size <= f["n_samples"],
-                                          n_samples=f["n_samples"], n_fft=f["n_fft"], hop_length=f["hop_length"],
-                                          sample_rate=f["sample_rate"])
+        return _audio.log_mel_spectrogram(
+            samples,
+            f["n_mels"],
+            pad_or_trim=samples.size <= f["n_samples"],
+            n_samples=f["n_samples"],
+            n_fft=f["n_fft"],
+            hop_length=f["hop_length"],
+            sample_rate=f["sample_rate"],
+        )
 
     # ------------------------------------------------------------------ prompt
     def _check_request(self, language: str | None, task: str | None, timestamps: bool) -> None:
@@ -678,7 +815,7 @@ class WhisperSpeechModel(ClosableTask):
     def _window(self, feats: np.ndarray, seek: int) -> tuple[np.ndarray, int]:
         n = self._features["window_frames"]
         frames = min(feats.shape[1] - seek, n)
-        window = feats[:, seek:seek + frames]
+        window = feats[:, seek : seek + frames]
         if frames < n:
             window = np.pad(window, ((0, 0), (0, n - frames)))
         return np.ascontiguousarray(window[None], dtype=np.float32), frames  # [1, n_mels, 3000]
@@ -737,8 +874,15 @@ class WhisperSpeechModel(ClosableTask):
             if kind == "text":
                 yield value
 
-    def _events(self, audio: _audio.AudioInput, sample_rate: int | None, language: Language | str | None,
-                task: str | None, timestamps: bool | None, overrides: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    def _events(
+        self,
+        audio: _audio.AudioInput,
+        sample_rate: int | None,
+        language: Language | str | None,
+        task: str | None,
+        timestamps: bool | None,
+        overrides: Mapping[str, Any],
+    ) -> Iterator[tuple[str, Any]]:
         started = time.perf_counter()
         self._check_open()
         lang = language_code(language) if language is not None else self._language
@@ -799,9 +943,17 @@ class WhisperSpeechModel(ClosableTask):
             language_out: str | None = "en"
         else:
             language_out = v.language_of(prompt[1]) if len(prompt) > 1 and prompt[1] is not None else None
-        yield "done", Transcription(detok.text, tuple(segments), language_out, tuple(kept),
-                                    duration=samples.size / self._features["sample_rate"],
-                                    elapsed=time.perf_counter() - started)
+        yield (
+            "done",
+            Transcription(
+                detok.text,
+                tuple(segments),
+                language_out,
+                tuple(kept),
+                duration=samples.size / self._features["sample_rate"],
+                elapsed=time.perf_counter() - started,
+            ),
+        )
 
     # -- the hooks of the window loop: a backend (here the native engine) encodes and decodes one window
     def _encode_window(self, window: np.ndarray) -> Any:
@@ -812,8 +964,15 @@ class WhisperSpeechModel(ClosableTask):
         """The language token for an encoded window."""
         return self._detect(*context)
 
-    def _decode_window(self, context: Any, ids: list[int], config: GenerationConfig, timestamps: bool,
-                       sampler: Any, rng: np.random.Generator) -> Iterator[int]:
+    def _decode_window(
+        self,
+        context: Any,
+        ids: list[int],
+        config: GenerationConfig,
+        timestamps: bool,
+        sampler: Any,
+        rng: np.random.Generator,
+    ) -> Iterator[int]:
         """The tokens generated for one window after the prompt ``ids``."""
         state = Seq2SeqState(self._runtime, *context)
         processors = self._window_processors(config, len(ids), timestamps)
@@ -827,22 +986,32 @@ class WhisperSpeechModel(ClosableTask):
             extra.append(SuppressTokensAtBegin(v.begin_suppress_tokens, prompt_length))
         if v.suppress_tokens:
             extra.append(SuppressTokens(v.suppress_tokens))
-        if timestamps:
+        if timestamps and v.no_timestamps is not None:  # transcribe() refuses timestamps without the token
             extra.append(WhisperTimestampRules(v.no_timestamps, v.eot, prompt_length, v.max_initial_timestamp_index))
         return extra
 
-    def _window_processors(self, config: GenerationConfig, prompt_length: int, timestamps: bool) -> list[LogitsProcessor]:
+    def _window_processors(
+        self, config: GenerationConfig, prompt_length: int, timestamps: bool
+    ) -> list[LogitsProcessor]:
         """transformers' order: the generic processors, then Whisper's rules, then the user's."""
         extra = [*self._whisper_processors(prompt_length, timestamps), *self._processors]
         return make_logits_processors(config, prompt_length=prompt_length, extra=extra)
 
-    def _window_tokens(self, state: Seq2SeqState, ids: list[int], config: GenerationConfig,
-                       processors: Sequence[LogitsProcessor], sampler: Any, rng: np.random.Generator) -> Iterator[int]:
+    def _window_tokens(
+        self,
+        state: Seq2SeqState,
+        ids: list[int],
+        config: GenerationConfig,
+        processors: Sequence[LogitsProcessor],
+        sampler: Any,
+        rng: np.random.Generator,
+    ) -> Iterator[int]:
         if config.num_beams > 1:
             from inference4py.generation.beam import generate_sequences
 
-            best = generate_sequences(state, ids, config.replace(num_return_sequences=1), processors=processors,
-                                      sampler=sampler, rng=rng)[0]
+            best = generate_sequences(
+                state, ids, config.replace(num_return_sequences=1), processors=processors, sampler=sampler, rng=rng
+            )[0]
             yield from best.token_ids
             return
         yield from generate_step(state, ids, config, processors=processors, sampler=sampler, rng=rng)

@@ -43,11 +43,19 @@ def _overrides(case: dict) -> dict:
 
 
 def test_the_four_architectures_are_covered():
-    assert {m["architecture"] for m in REF.values()} == {"Phi3ForCausalLM", "GemmaForCausalLM",
-                                                         "MistralForCausalLM", "Qwen3ForCausalLM"}
+    assert {m["architecture"] for m in REF.values()} == {
+        "Phi3ForCausalLM",
+        "GemmaForCausalLM",
+        "MistralForCausalLM",
+        "Qwen3ForCausalLM",
+    }
     # Gemma's export computes positions itself; the others take position_ids.
-    assert {n: m["position_ids_input"] for n, m in REF.items()} == {"phi3": True, "gemma": False, "mistral": True,
-                                                                    "qwen3": True}
+    assert {n: m["position_ids_input"] for n, m in REF.items()} == {
+        "phi3": True,
+        "gemma": False,
+        "mistral": True,
+        "qwen3": True,
+    }
 
 
 @pytest.mark.parametrize("name", sorted(REF))
@@ -85,7 +93,9 @@ def test_chat_messages_match_transformers(name, case):
 def test_streamed_text_equals_the_result():
     gen = generator("qwen3")
     case = next(c for c in REF["qwen3"]["cases"] if c["name"] == "emoji")
-    assert "".join(gen.stream(case["prompt"], **_overrides(case))) == gen.generate(case["prompt"], **_overrides(case)).text
+    assert (
+        "".join(gen.stream(case["prompt"], **_overrides(case))) == gen.generate(case["prompt"], **_overrides(case)).text
+    )
 
 
 _NAMES = re.compile(r"phi-?3|gemma|mistral|qwen3", re.I)

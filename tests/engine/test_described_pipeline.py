@@ -42,7 +42,7 @@ DESCRIPTION = {
 def _rename(name: str) -> str:
     for old, new in (("past_key_values.", "kv_in."), ("present.", "kv_out.")):
         if name.startswith(old):
-            name = new + name[len(old):]
+            name = new + name[len(old) :]
     return name.replace(".key", ".k").replace(".value", ".v")
 
 

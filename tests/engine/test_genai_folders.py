@@ -35,8 +35,11 @@ def _cases(*, plain_only: bool = False):
 
 
 def _overrides(case: dict) -> dict:
-    return {"max_new_tokens": case["max_new_tokens"], "do_sample": False,
-            **{k: v for k, v in case["settings"].items() if k != "do_sample"}}
+    return {
+        "max_new_tokens": case["max_new_tokens"],
+        "do_sample": False,
+        **{k: v for k, v in case["settings"].items() if k != "do_sample"},
+    }
 
 
 def test_fp32_and_int4_folders_are_covered():

@@ -21,7 +21,9 @@ def test_same_inputs_and_outputs_as_onnxruntime(path):
     assert inputs == graph_inputs(session)  # names, order, dtypes and declared shapes
     expected = graph_outputs(session)
     assert list(outputs) == list(expected)
-    assert all(outputs[n].dtype == expected[n].dtype and len(outputs[n].shape) == len(expected[n].shape) for n in outputs)
+    assert all(
+        outputs[n].dtype == expected[n].dtype and len(outputs[n].shape) == len(expected[n].shape) for n in outputs
+    )
 
 
 def test_unreadable_files_give_none(tmp_path):

@@ -12,7 +12,10 @@ from inference4py.errors import PipelineSpecError, UnsupportedModelError
 
 def io(inputs: dict[str, tuple], outputs: dict[str, tuple], dtype=np.float32):
     def infos(table):
-        return {n: TensorInfo(n, np.int64 if n in ("input_ids", "attention_mask") else dtype, s) for n, s in table.items()}
+        return {
+            n: TensorInfo(n, np.int64 if n in ("input_ids", "attention_mask") else dtype, s) for n, s in table.items()
+        }
+
     return infos(inputs), infos(outputs)
 
 
@@ -31,10 +34,13 @@ def decoder_io(past: str, present: str, layers: int = 2, kinds=("key", "value"),
     return io(inputs, outputs)
 
 
-@pytest.mark.parametrize("past,present,expected", [
-    ("past_key_values.{i}.{k}", "present.{i}.{k}", "past_key_values.{layer}.key"),
-    ("past_key_values_{i}_{k}", "present_{i}_{k}", "past_key_values_{layer}_key"),
-])
+@pytest.mark.parametrize(
+    "past,present,expected",
+    [
+        ("past_key_values.{i}.{k}", "present.{i}.{k}", "past_key_values.{layer}.key"),
+        ("past_key_values_{i}_{k}", "present_{i}_{k}", "past_key_values_{layer}_key"),
+    ],
+)
 def test_exporter_conventions(past, present, expected):
     names, cross = detect_cache_names(*decoder_io(past, present))
     assert names.format == "separate" and names.pairs[0][0] == expected and cross is None
@@ -51,9 +57,16 @@ def test_encoder_decoder_convention_has_a_cross_cache():
 
 
 def test_genai_whisper_convention():
-    inputs, outputs = io({"input_ids": ("B", "S"), "past_key_self_0": PAST, "past_value_self_0": PAST,
-                          "past_key_cross_0": PAST, "past_value_cross_0": PAST},
-                         {"logits": ("B", "S", 10), "present_key_self_0": TOTAL, "present_value_self_0": TOTAL})
+    inputs, outputs = io(
+        {
+            "input_ids": ("B", "S"),
+            "past_key_self_0": PAST,
+            "past_value_self_0": PAST,
+            "past_key_cross_0": PAST,
+            "past_value_cross_0": PAST,
+        },
+        {"logits": ("B", "S", 10), "present_key_self_0": TOTAL, "present_value_self_0": TOTAL},
+    )
     names, cross = detect_cache_names(inputs, outputs)
     assert names.pairs[0] == ("past_key_self_{layer}", "present_key_self_{layer}")
     assert cross.pairs[1] == ("past_value_cross_{layer}", "present_value_cross_{layer}")
@@ -62,8 +75,10 @@ def test_genai_whisper_convention():
 
 
 def test_gpt2_combined_convention():
-    inputs, outputs = io({"input_ids": ("B", "S"), "past_0": (2, "B", 4, "P", 8), "past_1": (2, "B", 4, "P", 8)},
-                         {"logits": ("B", "S", 10), "present_0": (2, "B", 4, "T", 8), "present_1": (2, "B", 4, "T", 8)})
+    inputs, outputs = io(
+        {"input_ids": ("B", "S"), "past_0": (2, "B", 4, "P", 8), "past_1": (2, "B", 4, "P", 8)},
+        {"logits": ("B", "S", 10), "present_0": (2, "B", 4, "T", 8), "present_1": (2, "B", 4, "T", 8)},
+    )
     layout = discover_layout(inputs, outputs)
     assert layout.names.format == "combined"
     assert layout.num_kv_heads == 4 and layout.head_dim == 8
@@ -73,14 +88,20 @@ def test_gpt2_combined_convention():
 
 def test_structural_pairing_by_name_ending():
     names, _ = detect_cache_names(*decoder_io("kv_in.{i}.{k}", "kv_out.{i}.{k}", kinds=("k", "v")))
-    assert names.to_json() == {"format": "separate", "past_key_pattern": "kv_in.{layer}.k",
-                               "past_value_pattern": "kv_in.{layer}.v", "present_key_pattern": "kv_out.{layer}.k",
-                               "present_value_pattern": "kv_out.{layer}.v"}
+    assert names.to_json() == {
+        "format": "separate",
+        "past_key_pattern": "kv_in.{layer}.k",
+        "past_value_pattern": "kv_in.{layer}.v",
+        "present_key_pattern": "kv_out.{layer}.k",
+        "present_value_pattern": "kv_out.{layer}.v",
+    }
 
 
 def test_structural_pairing_falls_back_to_graph_order():
-    inputs, outputs = io({"input_ids": ("B", "S"), "cache_a_0": PAST, "cache_b_0": PAST},
-                         {"logits": ("B", "S", 10), "new_x_0": TOTAL, "new_y_0": TOTAL})
+    inputs, outputs = io(
+        {"input_ids": ("B", "S"), "cache_a_0": PAST, "cache_b_0": PAST},
+        {"logits": ("B", "S", 10), "new_x_0": TOTAL, "new_y_0": TOTAL},
+    )
     names, _ = detect_cache_names(inputs, outputs)
     assert names.pairs == (("cache_a_{layer}", "new_x_{layer}"), ("cache_b_{layer}", "new_y_{layer}"))
 
@@ -117,8 +138,10 @@ def test_declared_names_are_checked():
 
 def test_symbolic_head_size_comes_from_the_description_then_config():
     sym = ("B", 2, "P", "head")
-    inputs, outputs = io({"input_ids": ("B", "S"), "past_key_values.0.key": sym, "past_key_values.0.value": sym},
-                         {"logits": ("B", "S", 10), "present.0.key": sym, "present.0.value": sym})
+    inputs, outputs = io(
+        {"input_ids": ("B", "S"), "past_key_values.0.key": sym, "past_key_values.0.value": sym},
+        {"logits": ("B", "S", 10), "present.0.key": sym, "present.0.value": sym},
+    )
     assert discover_layout(inputs, outputs, head_size=16).head_dim == 16
     assert discover_layout(inputs, outputs, {"hidden_size": 64, "num_attention_heads": 4}).head_dim == 16
     layout = discover_layout(inputs, outputs, head_size=16)

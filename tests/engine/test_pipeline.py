@@ -22,6 +22,7 @@ from inference4py.engine.pipeline import (
 from inference4py.errors import ModelFilesMissingError, ModelNotFoundError, PipelineSpecError
 from tests.conftest import MODELS
 
+
 def _native(folder: Path) -> bool:
     """genai folders with vision / speech / embedding sessions run only on inference4py_genai."""
     config = folder / "genai_config.json"
@@ -101,7 +102,9 @@ def test_schema_ships_as_package_data():
 
 
 def test_a_minimal_description_expands_its_preset(tmp_path):
-    folder = write_description(copy_model("llama", tmp_path / "m"), {"version": 1, "pipeline": {"extends": "autoregressive-decoder"}})
+    folder = write_description(
+        copy_model("llama", tmp_path / "m"), {"version": 1, "pipeline": {"extends": "autoregressive-decoder"}}
+    )
     spec = load_pipeline(folder)
     assert spec.source == DESCRIPTION_FILE
     assert spec.preset == "autoregressive-decoder"
@@ -133,18 +136,28 @@ def test_user_fields_override_the_preset(tmp_path):
     assert spec.state.kv_cache.format == "separate"  # still detected: the override touched position_ids only
     assert spec.tokens.eos == (2, 5)
     # Declared values win; the rest comes from generation_config.json (bos here).
-    assert spec.generation_defaults() == {"max_new_tokens": 7, "repetition_penalty": 1.1, "eos_token_id": [2, 5],
-                                          "pad_token_id": 0, "bos_token_id": 1}
+    assert spec.generation_defaults() == {
+        "max_new_tokens": 7,
+        "repetition_penalty": 1.1,
+        "eos_token_id": [2, 5],
+        "pad_token_id": 0,
+        "bos_token_id": 1,
+    }
     assert spec.metadata["model_type"] == "whatever-it-is"
 
 
 def test_description_tokens_and_generation_reach_the_task_defaults(tmp_path):
     from inference4py import OnnxTextGenerator
 
-    folder = write_description(copy_model("llama", tmp_path / "m"), {
-        "version": 1, "pipeline": {"extends": "autoregressive-decoder", "context_length": 100},
-        "tokens": {"eos": [7, 2]}, "generation": {"max_new_tokens": 3, "repetition_penalty": 1.2},
-    })
+    folder = write_description(
+        copy_model("llama", tmp_path / "m"),
+        {
+            "version": 1,
+            "pipeline": {"extends": "autoregressive-decoder", "context_length": 100},
+            "tokens": {"eos": [7, 2]},
+            "generation": {"max_new_tokens": 3, "repetition_penalty": 1.2},
+        },
+    )
     with OnnxTextGenerator.builder().model_path(folder).build() as gen:
         assert gen.generation_config.eos_token_id == (7, 2)
         assert gen.generation_config.repetition_penalty == 1.2
@@ -168,7 +181,10 @@ def test_detection_rules_on_the_layouts():
     t5 = load_pipeline(MODELS / "t5-3file")
     assert t5.preset == "encoder-decoder"
     assert [(s.run, s.when, s.steps) for s in t5.steps] == [
-        ("encoder", "init", "all"), ("decoder", "step", "first"), ("decoder_with_past", "step", "later")]
+        ("encoder", "init", "all"),
+        ("decoder", "step", "first"),
+        ("decoder_with_past", "step", "later"),
+    ]
     assert t5.state.cross_cache.source == "encoder"
     assert t5.state.cross_cache.names.pairs[0][0] == "past_key_values.{layer}.encoder.key"
     assert load_pipeline(MODELS / "gpt2").state.position_ids.strategy == "auto"
@@ -179,8 +195,9 @@ def test_detection_by_graph_structure_when_file_names_are_unknown(tmp_path):
     spec = load_pipeline(folder)
     assert spec.source == "detected"
     assert spec.session("decoder").file == "my-export.onnx"
-    seq = copy_model("bart", tmp_path / "s", rename={"encoder_model.onnx": "enc.onnx",
-                                                       "decoder_model_merged.onnx": "dec.onnx"})
+    seq = copy_model(
+        "bart", tmp_path / "s", rename={"encoder_model.onnx": "enc.onnx", "decoder_model_merged.onnx": "dec.onnx"}
+    )
     spec = load_pipeline(seq)
     assert spec.preset == "encoder-decoder"
     assert (spec.session("encoder").file, spec.session("decoder").file) == ("enc.onnx", "dec.onnx")
@@ -203,15 +220,26 @@ def test_a_folder_without_onnx_files_lists_what_it_found(tmp_path):
 
 def test_roles_address_renamed_sessions(tmp_path):
     folder = copy_model("t5-3file", tmp_path / "m")
-    spec = load_pipeline(write_description(folder, {
-        "version": 1,
-        "pipeline": {
-            "sessions": {"text_encoder": {"file": "encoder_model.onnx"}, "prompt": {"file": "decoder_model.onnx"},
-                         "loop": {"file": "decoder_with_past_model.onnx"}},
-            "flow": [{"run": "text_encoder", "when": "init"}, {"run": "prompt", "when": "step", "steps": "first"},
-                     {"run": "loop", "when": "step", "steps": "later"}],
-        },
-    }))
+    spec = load_pipeline(
+        write_description(
+            folder,
+            {
+                "version": 1,
+                "pipeline": {
+                    "sessions": {
+                        "text_encoder": {"file": "encoder_model.onnx"},
+                        "prompt": {"file": "decoder_model.onnx"},
+                        "loop": {"file": "decoder_with_past_model.onnx"},
+                    },
+                    "flow": [
+                        {"run": "text_encoder", "when": "init"},
+                        {"run": "prompt", "when": "step", "steps": "first"},
+                        {"run": "loop", "when": "step", "steps": "later"},
+                    ],
+                },
+            },
+        )
+    )
     assert spec.preset == "encoder-decoder"  # named after the structure when not given
     assert spec.roles == {"encoder": "text_encoder", "decoder": "prompt", "decoder_with_past": "loop"}
     assert spec.path("decoder_with_past") == folder / "decoder_with_past_model.onnx"
@@ -238,11 +266,24 @@ def test_genai_config_translates_to_a_description():
 
 
 def test_genai_provider_options_become_session_settings():
-    raw = {"model": {"decoder": {"filename": "model.onnx", "session_options": {
-        "provider_options": [{"cuda": {"enable_cuda_graph": "0"}}], "intra_op_num_threads": 2}}}}
+    raw = {
+        "model": {
+            "decoder": {
+                "filename": "model.onnx",
+                "session_options": {
+                    "provider_options": [{"cuda": {"enable_cuda_graph": "0"}}],
+                    "intra_op_num_threads": 2,
+                },
+            }
+        }
+    }
     session = translate_genai_config(raw)["pipeline"]["sessions"]["decoder"]
-    assert session == {"file": "model.onnx", "execution_provider": "CUDAExecutionProvider",
-                       "provider_options": {"enable_cuda_graph": "0"}, "session_options": {"intra_op_num_threads": 2}}
+    assert session == {
+        "file": "model.onnx",
+        "execution_provider": "CUDAExecutionProvider",
+        "provider_options": {"enable_cuda_graph": "0"},
+        "session_options": {"intra_op_num_threads": 2},
+    }
 
 
 def test_multimodal_genai_folders_point_to_the_genai_package():
@@ -263,9 +304,18 @@ def test_the_description_file_wins_over_genai_config(tmp_path):
 def test_a_provider_missing_from_this_build_warns_and_runs_on_cpu(tmp_path):
     from inference4py import OnnxTextGenerator
 
-    folder = write_description(copy_model("gpt2", tmp_path / "m"), minimal(
-        sessions={"decoder": {"file": "model.onnx", "execution_provider": "NoSuchExecutionProvider",
-                              "session_options": {"graph_optimization_level": "basic"}}}))
+    folder = write_description(
+        copy_model("gpt2", tmp_path / "m"),
+        minimal(
+            sessions={
+                "decoder": {
+                    "file": "model.onnx",
+                    "execution_provider": "NoSuchExecutionProvider",
+                    "session_options": {"graph_optimization_level": "basic"},
+                }
+            }
+        ),
+    )
     with pytest.warns(RuntimeWarning, match="NoSuchExecutionProvider"):
         gen = OnnxTextGenerator.builder().model_path(folder).build()
     with gen:
@@ -349,23 +399,43 @@ def test_links_inside_the_folder_and_hub_cache_blobs_are_fine(tmp_path):
 
 
 def test_kv_input_without_matching_output(tmp_path):
-    message = _error(tmp_path, minimal(state={"kv_cache": {
-        "format": "separate", "past_key_pattern": "past_key_values.{layer}.key",
-        "past_value_pattern": "past_key_values.{layer}.value", "present_key_pattern": "new.{layer}.key",
-        "present_value_pattern": "present.{layer}.value"}}))
+    message = _error(
+        tmp_path,
+        minimal(
+            state={
+                "kv_cache": {
+                    "format": "separate",
+                    "past_key_pattern": "past_key_values.{layer}.key",
+                    "past_value_pattern": "past_key_values.{layer}.value",
+                    "present_key_pattern": "new.{layer}.key",
+                    "present_value_pattern": "present.{layer}.value",
+                }
+            }
+        ),
+    )
     assert "cache input 'past_key_values.0.key' but no output 'new.0.key'" in message
     assert "present_* pattern" in message
 
 
 def test_kv_patterns_matching_nothing(tmp_path):
-    message = _error(tmp_path, minimal(state={"kv_cache": {
-        "format": "combined", "past_pattern": "past_{layer}", "present_pattern": "present_{layer}"}}))
+    message = _error(
+        tmp_path,
+        minimal(
+            state={
+                "kv_cache": {"format": "combined", "past_pattern": "past_{layer}", "present_pattern": "present_{layer}"}
+            }
+        ),
+    )
     assert "match no input" in message and '"format": "auto"' in message
 
 
 def test_kv_pattern_without_layer_placeholder(tmp_path):
-    message = _error(tmp_path, minimal(state={"kv_cache": {"format": "combined", "past_pattern": "past",
-                                                           "present_pattern": "present_{layer}"}}))
+    message = _error(
+        tmp_path,
+        minimal(
+            state={"kv_cache": {"format": "combined", "past_pattern": "past", "present_pattern": "present_{layer}"}}
+        ),
+    )
     assert "{layer}" in message
 
 
@@ -393,21 +463,29 @@ def test_unsupported_or_missing_version(tmp_path, version):
         assert f"has version {version!r}" in message and "reads version(s) 1" in message
 
 
-@pytest.mark.parametrize("description,fragment", [
-    ({"version": 1, "pipline": {}}, "unknown key(s) 'pipline'"),
-    ({"version": 1, "pipeline": {"sessions": {"decoder": {"file": "model.onnx"}}}}, 'needs a "flow"'),
-    ({"version": 1, "pipeline": {}}, "at least one session"),
-    (minimal(sessions={"decoder": {"file": "model.onnx"}, "extra": {"file": "model.onnx"}}), "never run"),
-    (minimal(flow=[{"run": "decoder", "when": "always"}]), "Valid phases: init, step, final"),
-    (minimal(flow=[{"run": "decoder", "when": "step"}, {"run": "decoder", "when": "final"}]), '"final" sessions'),
-    (minimal(state={"kv_cache": {"format": "paged"}}), 'unknown kv_cache format "paged"'),
-    (minimal(state={"kv_cache": {"format": "auto", "past_pattern": "p{layer}"}}), '"format": "auto"'),
-    (minimal(sessions={"decoder": {"file": "model.onnx", "session_options": {"threads": 2}}}), "unknown session option"),
-    (minimal(context_length=0), "context_length must be a positive integer"),
-    ({"version": 1, "pipeline": {"extends": "autoregressive-decoder"}, "tokens": {"eos": "</s>"}}, "tokens.eos"),
-    ({"version": 1, "pipeline": {"extends": "autoregressive-decoder"}, "generation": {"temperatur": 0.5}},
-     "unknown key(s) 'temperatur'"),
-])
+@pytest.mark.parametrize(
+    "description,fragment",
+    [
+        ({"version": 1, "pipline": {}}, "unknown key(s) 'pipline'"),
+        ({"version": 1, "pipeline": {"sessions": {"decoder": {"file": "model.onnx"}}}}, 'needs a "flow"'),
+        ({"version": 1, "pipeline": {}}, "at least one session"),
+        (minimal(sessions={"decoder": {"file": "model.onnx"}, "extra": {"file": "model.onnx"}}), "never run"),
+        (minimal(flow=[{"run": "decoder", "when": "always"}]), "Valid phases: init, step, final"),
+        (minimal(flow=[{"run": "decoder", "when": "step"}, {"run": "decoder", "when": "final"}]), '"final" sessions'),
+        (minimal(state={"kv_cache": {"format": "paged"}}), 'unknown kv_cache format "paged"'),
+        (minimal(state={"kv_cache": {"format": "auto", "past_pattern": "p{layer}"}}), '"format": "auto"'),
+        (
+            minimal(sessions={"decoder": {"file": "model.onnx", "session_options": {"threads": 2}}}),
+            "unknown session option",
+        ),
+        (minimal(context_length=0), "context_length must be a positive integer"),
+        ({"version": 1, "pipeline": {"extends": "autoregressive-decoder"}, "tokens": {"eos": "</s>"}}, "tokens.eos"),
+        (
+            {"version": 1, "pipeline": {"extends": "autoregressive-decoder"}, "generation": {"temperatur": 0.5}},
+            "unknown key(s) 'temperatur'",
+        ),
+    ],
+)
 def test_other_mistakes_name_the_fix(tmp_path, description, fragment):
     assert fragment in _error(tmp_path, description)
 
@@ -445,7 +523,9 @@ def test_inspect_prints_a_description_that_loads_back(tmp_path, capsys):
     assert printed["metadata"]["resolved_from"] == "genai_config.json"
     assert "genai_config.json" in err
     folder = write_description(copy_model("genai-qwen2", tmp_path / "m"), printed)
-    assert load_pipeline(folder).normalized() == replace_folder(load_pipeline(MODELS / "genai-qwen2"), folder).normalized()
+    assert (
+        load_pipeline(folder).normalized() == replace_folder(load_pipeline(MODELS / "genai-qwen2"), folder).normalized()
+    )
 
 
 def test_inspect_detect_ignores_description_files(capsys):
@@ -467,10 +547,20 @@ def test_inspect_errors_are_clean(tmp_path, capsys):
 
 def test_a_renamed_three_file_encoder_decoder_is_paired_by_structure(tmp_path):
     folder = copy_model("t5-3file", tmp_path / "src")
-    renamed = copy_model("t5-3file", tmp_path / "m", rename={"encoder_model.onnx": "e.onnx",
-                                                               "decoder_model.onnx": "d0.onnx",
-                                                               "decoder_with_past_model.onnx": "d1.onnx"})
+    renamed = copy_model(
+        "t5-3file",
+        tmp_path / "m",
+        rename={
+            "encoder_model.onnx": "e.onnx",
+            "decoder_model.onnx": "d0.onnx",
+            "decoder_with_past_model.onnx": "d1.onnx",
+        },
+    )
     spec = load_pipeline(renamed)
     assert spec.roles == {"encoder": "encoder", "decoder": "decoder", "decoder_with_past": "decoder_with_past"}
-    assert [spec.session(r).file for r in ("encoder", "decoder", "decoder_with_past")] == ["e.onnx", "d0.onnx", "d1.onnx"]
+    assert [spec.session(r).file for r in ("encoder", "decoder", "decoder_with_past")] == [
+        "e.onnx",
+        "d0.onnx",
+        "d1.onnx",
+    ]
     assert spec.normalized().state == load_pipeline(folder).normalized().state

@@ -112,12 +112,12 @@ def test_the_step_level_generator_crosses_the_window(name):
     g.append_tokens(case["prompt_ids"])
     while not g.is_done():
         g.generate_next_token()
-    first = g.sequence(0)[len(case["prompt_ids"]):]
+    first = g.sequence(0)[len(case["prompt_ids"]) :]
     assert first == case["output_ids"]
     g.rewind_to(len(case["prompt_ids"]) + 5)
     while not g.is_done():
         g.generate_next_token()
-    assert g.sequence(0)[len(case["prompt_ids"]):] == case["output_ids"]
+    assert g.sequence(0)[len(case["prompt_ids"]) :] == case["output_ids"]
 
 
 @pytest.mark.parametrize("name", FP32)
@@ -152,6 +152,9 @@ def test_same_greedy_ids_as_onnxruntime_genai():
 
 
 def test_a_bad_sliding_window_in_a_description_names_the_key():
-    raw = {"version": 1, "pipeline": {"extends": "autoregressive-decoder", "state": {"kv_cache": {"sliding_window": -4}}}}
+    raw = {
+        "version": 1,
+        "pipeline": {"extends": "autoregressive-decoder", "state": {"kv_cache": {"sliding_window": -4}}},
+    }
     with pytest.raises(PipelineSpecError, match="state.kv_cache.sliding_window"):
         resolve_description(raw, FIXTURES / MODELS["genai-gemma3"]["folder"])

@@ -84,7 +84,9 @@ def test_beam_search_matches_transformers(name, case):
     assert list(result.token_ids) == case["sequences"][0]
 
 
-@pytest.mark.parametrize("name,case", list(_cases(["genai-llama-int4"], "text")) + list(_cases(["genai-llama-int4"], "chat")))
+@pytest.mark.parametrize(
+    "name,case", list(_cases(["genai-llama-int4"], "text")) + list(_cases(["genai-llama-int4"], "chat"))
+)
 def test_int4_folder_reproduces_genai_references(name, case):
     prompt = case["prompt"] if case["kind"] == "text" else case["messages"]
     result = generator(name).generate(prompt, **_overrides(case))
@@ -95,7 +97,13 @@ def test_int4_folder_reproduces_genai_references(name, case):
 def test_chat_template_on_str_prompts_and_system_prompt():
     case = next(c for c in reference("genai-qwen2")["cases"] if c["name"] == "chat-system")
     system, user = case["messages"]
-    gen = TextGenerator.builder().model_path(folder("genai-qwen2")).chat_template().system_prompt(system["content"]).build()
+    gen = (
+        TextGenerator.builder()
+        .model_path(folder("genai-qwen2"))
+        .chat_template()
+        .system_prompt(system["content"])
+        .build()
+    )
     assert gen.encode_prompt(user["content"]) == case["prompt_ids"]
     assert list(gen.generate(user["content"], **_overrides(case)).token_ids) == case["output_ids"]
 
@@ -162,10 +170,15 @@ def test_top_k_and_top_p_apply():
     gen = generator("genai-llama")
     greedy = gen.generate("The old house", max_new_tokens=8).token_ids
     seeds = range(12)
-    assert all(gen.generate("The old house", max_new_tokens=8, temperature=5.0, top_k=1, seed=s).token_ids == greedy
-               for s in seeds)
-    assert all(gen.generate("The old house", max_new_tokens=8, temperature=5.0, top_k=0, top_p=1e-6, seed=s).token_ids
-               == greedy for s in seeds)
+    assert all(
+        gen.generate("The old house", max_new_tokens=8, temperature=5.0, top_k=1, seed=s).token_ids == greedy
+        for s in seeds
+    )
+    assert all(
+        gen.generate("The old house", max_new_tokens=8, temperature=5.0, top_k=0, top_p=1e-6, seed=s).token_ids
+        == greedy
+        for s in seeds
+    )
     top3 = set(_first_tokens(gen, range(40), temperature=5.0, top_k=3))
     assert len(top3) == 3
 
@@ -177,8 +190,9 @@ def test_temperature_zero_means_greedy():
 
 
 def test_several_samples_are_candidates():
-    result = generator("genai-llama").generate("The old house", max_new_tokens=8, do_sample=True,
-                                               num_return_sequences=3, seed=5)
+    result = generator("genai-llama").generate(
+        "The old house", max_new_tokens=8, do_sample=True, num_return_sequences=3, seed=5
+    )
     assert len(result.candidates) == 3
     assert len({c.token_ids for c in result.candidates}) > 1
     assert result.token_ids == result.candidates[0].token_ids
@@ -238,7 +252,7 @@ def test_stop_sequence_cuts_the_text_and_the_stream():
     case = next(c for c in reference("genai-llama")["cases"] if c["name"] == "ascii")
     gen = generator("genai-llama")
     full = case["text"]
-    stop = full[len(full) // 2: len(full) // 2 + 3]
+    stop = full[len(full) // 2 : len(full) // 2 + 3]
     expected = full[: full.index(stop)]
     result = gen.generate(case["prompt"], max_new_tokens=case["max_new_tokens"], stop_sequences=[stop])
     assert result.text == expected and result.finish_reason == "stop"
@@ -311,14 +325,18 @@ def _native_reference(name, prompt, **options):
     return out
 
 
-@pytest.mark.parametrize("options", [
-    {"no_repeat_ngram_size": 1},
-    {"suppress_tokens": [1077, 60]},
-    {"begin_suppress_tokens": [1077]},
-    {"bad_words_ids": [[1145, 1145], [994]]},
-    {"forced_eos_token_id": 5},
-    {"no_repeat_ngram_size": 1, "repetition_penalty": 1.3},
-], ids=lambda o: "-".join(o))
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"no_repeat_ngram_size": 1},
+        {"suppress_tokens": [1077, 60]},
+        {"begin_suppress_tokens": [1077]},
+        {"bad_words_ids": [[1145, 1145], [994]]},
+        {"forced_eos_token_id": 5},
+        {"no_repeat_ngram_size": 1, "repetition_penalty": 1.3},
+    ],
+    ids=lambda o: "-".join(o),
+)
 def test_processors_genai_lacks_run_in_python(options):
     case = next(c for c in reference("genai-llama")["cases"] if c["name"] == "ascii")
     plain = generator("genai-llama").generate(case["prompt"], max_new_tokens=16)
@@ -332,9 +350,9 @@ def test_processors_genai_lacks_run_in_python(options):
 def test_no_repeat_ngram_matches_transformers_where_it_changes_the_output():
     gen = generator("genai-llama")
     ids = gen.generate("The old house", max_new_tokens=24, no_repeat_ngram_size=2).token_ids
-    pairs = [tuple(ids[i:i + 2]) for i in range(len(ids) - 1)]
+    pairs = [tuple(ids[i : i + 2]) for i in range(len(ids) - 1)]
     full = gen.encode_prompt("The old house") + list(ids)
-    all_pairs = [tuple(full[i:i + 2]) for i in range(len(full) - 1)]
+    all_pairs = [tuple(full[i : i + 2]) for i in range(len(full) - 1)]
     assert len(all_pairs) == len(set(all_pairs)) and pairs
 
 
@@ -351,7 +369,13 @@ def test_builder_logits_processor_runs_on_genais_logits():
         seen.append(ids.shape[1])
         return scores
 
-    gen = TextGenerator.builder().model_path(folder("genai-llama")).logits_processor(ban_first).logits_processor(record).build()
+    gen = (
+        TextGenerator.builder()
+        .model_path(folder("genai-llama"))
+        .logits_processor(ban_first)
+        .logits_processor(record)
+        .build()
+    )
     case = next(c for c in reference("genai-llama")["cases"] if c["name"] == "ascii")
     assert case["output_ids"][0] == 1077
     result = gen.generate(case["prompt"], max_new_tokens=5)
@@ -427,7 +451,13 @@ def test_genai_runtime_errors_are_wrapped():
 
 def test_providers_and_threads():
     expected = generator("genai-llama").generate("The old house", max_new_tokens=8).token_ids
-    cpu = TextGenerator.builder().model_path(folder("genai-llama")).providers(["CPUExecutionProvider"]).intra_op_threads(1).build()
+    cpu = (
+        TextGenerator.builder()
+        .model_path(folder("genai-llama"))
+        .providers(["CPUExecutionProvider"])
+        .intra_op_threads(1)
+        .build()
+    )
     assert cpu.generate("The old house", max_new_tokens=8).token_ids == expected
     with pytest.raises(ConfigurationError, match="bogus"):
         TextGenerator.builder().model_path(folder("genai-llama")).providers(["bogus"]).build()

@@ -76,7 +76,7 @@ def test_stream_and_stop_sequences():
     pieces = list(model.stream(images, case["text"], max_new_tokens=case["max_new_tokens"]))
     assert "".join(pieces) == case["output_text"]
     text = case["output_text"]
-    stop = text[len(text) // 2:len(text) // 2 + 2]
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
     result = model.generate(images, case["text"], max_new_tokens=case["max_new_tokens"], stop_sequences=[stop])
     assert result.finish_reason == "stop" and result.text == text[: text.index(stop)]
 
@@ -98,7 +98,9 @@ def test_chat_messages_and_system_prompt():
     messages = [{"role": "user", "content": case["text"]}]
     assert vlm().render_prompt(messages, 1) == case["rendered"]
     with_system = VisionLanguageModel.builder().model_path(folder("genai-phi3v")).system_prompt("Be brief.").build()
-    assert with_system.render_prompt(case["text"], 1).startswith("<|system|>\nBe brief.<|end|>\n<|user|>\n<|image_1|>\n")
+    assert with_system.render_prompt(case["text"], 1).startswith(
+        "<|system|>\nBe brief.<|end|>\n<|user|>\n<|image_1|>\n"
+    )
 
 
 def test_errors():

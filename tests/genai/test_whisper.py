@@ -135,7 +135,9 @@ def test_suppress_tokens_from_the_folder_run_on_genais_logits(tmp_path):
     copy = tmp_path / "whisper"
     shutil.copytree(folder("genai-whisper"), copy)
     banned = case["output_ids"][0]
-    (copy / "generation_config.json").write_text(json.dumps({"suppress_tokens": [banned], "begin_suppress_tokens": [EOT]}))
+    (copy / "generation_config.json").write_text(
+        json.dumps({"suppress_tokens": [banned], "begin_suppress_tokens": [EOT]})
+    )
     asr = WhisperSpeechModel.builder().model_path(copy).language("en").build()
     result = asr.transcribe(CLIP, max_new_tokens=case["max_new_tokens"])
     assert banned not in result.token_ids and result.token_ids
@@ -159,7 +161,15 @@ def test_preset_and_builder_options():
     assert b._model_id == "inference4j/whisper-small-genai"
     b = b.language("english").task("transcribe").providers(["CPUExecutionProvider"]).intra_op_threads(1)
     assert "language='en'" in repr(b)
-    built = WhisperSpeechModel.builder().model_path(folder("genai-whisper")).language("en").providers(
-        ["CPUExecutionProvider"]).intra_op_threads(1).build()
+    built = (
+        WhisperSpeechModel.builder()
+        .model_path(folder("genai-whisper"))
+        .language("en")
+        .providers(["CPUExecutionProvider"])
+        .intra_op_threads(1)
+        .build()
+    )
     with built:
-        assert list(built.transcribe(CLIP, max_new_tokens=4).token_ids) == _without_eot(CASES["clip-en"]["output_ids"])[:4]
+        assert (
+            list(built.transcribe(CLIP, max_new_tokens=4).token_ids) == _without_eot(CASES["clip-en"]["output_ids"])[:4]
+        )

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from inference4py.errors import ConfigurationError
-from inference4py.generation.beam import Hypothesis, beam_search, generate_sequences, returns_several, sample_sequences
+from inference4py.generation.beam import Hypothesis, beam_search, generate_sequences, returns_several
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.processors import make_logits_processors
 from inference4py.generation.sampling import make_rng, make_sampler
@@ -106,7 +106,9 @@ def _config(**kw) -> GenerationConfig:
     return GenerationConfig(**base)
 
 
-def _search(config: GenerationConfig, model: FakeModel | None = None, prompt=PROMPT) -> tuple[list[Hypothesis], FakeModel]:
+def _search(
+    config: GenerationConfig, model: FakeModel | None = None, prompt=PROMPT
+) -> tuple[list[Hypothesis], FakeModel]:
     model = model or FakeModel()
     hyps = beam_search(model, [prompt], config, processors=make_logits_processors(config, prompt_length=len(prompt)))
     return hyps[0], model
@@ -183,8 +185,9 @@ def test_num_return_sequences_is_a_prefix():
 
 def test_length_limit_without_eos():
     # no EOS id (token 0 suppressed): every hypothesis ends at the length limit
-    config = GenerationConfig(num_beams=2, num_return_sequences=2, max_new_tokens=3, eos_token_id=(),
-                              suppress_tokens=(0,))
+    config = GenerationConfig(
+        num_beams=2, num_return_sequences=2, max_new_tokens=3, eos_token_id=(), suppress_tokens=(0,)
+    )
     hyps, model = _search(config)
     assert [h.token_ids for h in hyps] == [(2, 4, 4), (1, 4, 4)]
     assert [h.finish_reason for h in hyps] == ["length", "length"]
@@ -225,8 +228,9 @@ def test_more_return_sequences_than_beams_is_refused():
 
 
 def test_beam_sampling_is_seeded_and_returns_num_beams_hypotheses():
-    config = GenerationConfig(num_beams=2, num_return_sequences=2, do_sample=True, top_k=0, max_new_tokens=5,
-                              eos_token_id=EOS, seed=3)
+    config = GenerationConfig(
+        num_beams=2, num_return_sequences=2, do_sample=True, top_k=0, max_new_tokens=5, eos_token_id=EOS, seed=3
+    )
     runs = [beam_search(FakeModel(), [PROMPT], config, rng=make_rng(3))[0] for _ in range(2)]
     assert runs[0] == runs[1]
     assert len(runs[0]) == 2
@@ -251,11 +255,24 @@ class SampleModel(FakeModel):
 
 
 def _sample(n: int, seed: int, pad: int | None = 5):
-    config = GenerationConfig(do_sample=True, top_k=0, num_return_sequences=n, max_new_tokens=12,
-                              eos_token_id=EOS, pad_token_id=pad, seed=seed)
+    config = GenerationConfig(
+        do_sample=True,
+        top_k=0,
+        num_return_sequences=n,
+        max_new_tokens=12,
+        eos_token_id=EOS,
+        pad_token_id=pad,
+        seed=seed,
+    )
     model = SampleModel()
-    hyps = generate_sequences(model, PROMPT, config, processors=make_logits_processors(config, prompt_length=3),
-                              sampler=make_sampler(config), rng=make_rng(seed))
+    hyps = generate_sequences(
+        model,
+        PROMPT,
+        config,
+        processors=make_logits_processors(config, prompt_length=3),
+        sampler=make_sampler(config),
+        rng=make_rng(seed),
+    )
     return hyps, model
 
 

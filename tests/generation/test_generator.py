@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inference4py import OnnxTextGenerator, FlanT5TextGenerator
+from inference4py import OnnxTextGenerator
 from inference4py.errors import InvalidInputError
 from tests.conftest import MODELS, load_reference
 

@@ -110,8 +110,19 @@ def test_single_processor_matches_transformers(case):
 def test_every_processor_kind_has_reference_cases():
     kinds = {c["kind"] for c in META["single"]}
     assert kinds == {
-        "repetition_penalty", "no_repeat_ngram", "bad_words", "min_new_tokens", "min_length", "forced_bos",
-        "forced_eos", "suppress_tokens", "begin_suppress", "temperature", "top_k", "top_p", "min_p",
+        "repetition_penalty",
+        "no_repeat_ngram",
+        "bad_words",
+        "min_new_tokens",
+        "min_length",
+        "forced_bos",
+        "forced_eos",
+        "suppress_tokens",
+        "begin_suppress",
+        "temperature",
+        "top_k",
+        "top_p",
+        "min_p",
     }
     # The fixture must actually exercise the processors: most cases change something.
     changed = [c["name"] for c in META["single"] if not np.array_equal(ARRAYS[f"single/{c['name']}"], LOGITS)]
@@ -165,8 +176,10 @@ def test_defaults_give_no_processors_and_no_warpers():
 def test_warpers_only_when_sampling():
     assert make_logits_warpers(GenerationConfig(top_k=5, top_p=0.5, temperature=0.7)) == []
     assert make_logits_warpers(GenerationConfig(do_sample=True, temperature=0.0, top_k=5)) == []
-    names = [type(w).__name__ for w in make_logits_warpers(
-        GenerationConfig(do_sample=True, temperature=0.7, top_k=5, top_p=0.5, min_p=0.1))]
+    names = [
+        type(w).__name__
+        for w in make_logits_warpers(GenerationConfig(do_sample=True, temperature=0.7, top_k=5, top_p=0.5, min_p=0.1))
+    ]
     assert names == ["Temperature", "TopK", "TopP", "MinP"]
     # Defaults follow transformers: top_k=50 is active, top_p=1.0, min_p=0 and temperature=1 are not.
     assert [type(w).__name__ for w in make_logits_warpers(GenerationConfig(do_sample=True))] == ["TopK"]
@@ -197,9 +210,7 @@ def test_min_tokens_to_keep_follows_transformers():
     assert top_k.top_k == 2
 
 
-@pytest.mark.parametrize(
-    "prompt_length, forced_bos, expected", [(1, None, 1), (1, 4, 2), (5, 4, 5), (5, None, 5)]
-)
+@pytest.mark.parametrize("prompt_length, forced_bos, expected", [(1, None, 1), (1, 4, 2), (5, 4, 5), (5, None, 5)])
 def test_begin_suppress_index(prompt_length, forced_bos, expected):
     cfg = GenerationConfig(begin_suppress_tokens=[7], forced_bos_token_id=forced_bos)
     proc = make_logits_processors(cfg, prompt_length=prompt_length)[-1]

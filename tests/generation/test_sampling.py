@@ -62,7 +62,9 @@ def test_greedy_is_argmax_with_first_index_on_ties():
     assert sampler is greedy
 
 
-@pytest.mark.parametrize("cfg", [GenerationConfig(top_k=3), GenerationConfig(do_sample=True, temperature=0.0, top_p=0.5)])
+@pytest.mark.parametrize(
+    "cfg", [GenerationConfig(top_k=3), GenerationConfig(do_sample=True, temperature=0.0, top_p=0.5)]
+)
 def test_without_sampling_the_sampler_is_greedy(cfg):
     out = make_sampler(cfg)(LOGITS, make_rng(1))
     assert out.tolist() == [10, int(np.argmax(LOGITS[1])), 42]  # row 0: 10, 50, 120 tie -> 10
@@ -113,8 +115,15 @@ def test_exact_distribution_matches_transformers_warpers(case, row):
 
 @pytest.mark.parametrize(
     "name, row",
-    [("temperature_1.3", 1), ("top_k_5", 0), ("top_k_1_ties", 0), ("top_p_0.9", 1),
-     ("min_p_0.05", 0), ("top_k_50_top_p_0.9_min_p_0.05", 1), ("top_k_11_ties", 0)],
+    [
+        ("temperature_1.3", 1),
+        ("top_k_5", 0),
+        ("top_k_1_ties", 0),
+        ("top_p_0.9", 1),
+        ("min_p_0.05", 0),
+        ("top_k_50_top_p_0.9_min_p_0.05", 1),
+        ("top_k_11_ties", 0),
+    ],
 )
 def test_random_draws_match_transformers_distribution(name, row):
     case = next(c for c in META["sampling"] if c["name"] == name)

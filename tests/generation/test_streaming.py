@@ -129,10 +129,10 @@ def test_incomplete_tail_flushed_by_finish(tokenizers):
 def test_prompt_context(tokenizers, name):
     tok = tokenizers[name]
     prompt = tok.encode("Hello", add_special_tokens=False)
-    gen = tok.encode("Hello world 你好", add_special_tokens=False)[len(prompt):]
+    gen = tok.encode("Hello world 你好", add_special_tokens=False)[len(prompt) :]
     pieces = stream(tok, gen, prompt_ids=prompt)
     context = prompt[-4:]
-    expected = tok.decode(context + gen)[len(tok.decode(context)):]
+    expected = tok.decode(context + gen)[len(tok.decode(context)) :]
     assert "".join(pieces) == expected
     if name == "metaspace":
         assert expected.startswith(" ")  # the leading space survives with context
@@ -207,8 +207,10 @@ def test_native_decoder_gives_the_pieces_of_the_window_code(tokenizers, name, mo
     texts = [tok.encode(t, add_special_tokens=False) for t in TRICKY]
     for trial in range(300):
         if trial % 2:
-            ids = [rng.choice(specials) if specials and rng.random() < 0.1 else rng.randrange(tok.vocab_size)
-                   for _ in range(rng.randint(1, 25))]
+            ids = [
+                rng.choice(specials) if specials and rng.random() < 0.1 else rng.randrange(tok.vocab_size)
+                for _ in range(rng.randint(1, 25))
+            ]
         else:
             ids = rng.choice(texts)
         prompt = [rng.randrange(tok.vocab_size) for _ in range(rng.choice([0, 0, 2, 5]))]
@@ -346,7 +348,8 @@ def test_random_ids_fuzz(tokenizers, name):
     rng = random.Random(1234)
     specials = sorted(tok.all_special_ids)
     likely = [
-        i for i in (tok.token_to_id(t) for t in ["Ġ.", "Ġ'", "Ġn", "'", "t", "Ġ", "▁", "▁.", "▁'", "n", "s", "."])
+        i
+        for i in (tok.token_to_id(t) for t in ["Ġ.", "Ġ'", "Ġn", "'", "t", "Ġ", "▁", "▁.", "▁'", "n", "s", "."])
         if i is not None
     ]
     for _ in range(150):
@@ -367,4 +370,4 @@ def test_random_ids_fuzz(tokenizers, name):
             full = tok.decode(prompt + ids, skip_special_tokens=skip)
             if full.startswith(context_text):
                 pieces = stream(tok, ids, skip_special_tokens=skip, prompt_ids=prompt)
-                assert "".join(pieces) == full[len(context_text):], (prompt, ids)
+                assert "".join(pieces) == full[len(context_text) :], (prompt, ids)

@@ -51,6 +51,8 @@ def test_seq2seq_batch_row_finishing_early():
     with BartSummarizer.builder().model_path(MODELS / "bart").build() as task:
         others = [c["input"] for c in S2S["bart"]["cases"][:3]]
         results = task.generate_batch([case["input"], *others], max_new_tokens=case["max_new_tokens"], eos_token_id=eos)
-        alone = [task.generate(s, max_new_tokens=case["max_new_tokens"], eos_token_id=eos) for s in [case["input"], *others]]
+        alone = [
+            task.generate(s, max_new_tokens=case["max_new_tokens"], eos_token_id=eos) for s in [case["input"], *others]
+        ]
     assert list(results[0].token_ids) == case["generated_ids"]
     assert [r.token_ids for r in results] == [a.token_ids for a in alone]

@@ -171,11 +171,17 @@ def test_beam_search_runs_several_prompts_as_one_batch():
     ids = np.full((2, n), 1000, dtype=np.int64)
     mask = np.zeros((2, n), dtype=np.int64)
     ids[0], mask[0] = first["prompt_ids"], 1
-    ids[1, n - len(short):], mask[1, n - len(short):] = short, 1
-    batched = beam_search(gen._runtime.new_state(2), ids, config, attention_mask=mask,
-                          processors=make_logits_processors(config, prompt_length=n))
-    alone = beam_search(gen._runtime.new_state(1), [short], config,
-                        processors=make_logits_processors(config, prompt_length=len(short)))
+    ids[1, n - len(short) :], mask[1, n - len(short) :] = short, 1
+    batched = beam_search(
+        gen._runtime.new_state(2),
+        ids,
+        config,
+        attention_mask=mask,
+        processors=make_logits_processors(config, prompt_length=n),
+    )
+    alone = beam_search(
+        gen._runtime.new_state(1), [short], config, processors=make_logits_processors(config, prompt_length=len(short))
+    )
     assert [list(h.token_ids) for h in batched[0]] == first["output_ids"]
     assert [h.token_ids for h in batched[1]] == [h.token_ids for h in alone[0]]
     assert [h.score for h in batched[1]] == pytest.approx([h.score for h in alone[0]], abs=1e-4)
@@ -220,8 +226,14 @@ def test_several_samples_are_seeded_and_stop_on_their_own_eos():
     gen = task("gpt2")
     case = REF["gpt2"]["cases"][0]
     eos = next(c for c in REF["gpt2"]["cases"] if "eos" in c["name"] and "default" not in c["name"])
-    overrides = dict(do_sample=True, top_k=0, num_return_sequences=5, max_new_tokens=16, seed=11,
-                     eos_token_id=tuple(eos["settings"]["eos_token_id"]))
+    overrides = dict(
+        do_sample=True,
+        top_k=0,
+        num_return_sequences=5,
+        max_new_tokens=16,
+        seed=11,
+        eos_token_id=tuple(eos["settings"]["eos_token_id"]),
+    )
     result = gen.generate(case["prompt_ids"], **overrides)
     assert len(result.candidates) == 5
     assert result.token_ids == result.candidates[0].token_ids and result.text == result.candidates[0].text

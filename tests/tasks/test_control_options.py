@@ -21,7 +21,9 @@ def _cases():
 
 @pytest.mark.parametrize("name,case", list(_cases()))
 def test_control_option_matches_transformers(name, case):
-    settings = {k: (tuple(tuple(s) for s in v) if k == "bad_words_ids" else tuple(v)) for k, v in case["settings"].items()}
+    settings = {
+        k: (tuple(tuple(s) for s in v) if k == "bad_words_ids" else tuple(v)) for k, v in case["settings"].items()
+    }
     with TASKS[name].builder().model_path(MODELS / name).build() as task:
         source = case.get("prompt_ids") or case["input_ids"]
         result = task.generate(list(source), max_new_tokens=case["max_new_tokens"], do_sample=False, **settings)
@@ -38,8 +40,9 @@ def test_user_logits_processor_runs_after_the_builtin_ones_and_sees_the_sequence
         logits[:, banned] = -np.inf
         return logits
 
-    with (OnnxTextGenerator.builder().model_path(MODELS / "gpt2").logits_processor(ban_first)
-          .max_new_tokens(6).build()) as gen:
+    with (
+        OnnxTextGenerator.builder().model_path(MODELS / "gpt2").logits_processor(ban_first).max_new_tokens(6).build()
+    ) as gen:
         result = gen.generate(case["prompt_ids"])
     n = len(case["prompt_ids"])
     assert seen == [(1, n + i) for i in range(6)]  # prompt + generated so far, every step

@@ -186,8 +186,9 @@ def test_download_through_the_hub_client_then_offline(monkeypatch):
         assert gen.generate("hi").generated_tokens <= 4
 
 
-@pytest.mark.parametrize("settings", [{"do_sample": False}, {"do_sample": True, "top_k": 5},
-                                      {"do_sample": True, "top_k": 0, "top_p": 0.9}])
+@pytest.mark.parametrize(
+    "settings", [{"do_sample": False}, {"do_sample": True, "top_k": 5}, {"do_sample": True, "top_k": 0, "top_p": 0.9}]
+)
 def test_nan_logits_raise_a_clear_error(settings):
     """A graph that overflows (NaN logits) is reported, never turned into token 0 or a numpy error."""
     import numpy as np

@@ -122,14 +122,18 @@ def test_flan_t5_prompt_formats(monkeypatch):
     t.translate("Hello", Language.EN, Language.FR, max_new_tokens=3)
     t.translate("Hallo", "de", "en", max_new_tokens=3)
     t.correct("she go home", max_new_tokens=3)
-    assert seen == ["summarize: The cat sat.", "translate English to French: Hello",
-                    "translate German to English: Hallo", "correct grammar: she go home"]
+    assert seen == [
+        "summarize: The cat sat.",
+        "translate English to French: Hello",
+        "translate German to English: Hallo",
+        "correct grammar: she go home",
+    ]
     assert isinstance(out, str) and out.finish_reason in ("eos", "length") and out.generated_tokens <= 3
 
 
 def test_summary_for_flan_matches_reference_ids():
     case = next(c for c in REF["t5"]["cases"] if c["input"].startswith("summarize: "))
-    out = task("t5", FlanT5TextGenerator).summarize(case["input"][len("summarize: "):], **_overrides(case))
+    out = task("t5", FlanT5TextGenerator).summarize(case["input"][len("summarize: ") :], **_overrides(case))
     assert list(out.token_ids) == case["generated_ids"]
 
 
@@ -138,12 +142,19 @@ def test_coedit_and_sql_formats(monkeypatch):
     co = CoeditGrammarCorrector.builder().model_path(folder).max_new_tokens(3).build()
     sql = T5SqlGenerator.builder().model_path(folder).max_new_tokens(3).build()
     spider = T5SqlGenerator.t5LargeSpider().model_path(folder).max_new_tokens(3).build()
-    custom = T5SqlGenerator.builder().model_path(folder).max_new_tokens(3).prompt_formatter(
-        lambda q, schema: f"SQL {q} | {schema}").build()
+    custom = (
+        T5SqlGenerator.builder()
+        .model_path(folder)
+        .max_new_tokens(3)
+        .prompt_formatter(lambda q, schema: f"SQL {q} | {schema}")
+        .build()
+    )
     seen: list[str] = []
     for t in (co, sql, spider, custom):
         real = t.generate
-        monkeypatch.setattr(t, "generate", lambda s, on_token=None, _r=real, **o: (seen.append(s), _r(s, on_token=on_token, **o))[1])
+        monkeypatch.setattr(
+            t, "generate", lambda s, on_token=None, _r=real, **o: (seen.append(s), _r(s, on_token=on_token, **o))[1]
+        )
     co.correct("I has a apple")
     sql.generate_sql("How many users?", "CREATE TABLE users (id INT)")
     spider.generate_sql("How many users?", "users(id)")
@@ -162,8 +173,8 @@ def test_marian_multilingual_target_prefix():
     t = task("marian-multi")
     assert t.target_languages  # >>xxx<< tokens found in the vocabulary
     case = next(c for c in REF["marian-multi"]["cases"] if c["input"].startswith(">>"))
-    code = case["input"][2:case["input"].index("<<")]
-    text = case["input"][case["input"].index("<<") + 3:]
+    code = case["input"][2 : case["input"].index("<<")]
+    text = case["input"][case["input"].index("<<") + 3 :]
     out = t.translate(text, target=f">>{code}<<", **_overrides(case))
     assert list(out.token_ids) == case["generated_ids"]
     with pytest.raises(ConfigurationError, match="target language"):

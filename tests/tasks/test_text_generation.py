@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 
-import numpy as np
 import pytest
 
 from inference4py import OnnxTextGenerator
@@ -61,7 +60,9 @@ def test_greedy_text_prompt_matches_transformers(name, case):
     hit_eos = result.token_ids[-1] in gen.generation_config.eos_token_id or (
         "eos_token_id" in case.get("settings", {}) and result.token_ids[-1] == case["settings"]["eos_token_id"]
     )
-    assert result.finish_reason == ("eos" if hit_eos and len(result.token_ids) < case["max_new_tokens"] or hit_eos else "length")
+    assert result.finish_reason == (
+        "eos" if hit_eos and len(result.token_ids) < case["max_new_tokens"] or hit_eos else "length"
+    )
 
 
 @pytest.mark.parametrize("name,case", list(_cases("text")))

@@ -24,7 +24,7 @@ IDS = REF["special_ids"]
 TB = IDS["timestamp_begin"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def clips() -> dict[str, np.ndarray]:
     out = {name: load_audio(FIXTURES / info["file"]) for name, info in REF["clips"].items()}
     out["long"] = assemble(REF["long_recipe"], out)
@@ -51,9 +51,15 @@ def _run(model, case, audio=None, **extra):
     s = case["settings"]
     options = {k: s[k] for k in ("max_new_tokens", "num_beams") if k in s}
     pieces: list[str] = []
-    result = model.transcribe(audio if audio is not None else (clips()[case["clip"]], SAMPLE_RATE),
-                              language=s.get("language"), task=s.get("task"),
-                              timestamps=s.get("return_timestamps", False), on_token=pieces.append, **options, **extra)
+    result = model.transcribe(
+        audio if audio is not None else (clips()[case["clip"]], SAMPLE_RATE),
+        language=s.get("language"),
+        task=s.get("task"),
+        timestamps=s.get("return_timestamps", False),
+        on_token=pieces.append,
+        **options,
+        **extra,
+    )
     return result, pieces
 
 
@@ -139,14 +145,26 @@ def test_language_detection(asr):
 
 def test_builder_settings_are_call_defaults(tmp_path):
     case = CASES["noise-translate-fr"]
-    with (WhisperSpeechModel.builder().model_path(MODELS / "whisper").language("french").task("translate")
-          .max_new_tokens(case["settings"]["max_new_tokens"]).build()) as model:
+    with (
+        WhisperSpeechModel.builder()
+        .model_path(MODELS / "whisper")
+        .language("french")
+        .task("translate")
+        .max_new_tokens(case["settings"]["max_new_tokens"])
+        .build()
+    ) as model:
         result = model.transcribe((clips()["noise"], SAMPLE_RATE))
         assert list(result.token_ids) == case["token_ids"] and result.language == "fr"
         assert "language='fr'" in repr(model) and "task='translate'" in repr(model)
     case = CASES["tone-timestamps"]
-    with (WhisperSpeechModel.builder().model_path(MODELS / "whisper").language("en").timestamps()
-          .max_new_tokens(case["settings"]["max_new_tokens"]).build()) as model:
+    with (
+        WhisperSpeechModel.builder()
+        .model_path(MODELS / "whisper")
+        .language("en")
+        .timestamps()
+        .max_new_tokens(case["settings"]["max_new_tokens"])
+        .build()
+    ) as model:
         assert list(model.transcribe((clips()["tone"], SAMPLE_RATE)).token_ids) == case["token_ids"]
 
 
@@ -189,13 +207,13 @@ def test_timestamps_come_in_pairs_and_never_decrease():
     # after "<|1.00|> text <|2.00|>": text is masked, the twin <|2.00|> or later allowed, earlier not
     s = rules(ids(TB + 50, 10, TB + 100), _scores())
     assert np.isneginf(s[0, : IDS["eot"]]).all()
-    assert np.isneginf(s[0, TB: TB + 100]).all() and np.isfinite(s[0, TB + 100:]).all()
+    assert np.isneginf(s[0, TB : TB + 100]).all() and np.isfinite(s[0, TB + 100 :]).all()
     # after a pair: no timestamp at all
     s = rules(ids(TB + 50, 10, TB + 100, TB + 100), _scores())
     assert np.isneginf(s[0, TB:]).all() and np.isfinite(s[0, : IDS["eot"]]).all()
     # after text following <|2.00|>: timestamps strictly later than 2.00
     s = rules(ids(TB + 100, 10), _scores(fill=-50.0))
-    assert np.isneginf(s[0, TB: TB + 101]).all() and np.isfinite(s[0, TB + 101:]).all()
+    assert np.isneginf(s[0, TB : TB + 101]).all() and np.isfinite(s[0, TB + 101 :]).all()
     assert np.isneginf(s[0, IDS["notimestamps"]])
 
 
@@ -204,10 +222,10 @@ def test_timestamps_win_when_their_total_probability_beats_every_text_token():
     ids = np.array([[IDS["sot"], TB, 10]])
     s = _scores(fill=-10.0)
     s[0, 20] = 0.0  # best text token
-    s[0, TB + 10: TB + 1501] = -5.0  # 1491 timestamps: log(1491) - 5 > 0
+    s[0, TB + 10 : TB + 1501] = -5.0  # 1491 timestamps: log(1491) - 5 > 0
     out = rules(ids, s.copy())
     assert np.isneginf(out[0, :TB]).all()
-    s[0, TB + 10:] = -20.0
+    s[0, TB + 10 :] = -20.0
     out = rules(ids, s.copy())
     assert out[0, 20] == 0.0
 
@@ -243,13 +261,22 @@ def test_segments_across_a_window_boundary():
 
 
 def test_subtitles():
-    t = Transcription(" Hello there. General Kenobi.", (
-        Segment(0.0, 2.5, " Hello there.", ()), Segment(2.5, 3.0, "", ()), Segment(62.25, 3725.5, " General Kenobi.", ()),
-    ), "en", ())
-    assert t.to_srt() == ("1\n00:00:00,000 --> 00:00:02,500\nHello there.\n\n"
-                          "2\n00:01:02,250 --> 01:02:05,500\nGeneral Kenobi.\n")
-    assert t.to_vtt() == ("WEBVTT\n\n00:00:00.000 --> 00:00:02.500\nHello there.\n\n"
-                          "00:01:02.250 --> 01:02:05.500\nGeneral Kenobi.\n")
+    t = Transcription(
+        " Hello there. General Kenobi.",
+        (
+            Segment(0.0, 2.5, " Hello there.", ()),
+            Segment(2.5, 3.0, "", ()),
+            Segment(62.25, 3725.5, " General Kenobi.", ()),
+        ),
+        "en",
+        (),
+    )
+    assert t.to_srt() == (
+        "1\n00:00:00,000 --> 00:00:02,500\nHello there.\n\n2\n00:01:02,250 --> 01:02:05,500\nGeneral Kenobi.\n"
+    )
+    assert t.to_vtt() == (
+        "WEBVTT\n\n00:00:00.000 --> 00:00:02.500\nHello there.\n\n00:01:02.250 --> 01:02:05.500\nGeneral Kenobi.\n"
+    )
     assert str(t) == t.text
 
 
@@ -311,12 +338,18 @@ def test_not_a_speech_model():
 def test_cli_transcribe(capsys):
     case = CASES["tone-en"]
     path = str(FIXTURES / REF["clips"]["tone"]["file"])
-    assert main(["transcribe", path, "--model", str(MODELS / "whisper"), "--language", "en",
-                 "--max-new-tokens", "24"]) == 0
+    assert (
+        main(["transcribe", path, "--model", str(MODELS / "whisper"), "--language", "en", "--max-new-tokens", "24"])
+        == 0
+    )
     assert capsys.readouterr().out == case["text"] + "\n"
     case = CASES["tone-timestamps"]
-    assert main(["transcribe", path, "-m", str(MODELS / "whisper"), "-l", "en", "--max-new-tokens", "24",
-                 "--format", "srt"]) == 0
+    assert (
+        main(
+            ["transcribe", path, "-m", str(MODELS / "whisper"), "-l", "en", "--max-new-tokens", "24", "--format", "srt"]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     texts = [s["text"].strip() for s in case["segments"] if s["text"].strip()]
     assert out.startswith("1\n00:00:00,380 --> ") and all(t in out for t in texts)
