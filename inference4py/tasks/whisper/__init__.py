@@ -1,26 +1,57 @@
-"""Whisper speech to text: the package's modules (moved from ``inference4py/tasks/whisper.py``)."""
+"""WhisperSpeechModel: speech to text (transcribe / translate) with Whisper on the native loop.
+
+The model runs as a speech-seq2seq pipeline of the engine (``encoder_model.onnx``
+taking ``input_features`` + a decoder with self- and cross-attention caches).
+Everything Whisper-specific lives in this package, as the numpy twin of transformers 4.57
+``WhisperForConditionalGeneration.generate``:
+
+* the decoder prompt (``_retrieve_init_tokens``): ``<|startoftranscript|>``, the
+  language (given, or detected: one decoder step after ``<|startoftranscript|>``,
+  argmax over the language tokens), the task, ``<|notimestamps|>`` unless timestamps
+  are requested; ``forced_decoder_ids`` of generation_config.json when neither
+  language nor task is set;
+* the logits processors, after the generic ones: ``begin_suppress_tokens`` at the
+  first generated position, ``suppress_tokens``, then the timestamp rules
+  (:class:`WhisperTimestampRules`, twin of ``WhisperTimeStampLogitsProcessor``);
+* the window loop: the audio's features are cut in 30 s windows (3000 frames); after
+  each window the output is split into segments at pairs of timestamp tokens and the
+  next window starts at the last complete segment's end (``_retrieve_segment``).
+  Without timestamp tokens a window is one segment and the next window starts 30 s
+  later, which is how audio longer than 30 s is transcribed without timestamps
+  (transformers refuses that case; its loop would do the same).
+
+One idea per module:
+
+- ``vocab``: Whisper's languages and tasks, and the special ids of a model folder;
+- ``features``: the log-mel settings of a folder and the features of audio;
+- ``prompt``: the decoder prompt (language / task / ``<|notimestamps|>``) and what a model refuses;
+- ``timestamps``: the timestamp logits rules;
+- ``longform``: 30 s windows, and a window's output cut into segments;
+- ``results``: :class:`Transcription` and :class:`Segment`;
+- ``model``: :class:`WhisperSpeechModel`, its builder and the window loop.
+"""
 
 from __future__ import annotations
 
-# Re-exported one by one (``X as X``): every name importable from here before the move, private ones included
+# Re-exported one by one (``X as X``): every name importable from here before the split, private ones included
 # (inference4py_genai.whisper uses _WhisperVocab and _read_json_object).
-from inference4py.tasks.whisper.model import _LANGUAGE_ALIASES as _LANGUAGE_ALIASES
-from inference4py.tasks.whisper.model import FRAME_SECONDS as FRAME_SECONDS
-from inference4py.tasks.whisper.model import TASKS as TASKS
-from inference4py.tasks.whisper.model import TIME_PRECISION as TIME_PRECISION
-from inference4py.tasks.whisper.model import WHISPER_LANGUAGES as WHISPER_LANGUAGES
-from inference4py.tasks.whisper.model import Segment as Segment
-from inference4py.tasks.whisper.model import Transcription as Transcription
+from inference4py.tasks.whisper.features import _read_json_object as _read_json_object
+from inference4py.tasks.whisper.longform import FRAME_SECONDS as FRAME_SECONDS
+from inference4py.tasks.whisper.longform import TIME_PRECISION as TIME_PRECISION
+from inference4py.tasks.whisper.longform import _RawSegment as _RawSegment
+from inference4py.tasks.whisper.longform import split_segments as split_segments
 from inference4py.tasks.whisper.model import WhisperBuilder as WhisperBuilder
 from inference4py.tasks.whisper.model import WhisperSpeechModel as WhisperSpeechModel
-from inference4py.tasks.whisper.model import WhisperTimestampRules as WhisperTimestampRules
-from inference4py.tasks.whisper.model import _clock as _clock
-from inference4py.tasks.whisper.model import _logsumexp as _logsumexp
-from inference4py.tasks.whisper.model import _RawSegment as _RawSegment
-from inference4py.tasks.whisper.model import _read_json_object as _read_json_object
-from inference4py.tasks.whisper.model import _WhisperVocab as _WhisperVocab
-from inference4py.tasks.whisper.model import language_code as language_code
-from inference4py.tasks.whisper.model import split_segments as split_segments
+from inference4py.tasks.whisper.results import Segment as Segment
+from inference4py.tasks.whisper.results import Transcription as Transcription
+from inference4py.tasks.whisper.results import _clock as _clock
+from inference4py.tasks.whisper.timestamps import WhisperTimestampRules as WhisperTimestampRules
+from inference4py.tasks.whisper.timestamps import _logsumexp as _logsumexp
+from inference4py.tasks.whisper.vocab import _LANGUAGE_ALIASES as _LANGUAGE_ALIASES
+from inference4py.tasks.whisper.vocab import TASKS as TASKS
+from inference4py.tasks.whisper.vocab import WHISPER_LANGUAGES as WHISPER_LANGUAGES
+from inference4py.tasks.whisper.vocab import _WhisperVocab as _WhisperVocab
+from inference4py.tasks.whisper.vocab import language_code as language_code
 
 __all__ = [
     "WhisperSpeechModel",

@@ -1,0 +1,253 @@
+"""Whisper's vocabulary: its languages, its tasks and the special ids of one model folder.
+
+* :data:`WHISPER_LANGUAGES` and :func:`language_code`: the languages Whisper knows, by code
+  or English name (``"fr"``, ``"french"``, ``"<|fr|>"``, a :class:`Language`);
+* :class:`_WhisperVocab`: ``<|startoftranscript|>``, ``<|endoftext|>``, ``<|notimestamps|>``,
+  the language and task tokens and the suppress lists, read from generation_config.json and
+  the tokenizer, the way transformers' ``WhisperForConditionalGeneration.generate`` finds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inference4py.errors import ConfigurationError, UnsupportedModelError
+from inference4py.generation.config import read_generation_defaults
+from inference4py.tasks.languages import Language
+from inference4py.tokenization import Tokenizer
+
+TASKS = ("transcribe", "translate")
+
+#: Whisper's language codes and names, in vocabulary order (``<|en|>`` first; ``yue`` is large-v3's 100th).
+WHISPER_LANGUAGES: dict[str, str] = {
+    "en": "english",
+    "zh": "chinese",
+    "de": "german",
+    "es": "spanish",
+    "ru": "russian",
+    "ko": "korean",
+    "fr": "french",
+    "ja": "japanese",
+    "pt": "portuguese",
+    "tr": "turkish",
+    "pl": "polish",
+    "ca": "catalan",
+    "nl": "dutch",
+    "ar": "arabic",
+    "sv": "swedish",
+    "it": "italian",
+    "id": "indonesian",
+    "hi": "hindi",
+    "fi": "finnish",
+    "vi": "vietnamese",
+    "he": "hebrew",
+    "uk": "ukrainian",
+    "el": "greek",
+    "ms": "malay",
+    "cs": "czech",
+    "ro": "romanian",
+    "da": "danish",
+    "hu": "hungarian",
+    "ta": "tamil",
+    "no": "norwegian",
+    "th": "thai",
+    "ur": "urdu",
+    "hr": "croatian",
+    "bg": "bulgarian",
+    "lt": "lithuanian",
+    "la": "latin",
+    "mi": "maori",
+    "ml": "malayalam",
+    "cy": "welsh",
+    "sk": "slovak",
+    "te": "telugu",
+    "fa": "persian",
+    "lv": "latvian",
+    "bn": "bengali",
+    "sr": "serbian",
+    "az": "azerbaijani",
+    "sl": "slovenian",
+    "kn": "kannada",
+    "et": "estonian",
+    "mk": "macedonian",
+    "br": "breton",
+    "eu": "basque",
+    "is": "icelandic",
+    "hy": "armenian",
+    "ne": "nepali",
+    "mn": "mongolian",
+    "bs": "bosnian",
+    "kk": "kazakh",
+    "sq": "albanian",
+    "sw": "swahili",
+    "gl": "galician",
+    "mr": "marathi",
+    "pa": "punjabi",
+    "si": "sinhala",
+    "km": "khmer",
+    "sn": "shona",
+    "yo": "yoruba",
+    "so": "somali",
+    "af": "afrikaans",
+    "oc": "occitan",
+    "ka": "georgian",
+    "be": "belarusian",
+    "tg": "tajik",
+    "sd": "sindhi",
+    "gu": "gujarati",
+    "am": "amharic",
+    "yi": "yiddish",
+    "lo": "lao",
+    "uz": "uzbek",
+    "fo": "faroese",
+    "ht": "haitian creole",
+    "ps": "pashto",
+    "tk": "turkmen",
+    "nn": "nynorsk",
+    "mt": "maltese",
+    "sa": "sanskrit",
+    "lb": "luxembourgish",
+    "my": "myanmar",
+    "bo": "tibetan",
+    "tl": "tagalog",
+    "mg": "malagasy",
+    "as": "assamese",
+    "tt": "tatar",
+    "haw": "hawaiian",
+    "ln": "lingala",
+    "ha": "hausa",
+    "ba": "bashkir",
+    "jw": "javanese",
+    "su": "sundanese",
+    "yue": "cantonese",
+}
+_LANGUAGE_ALIASES = {
+    **{name: code for code, name in WHISPER_LANGUAGES.items()},
+    "burmese": "my",
+    "valencian": "ca",
+    "flemish": "nl",
+    "haitian": "ht",
+    "letzeburgesch": "lb",
+    "pushto": "ps",
+    "panjabi": "pa",
+    "moldavian": "ro",
+    "moldovan": "ro",
+    "sinhalese": "si",
+    "castilian": "es",
+    "mandarin": "zh",
+}
+
+
+def language_code(value: Language | str) -> str:
+    """Whisper's code for a language given as a code (``"fr"``), a name (``"french"``), ``"<|fr|>"`` or a Language.
+
+    Raises:
+        ConfigurationError: not a language Whisper knows.
+    """
+    if isinstance(value, Language):
+        value = value.iso_code
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(f"language must be a code like 'en' or a name like 'english', got {value!r}.")
+    key = value.strip().lower()
+    if key.startswith("<|") and key.endswith("|>"):
+        key = key[2:-2]
+    if key in WHISPER_LANGUAGES:
+        return key
+    if key in _LANGUAGE_ALIASES:
+        return _LANGUAGE_ALIASES[key]
+    raise ConfigurationError(
+        f"Unknown language {value!r}. Use one of Whisper's codes ({', '.join(list(WHISPER_LANGUAGES)[:12])}, ...) "
+        "or an English name such as 'german'."
+    )
+
+
+@dataclass(frozen=True)
+class _WhisperVocab:
+    """The special ids and generation settings of one Whisper model folder."""
+
+    sot: int
+    eot: int
+    no_timestamps: int | None
+    lang_to_id: Mapping[str, int]  # code -> id
+    task_to_id: Mapping[str, int]
+    is_multilingual: bool
+    forced_decoder_ids: tuple[tuple[int, int | None], ...]
+    max_initial_timestamp_index: int | None
+    suppress_tokens: tuple[int, ...]
+    begin_suppress_tokens: tuple[int, ...]
+
+    @property
+    def timestamp_begin(self) -> int:
+        return self.no_timestamps + 1 if self.no_timestamps is not None else 1 << 62
+
+    @classmethod
+    def read(
+        cls, folder: Path, tokenizer: Tokenizer, config: Mapping[str, Any], vocab_size: int | None
+    ) -> _WhisperVocab:
+        gen = read_generation_defaults(folder)
+        token = tokenizer.token_to_id
+
+        def first_id(value: Any) -> int | None:
+            if isinstance(value, (list, tuple)):
+                return int(value[0]) if value else None
+            return None if value is None else int(value)
+
+        sot = first_id(gen.get("decoder_start_token_id"))
+        sot = sot if sot is not None else token("<|startoftranscript|>")
+        eot = first_id(gen.get("eos_token_id"))
+        eot = eot if eot is not None else token("<|endoftext|>")
+        if sot is None or eot is None:
+            raise UnsupportedModelError(
+                f"{folder} does not look like a Whisper model: no <|startoftranscript|> / <|endoftext|> token and no "
+                "decoder_start_token_id / eos_token_id in generation_config.json."
+            )
+        no_ts = gen.get("no_timestamps_token_id")
+        if no_ts is None:
+            no_ts = token("<|notimestamps|>")
+        raw_langs = gen.get("lang_to_id")
+        if isinstance(raw_langs, Mapping) and raw_langs:
+            langs = {str(k).strip("<|>"): int(v) for k, v in raw_langs.items()}
+        else:
+            langs = {c: i for c in WHISPER_LANGUAGES if (i := token(f"<|{c}|>")) is not None}
+        raw_tasks = gen.get("task_to_id")
+        if isinstance(raw_tasks, Mapping) and raw_tasks:
+            tasks = {str(k): int(v) for k, v in raw_tasks.items()}
+        else:
+            tasks = {t: i for t in TASKS if (i := token(f"<|{t}|>")) is not None}
+        multilingual = gen.get("is_multilingual")
+        if multilingual is None:
+            # openai/whisper's rule for its own vocabularies (51864 ids: English-only, 51865+: multilingual);
+            # other sizes: multilingual when language tokens exist.
+            multilingual = vocab_size >= 51865 if vocab_size and 51000 < vocab_size < 52000 else bool(langs)
+        forced = tuple((int(p), None if t is None else int(t)) for p, t in (gen.get("forced_decoder_ids") or ()))
+        mit = gen.get("max_initial_timestamp_index")
+        return cls(
+            sot=int(sot),
+            eot=int(eot),
+            no_timestamps=None if no_ts is None else int(no_ts),
+            lang_to_id=langs,
+            task_to_id=tasks,
+            is_multilingual=bool(multilingual),
+            forced_decoder_ids=forced,
+            max_initial_timestamp_index=None if mit is None else int(mit),
+            suppress_tokens=tuple(int(t) for t in gen.get("suppress_tokens") or config.get("suppress_tokens") or ()),
+            begin_suppress_tokens=tuple(
+                int(t) for t in gen.get("begin_suppress_tokens") or config.get("begin_suppress_tokens") or ()
+            ),
+        )
+
+    def most_likely_language(self, logits: np.ndarray) -> int:
+        """The language token with the highest logit (``logits``: ``[vocab]``); first on ties, like torch."""
+        ids = np.fromiter(self.lang_to_id.values(), dtype=np.int64)
+        return int(ids[np.argmax(logits[ids])])
+
+    def language_of(self, token_id: int) -> str | None:
+        for code, i in self.lang_to_id.items():
+            if i == token_id:
+                return code
+        return None
