@@ -4,6 +4,12 @@ The KV cache never leaves onnxruntime during normal decoding: each step's
 ``present`` OrtValues are bound as the next step's ``past`` inputs through IO
 binding, so no cache tensor is copied through numpy.  Only the last position's
 logits are read back.
+
+One idea, kept in one module past ~500 lines: the decoder's state and its step
+functions.  The growing-cache and shared-buffer modes share every entry point
+(prefill, step, reorder, rewind) and the bookkeeping those keep consistent (valid
+lengths, padding, the mask buffer); split apart, each half would need the other's
+internals.
 """
 
 from __future__ import annotations
