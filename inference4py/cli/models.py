@@ -1,0 +1,60 @@
+"""``inference4py pull`` and ``inference4py inspect``: download a model, show how a model folder is run.
+
+The library is imported inside the handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from inference4py.cli.base import EXIT_OK
+
+
+def _add_pull_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="ID", help="Hugging Face repo id (org/name)")
+    parser.add_argument("--revision", metavar="R", help="branch, tag or commit (default: main)")
+    parser.add_argument(
+        "--variant",
+        metavar="V",
+        help="precision variant (fp16, quantized, q4, ...) or genai folder instead of full precision",
+    )
+
+
+def _run_pull(args: argparse.Namespace) -> int:
+    from inference4py.hub import pull
+
+    folder = pull(args.model, revision=args.revision, variant=args.variant)
+    print(folder)
+    return EXIT_OK
+
+
+def _add_inspect_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="FOLDER_OR_ID", help="model folder (or Hugging Face repo id, downloaded)")
+    parser.add_argument("--revision", metavar="R", help="branch, tag or commit of the hub repo (default: main)")
+    parser.add_argument(
+        "--detect",
+        action="store_true",
+        help="ignore inference4py.json and genai_config.json: show what detection alone finds",
+    )
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    import json
+
+    from inference4py.engine.pipeline import DESCRIPTION_FILE, detect_pipeline, load_pipeline
+
+    folder = Path(args.model).expanduser()
+    if not folder.is_dir():
+        from inference4py.hub import resolve_model_folder
+
+        folder = resolve_model_folder(args.model, revision=args.revision)
+    spec = detect_pipeline(folder) if args.detect else load_pipeline(folder)
+    print(json.dumps(spec.describe(), indent=2, ensure_ascii=False))
+    origin = "detection (file names and graph inputs/outputs)" if spec.source == "detected" else spec.source
+    print(
+        f"# resolved from {origin} in {folder}; save the JSON above as {DESCRIPTION_FILE} there to edit it",
+        file=sys.stderr,
+    )
+    return EXIT_OK
