@@ -184,8 +184,8 @@ def _load_vocab_merges(folder: Path) -> _FastTokenizer:
     except (OSError, UnicodeDecodeError) as exc:
         raise ModelLoadError(f"Cannot read {folder / 'merges.txt'}: {exc}. Download the file again.") from exc
     # Like GPT2Tokenizer: drop the "#version" header and the last line.
-    merges = [tuple(line.split()) for line in text.split("\n")[1:-1]]
-    merges = [m for m in merges if len(m) == 2]
+    pairs = [line.split() for line in text.split("\n")[1:-1]]
+    merges = [(p[0], p[1]) for p in pairs if len(p) == 2]
     try:
         backend = Backend(
             models.BPE(
@@ -204,9 +204,14 @@ def _load_vocab_merges(folder: Path) -> _FastTokenizer:
     backend.decoder = decoders.ByteLevel()
     if settings.cls in ("BartTokenizer", "RobertaTokenizer"):
         sep, cls = settings.tokens.get("sep_token"), settings.tokens.get("cls_token")
-        backend.post_processor = processors.RobertaProcessing(
-            sep=(sep, vocab.get(sep, 0)),
-            cls=(cls, vocab.get(cls, 0)),
+        if sep is None or cls is None:
+            raise ModelLoadError(
+                f"{settings.cls} needs a sep_token and a cls_token in {folder / 'tokenizer_config.json'}: add them "
+                "(BART and RoBERTa use </s> and <s>)."
+            )
+        backend.post_processor = processors.RobertaProcessing(  # (sep, cls) positional: stubs and runtime agree
+            (sep, vocab.get(sep, 0)),
+            (cls, vocab.get(cls, 0)),
             add_prefix_space=prefix_space,
             trim_offsets=True,
         )
