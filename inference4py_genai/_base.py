@@ -64,7 +64,7 @@ T = TypeVar("T")
 B = TypeVar("B", bound="GenaiBuilder[Any]")
 
 # GenerationConfig fields onnxruntime-genai cannot apply at all, with their "off" values.
-_UNSUPPORTED: dict[str, Any] = {"min_p": 0.0}
+_UNSUPPORTED: dict[str, Any] = {"min_p": 0.0, "logprobs": False, "top_logprobs": 0}
 
 _NATIVE_HINT = "use inference4py's own loop (inference4py.OnnxTextGenerator and friends), which implements it"
 
@@ -249,6 +249,7 @@ def python_processors(
         or bool(config.suppress_tokens)
         or bool(config.begin_suppress_tokens)
         or (config.min_new_tokens > 0 and bool(extra_eos))
+        or bool(config.presence_penalty or config.frequency_penalty or config.logit_bias)  # OpenAI's: not in genai
         or bool(extra)
     )
     if not needed:

@@ -19,6 +19,7 @@ import pytest
 import inference4py
 from inference4py.cli import COMMANDS, main
 from inference4py.errors import ConfigurationError, ModelNotFoundError
+from tests.conftest import FIXTURES
 from tests.hubserver import populate_cache
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -295,3 +296,23 @@ def test_chat_ends_at_eof_and_reset_clears_history(fake_task, capsys, monkeypatc
     assert main(["chat", "-m", "org/name"]) == 0
     assert fake_task["prompts"][-1] == [{"role": "user", "content": "two"}]
     assert fake_task["closed"]
+
+
+def test_generate_prints_logprobs_and_takes_openai_penalties(capsys):
+    from inference4py import OnnxTextGenerator
+
+    folder = FIXTURES / "models" / "qwen2"
+    args = ["generate", "--model", str(folder), "--max-new-tokens", "4", "--presence-penalty", "0.5"]
+    assert main([*args, "--logprobs", "2", "Hello"]) == 0
+    captured = capsys.readouterr()
+    rows = [line.split("\t") for line in captured.err.strip().splitlines()]
+    with OnnxTextGenerator.builder().model_path(folder).build() as gen:
+        want = gen.generate("Hello", max_new_tokens=4, presence_penalty=0.5, logprobs=True, top_logprobs=2)
+    assert [int(r[0]) for r in rows] == list(want.token_ids)
+    assert [float(r[2]) for r in rows] == pytest.approx([t.logprob for t in want.logprobs], abs=1e-4)
+    assert captured.out.strip() == want.text.strip()
+
+
+def test_generate_rejects_too_many_top_logprobs(capsys):
+    assert main(["generate", "--model", str(FIXTURES / "models" / "qwen2"), "--logprobs", "30", "Hi"]) != 0
+    assert "top_logprobs" in capsys.readouterr().err

@@ -23,6 +23,8 @@ _GENERATION_OPTIONS: tuple[tuple[str, str], ...] = (
     ("top_p", "top_p"),
     ("min_p", "min_p"),
     ("repetition_penalty", "repetition_penalty"),
+    ("presence_penalty", "presence_penalty"),
+    ("frequency_penalty", "frequency_penalty"),
     ("seed", "seed"),
 )
 
@@ -47,6 +49,8 @@ def _add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--top-p", type=float, metavar="P", help="nucleus sampling threshold in (0, 1]")
     group.add_argument("--min-p", type=float, metavar="P", help="drop tokens less likely than P x the top token")
     group.add_argument("--repetition-penalty", type=float, metavar="R", help="> 1 discourages repeats")
+    group.add_argument("--presence-penalty", type=float, metavar="P", help="OpenAI's, in [-2, 2]")
+    group.add_argument("--frequency-penalty", type=float, metavar="F", help="OpenAI's, in [-2, 2]")
     group.add_argument("--seed", type=int, metavar="S", help="seed for reproducible sampling")
     group.add_argument(
         "--stop",
@@ -96,6 +100,12 @@ def _add_generate_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="render the prompt with the model's chat template (implied by --system)",
     )
+    parser.add_argument(
+        "--logprobs",
+        type=int,
+        metavar="N",
+        help="after the text, print each token's log-probability and its N likeliest alternatives (0-20) to stderr",
+    )
     parser.add_argument("prompt", nargs="?", help="the prompt; read from stdin when omitted")
 
 
@@ -106,9 +116,13 @@ def _run_generate(args: argparse.Namespace) -> int:
     # A system prompt only exists in a conversation: send the prompt as a user message.
     request: str | list[dict[str, str]] = [{"role": "user", "content": prompt}] if args.system is not None else prompt
     echo = _Echo(sys.stdout)
+    options = {} if args.logprobs is None else {"logprobs": True, "top_logprobs": args.logprobs}
     with _build_generator(args) as generator:
-        generator.generate(request, on_token=echo)
+        result = generator.generate(request, on_token=echo, **options)
     echo.end_line()
+    for entry in (result.logprobs or ()) if options else ():
+        alternatives = "  ".join(f"{t.token!r} {t.logprob:.4f}" for t in entry.top_logprobs)
+        print(f"{entry.token_id}\t{entry.token!r}\t{entry.logprob:.4f}\t{alternatives}".rstrip(), file=sys.stderr)
     return EXIT_OK
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from inference4py.generation.config import GenerationConfig
+from inference4py.generation.logprobs import LogprobRecorder, TokenLogprob
 from inference4py.generation.processors import LogitsProcessor
 from inference4py.generation.sampling import Sampler
 from inference4py.generation.search import StepModel
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from inference4py.generation.result import GenerationResult
     from inference4py.tokenization import Tokenizer
 
-__all__ = ["left_pad", "right_pad", "generate_batch_ids"]
+__all__ = ["left_pad", "right_pad", "generate_batch_ids", "batch_results", "make_recorders", "result_from_ids"]
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
@@ -56,22 +57,32 @@ def generate_batch_ids(
     sampler: Sampler,
     rng: np.random.Generator,
     pad_id: int,
+    recorders: Sequence[LogprobRecorder] | None = None,
 ) -> list[list[int]]:
-    """Generate for every row of ``input_ids`` ``[batch, n]``; returns each row's new ids (EOS included)."""
+    """Generate for every row of ``input_ids`` ``[batch, n]``; returns each row's new ids (EOS included).
+
+    ``recorders`` (one per row, with logprobs on) see each unfinished row's raw logits and token.
+    """
     batch, n = input_ids.shape
     ids = np.empty((batch, n + config.max_new_tokens), dtype=np.int64)  # [batch, prompt + new]
     ids[:, :n] = input_ids
     eos = np.asarray(sorted(config.eos_token_id), dtype=np.int64)
     unfinished = np.ones(batch, dtype=bool)
     lengths = np.zeros(batch, dtype=np.int64)  # generated tokens per row
+    rec: Sequence[LogprobRecorder] = recorders or ()
     logits = model.prefill(input_ids, attention_mask)  # [batch, vocab]
     for i in range(config.max_new_tokens):
         cur = n + i
         scores = logits
+        active: list[int] = np.flatnonzero(unfinished).tolist() if rec else []
+        for r in active:
+            rec[r].observe(logits[r])
         for proc in processors:
             scores = proc(ids[:, :cur], scores)
         tokens = np.asarray(sampler(scores, rng), dtype=np.int64)
         tokens = np.where(unfinished, tokens, pad_id)
+        for r in active:
+            rec[r].choose(int(tokens[r]))
         ids[:, cur] = tokens
         lengths += unfinished
         if eos.size:
@@ -90,6 +101,7 @@ def result_from_ids(
     prompt_tokens: int,
     duration: float,
     time_to_first_token: float,
+    logprobs: Sequence[TokenLogprob] | None = None,
 ) -> GenerationResult:
     """A :class:`GenerationResult` for ids generated without streaming (stop sequences cut afterwards)."""
     from inference4py.generation.result import Candidate, FinishReason, GenerationResult
@@ -110,4 +122,36 @@ def result_from_ids(
         duration=duration,
         time_to_first_token=time_to_first_token,
         candidates=(Candidate(text, ids, None, reason),),
+        logprobs=tuple(logprobs) if logprobs is not None else None,
     )
+
+
+def batch_results(
+    outputs: Sequence[Sequence[int]],
+    prompt_lengths: Sequence[int],
+    tokenizer: Tokenizer,
+    config: GenerationConfig,
+    *,
+    elapsed: float,
+    recorders: Sequence[LogprobRecorder] | None = None,
+) -> list[GenerationResult]:
+    """One :class:`GenerationResult` per row of a batch, in order."""
+    return [
+        result_from_ids(
+            out,
+            tokenizer,
+            config,
+            prompt_tokens=n,
+            duration=elapsed,
+            time_to_first_token=elapsed,
+            logprobs=recorders[i].items if recorders is not None else None,
+        )
+        for i, (out, n) in enumerate(zip(outputs, prompt_lengths))
+    ]
+
+
+def make_recorders(rows: int, tokenizer: Tokenizer, config: GenerationConfig) -> list[LogprobRecorder] | None:
+    """One logprob recorder per batch row when the config asks for logprobs, else None."""
+    if not config.logprobs:
+        return None
+    return [LogprobRecorder(tokenizer, config.top_logprobs) for _ in range(rows)]

@@ -19,7 +19,23 @@ from inference4py.errors import ConfigurationError, ModelLoadError
 
 __all__ = ["GenerationConfig"]
 
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit on top_logprobs
+
 EarlyStopping = bool | str
+
+
+def _bias_pairs(value: Any) -> tuple[tuple[int, float], ...]:
+    """``{token_id: bias}`` (ids may be strings, as in JSON) -> sorted ``((id, bias), ...)``."""
+    if not value:
+        return ()
+    items = value.items() if isinstance(value, Mapping) else value
+    try:
+        pairs = {int(token): float(bias) for token, bias in items}
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"logit_bias={value!r} is invalid: logit_bias must map token ids to numbers, e.g. {{50256: -100}}."
+        ) from exc
+    return tuple(sorted(pairs.items()))
 
 
 def _as_id_list(value: Any) -> tuple[int, ...]:
@@ -59,6 +75,11 @@ class GenerationConfig:
         begin_suppress_tokens: Token ids suppressed at the first generated step.
         stop_sequences: Strings that end generation; they never appear in the output.
         seed: Seed of the sampler's random generator (None = random).
+        presence_penalty: OpenAI's: subtracted once from the logit of every token already generated, in [-2, 2].
+        frequency_penalty: OpenAI's: subtracted from a token's logit once per time it was generated, in [-2, 2].
+        logit_bias: ``{token_id: bias}`` added to the logits at every step, biases in [-100, 100].
+        logprobs: Report each generated token's log-probability (raw distribution, before any processor).
+        top_logprobs: Also report this many most likely alternatives per step, 0 to 20 (> 0 turns logprobs on).
     """
 
     max_new_tokens: int = 256
@@ -85,6 +106,11 @@ class GenerationConfig:
     begin_suppress_tokens: tuple[int, ...] = ()
     stop_sequences: tuple[str, ...] = ()
     seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    logprobs: bool = False
+    top_logprobs: int = 0
 
     def __post_init__(self) -> None:
         # Normalise containers so configs are hashable and comparable.
@@ -98,6 +124,9 @@ class GenerationConfig:
         if isinstance(stops, str):
             stops = (stops,)
         object.__setattr__(self, "stop_sequences", tuple(stops or ()))
+        object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias))
+        if isinstance(self.top_logprobs, int) and not isinstance(self.top_logprobs, bool) and self.top_logprobs > 0:
+            object.__setattr__(self, "logprobs", True)
         self._validate()
 
     # ------------------------------------------------------------------ validation
@@ -145,6 +174,18 @@ class GenerationConfig:
         for s in self.stop_sequences:
             if not isinstance(s, str) or not s:
                 raise bad("stop_sequences", self.stop_sequences, "a list of non-empty strings")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (-2.0 <= value <= 2.0):
+                raise bad(name, value, "a number in [-2, 2] (0 disables it)")
+        for token, bias in self.logit_bias:
+            if token < 0 or not (-100.0 <= bias <= 100.0) or bias != bias:
+                raise bad("logit_bias", {token: bias}, "a map of token ids >= 0 to biases in [-100, 100]")
+        if not isinstance(self.logprobs, bool):
+            raise bad("logprobs", self.logprobs, "True or False")
+        top = self.top_logprobs
+        if isinstance(top, bool) or not isinstance(top, int) or not (0 <= top <= MAX_TOP_LOGPROBS):
+            raise bad("top_logprobs", top, f"an integer from 0 to {MAX_TOP_LOGPROBS}")
 
     # ------------------------------------------------------------------ helpers
     @property

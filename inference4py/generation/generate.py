@@ -14,8 +14,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from inference4py.errors import ConfigurationError
 from inference4py.generation.beam import Hypothesis, SearchModel
 from inference4py.generation.config import GenerationConfig
+from inference4py.generation.logprobs import LogprobRecorder, TokenLogprob
 from inference4py.generation.processors import LogitsProcessor
 from inference4py.generation.result import Candidate, FinishReason, GenerationChunk, GenerationResult
 from inference4py.generation.streaming import IncrementalDetokenizer, StopSequenceMatcher
@@ -26,11 +28,19 @@ if TYPE_CHECKING:
 __all__ = ["stream_generate", "collect", "CandidateStream", "generate_chunks"]
 
 
-def stream_generate(tokens: Iterator[int], tokenizer: Tokenizer, config: GenerationConfig) -> Iterator[GenerationChunk]:
+def stream_generate(
+    tokens: Iterator[int],
+    tokenizer: Tokenizer,
+    config: GenerationConfig,
+    *,
+    logprobs: Sequence[TokenLogprob] | None = None,
+) -> Iterator[GenerationChunk]:
     """Decode a token stream into text chunks.
 
     The concatenation of every chunk's text equals the final text exactly; a stop
     sequence ends the stream (``finish_reason="stop"``) and never appears in it.
+    ``logprobs`` (filled by the step loop as it yields, e.g. a recorder's ``items``)
+    gives each token's chunk its :class:`TokenLogprob`.
     """
     detok = IncrementalDetokenizer(tokenizer, skip_special_tokens=True)
     stops = StopSequenceMatcher(config.stop_sequences) if config.stop_sequences else None
@@ -38,29 +48,34 @@ def stream_generate(tokens: Iterator[int], tokenizer: Tokenizer, config: Generat
     reason: FinishReason = "length"
     last: int | None = None
     held = ""  # text of the EOS token itself (non-special EOS ids decode to text, as in transformers)
+    count = 0
+    entry: TokenLogprob | None = None
     try:
         for token in tokens:
             last = token
+            entry = logprobs[count] if logprobs is not None else None
+            count += 1
             piece = detok.add(token)
             if stops is not None:
                 piece, stopped = stops.push(piece)
                 if stopped:
-                    yield GenerationChunk(piece, token, "stop")
+                    yield GenerationChunk(piece, token, "stop", entry)
                     return
             if token in eos:
                 reason = "eos"
                 held = piece
                 break
-            yield GenerationChunk(piece, token, None)
+            yield GenerationChunk(piece, token, None, entry)
         tail = detok.finish()
         if stops is not None:
             tail, stopped = stops.push(tail)
             if stopped:
-                yield GenerationChunk(held + tail, last if reason == "eos" else None, "stop")
+                eos_hit = reason == "eos"
+                yield GenerationChunk(held + tail, last if eos_hit else None, "stop", entry if eos_hit else None)
                 return
             tail += stops.flush()
         if reason == "eos":
-            yield GenerationChunk(held + tail, last, "eos")
+            yield GenerationChunk(held + tail, last, "eos", entry)
         else:
             yield GenerationChunk(tail, None, "length")
     finally:
@@ -79,9 +94,12 @@ def collect(
     """Drain a chunk stream into a :class:`GenerationResult`, calling ``on_token`` per non-empty piece."""
     pieces: list[str] = []
     ids: list[int] = []
+    logprobs: list[TokenLogprob] = []
     first_token_at: float | None = None
     reason: FinishReason = "length"
     for chunk in chunks:
+        if chunk.logprob is not None:
+            logprobs.append(chunk.logprob)
         if chunk.token_id is not None:
             ids.append(chunk.token_id)
             if first_token_at is None:
@@ -105,6 +123,7 @@ def collect(
         duration=end - started,
         time_to_first_token=(first_token_at or end) - started,
         candidates=tuple(candidates),
+        logprobs=tuple(logprobs) if logprobs else None,
     )
 
 
@@ -174,6 +193,11 @@ def generate_chunks(
 
     processors = make_logits_processors(config, prompt_length=len(prompt_ids), extra=extra_processors)
     if returns_several(config):
+        if config.logprobs:
+            raise ConfigurationError(
+                "logprobs are reported for one sequence per call (greedy search or sampling). Beam search gives each "
+                "sequence's score in result.candidates[i].score; for several samples, call generate() once per sample."
+            )
         return CandidateStream(
             lambda: generate_sequences(
                 state,
@@ -186,7 +210,14 @@ def generate_chunks(
             tokenizer,
             config,
         )
+    recorder = LogprobRecorder(tokenizer, config.top_logprobs) if config.logprobs else None
     tokens = generate_step(
-        state, prompt_ids, config, processors=processors, sampler=make_sampler(config), rng=make_rng(config.seed)
+        state,
+        prompt_ids,
+        config,
+        processors=processors,
+        sampler=make_sampler(config),
+        rng=make_rng(config.seed),
+        recorder=recorder,
     )
-    return stream_generate(tokens, tokenizer, config)
+    return stream_generate(tokens, tokenizer, config, logprobs=recorder.items if recorder is not None else None)

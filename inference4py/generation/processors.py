@@ -37,6 +37,8 @@ __all__ = [
     "ForcedEOSToken",
     "SuppressTokens",
     "SuppressTokensAtBegin",
+    "PresenceFrequencyPenalty",
+    "LogitBias",
     "Temperature",
     "TopK",
     "TopP",
@@ -263,6 +265,50 @@ class SuppressTokensAtBegin(_Repr):
         return scores
 
 
+class PresenceFrequencyPenalty(_Repr):
+    """OpenAI's presence and frequency penalties over the generated tokens (vLLM's semantics).
+
+    ``scores[t] -= presence * (count[t] > 0) + frequency * count[t]``, where ``count[t]`` is
+    how many times token t was generated so far in that row (the prompt does not count).
+    """
+
+    __slots__ = ("presence", "frequency", "prompt_length")
+
+    def __init__(self, presence: float, frequency: float, prompt_length: int) -> None:
+        self.presence = float(presence)
+        self.frequency = float(frequency)
+        self.prompt_length = int(prompt_length)
+
+    def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        generated = input_ids[:, self.prompt_length :]  # [batch, new]
+        if generated.shape[1] == 0:
+            return scores
+        vocab = scores.shape[1]
+        rows = np.repeat(np.arange(generated.shape[0]), generated.shape[1])
+        flat = generated.reshape(-1)
+        keep = (flat >= 0) & (flat < vocab)
+        counts = np.zeros(scores.shape, dtype=np.float32)  # [batch, vocab]
+        np.add.at(counts, (rows[keep], flat[keep]), 1.0)
+        scores -= np.float32(self.frequency) * counts + np.float32(self.presence) * (counts > 0)
+        return scores
+
+
+class LogitBias(_Repr):
+    """Add a fixed bias to some tokens' scores at every step (OpenAI's ``logit_bias``)."""
+
+    __slots__ = ("token_ids", "biases")
+
+    def __init__(self, bias: Iterable[tuple[int, float]]) -> None:
+        pairs = list(bias)
+        self.token_ids = np.asarray([t for t, _ in pairs], dtype=np.int64)
+        self.biases = np.asarray([b for _, b in pairs], dtype=np.float32)
+
+    def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        inside = self.token_ids < scores.shape[1]  # ids past the vocabulary are ignored, like suppress_tokens
+        scores[:, self.token_ids[inside]] += self.biases[inside]
+        return scores
+
+
 # ---------------------------------------------------------------------------------- warpers
 def _softmax32(scores: np.ndarray) -> np.ndarray:
     """Row softmax in float32, computed the way torch does (max-shifted)."""
@@ -408,7 +454,8 @@ def make_logits_processors(
     Used by greedy search, sampling and beam search alike.  The order is that of
     transformers 4.57 ``GenerationMixin._get_logits_processor``: repetition
     penalty, no-repeat n-gram, bad words, min new tokens, forced BOS, forced EOS,
-    suppress tokens, begin-suppress tokens, then ``extra``.  Inactive processors
+    suppress tokens, begin-suppress tokens; then OpenAI's presence / frequency penalties and
+    logit bias, which transformers does not have; then ``extra``.  Inactive processors
     are left out, so greedy decoding with default settings gets an empty list.
 
     Args:
@@ -450,6 +497,10 @@ def make_logits_processors(
         if prompt_length <= 1 and config.forced_bos_token_id is not None:
             begin_index += 1  # the forced BOS comes first
         procs.append(SuppressTokensAtBegin(config.begin_suppress_tokens, begin_index))
+    if config.presence_penalty or config.frequency_penalty:
+        procs.append(PresenceFrequencyPenalty(config.presence_penalty, config.frequency_penalty, prompt_length))
+    if config.logit_bias:
+        procs.append(LogitBias(config.logit_bias))
     procs.extend(extra)
     return procs
 

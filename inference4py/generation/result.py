@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from inference4py.generation.logprobs import TokenLogprob
+
 __all__ = ["GenerationResult", "GenerationChunk", "Candidate", "FinishReason"]
 
 FinishReason = Literal["eos", "length", "stop"]
@@ -32,6 +34,7 @@ class GenerationChunk:
     text: str
     token_id: int | None
     finish_reason: FinishReason | None = None
+    logprob: TokenLogprob | None = None  # with logprobs=True: this chunk's token
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class GenerationResult:
         duration: Wall time of the call in seconds.
         time_to_first_token: Seconds from the call until the first token was chosen.
         candidates: Every returned sequence, best first.
+        logprobs: With ``logprobs=True``, one :class:`TokenLogprob` per generated token; else None.
     """
 
     text: str
@@ -59,6 +63,7 @@ class GenerationResult:
     duration: float
     time_to_first_token: float
     candidates: tuple[Candidate, ...] = field(default=())
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
     @property
     def tokens_per_second(self) -> float:

@@ -14,6 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from inference4py.generation.config import GenerationConfig
+from inference4py.generation.logprobs import LogprobRecorder
 from inference4py.generation.processors import LogitsProcessor
 from inference4py.generation.sampling import Sampler, nan_logits_error
 
@@ -36,6 +37,7 @@ def generate_step(
     processors: Sequence[LogitsProcessor],
     sampler: Sampler,
     rng: np.random.Generator,
+    recorder: LogprobRecorder | None = None,
 ) -> Iterator[int]:
     """Yield generated token ids one at a time (batch of one).
 
@@ -47,6 +49,7 @@ def generate_step(
         processors: logits processors, applied in order to ``(ids, scores)``.
         sampler: picks the next token from the processed scores.
         rng: random generator handed to the sampler.
+        recorder: with logprobs on, sees each step's raw logits before the processors and the chosen token.
     """
     n = len(prompt_ids)
     max_new = config.max_new_tokens
@@ -60,6 +63,8 @@ def generate_step(
     for i in range(max_new):
         cur = n + i
         scores = logits
+        if recorder is not None:
+            recorder.observe(logits)  # raw: the processors may change scores in place
         if processors:
             seen = ids[:, :cur]
             for proc in processors:
@@ -68,6 +73,8 @@ def generate_step(
         if scores[0, token] != scores[0, token]:  # NaN: argmax and the samplers pick NaN scores first
             raise nan_logits_error(i)
         ids[0, cur] = token
+        if recorder is not None:
+            recorder.choose(token)
         yield token
         if token in eos or i + 1 == max_new:
             return

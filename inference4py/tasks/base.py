@@ -151,6 +151,22 @@ class GenerationBuilder(Generic[T]):
         """Penalise tokens already in the sequence (> 1 discourages repeats)."""
         return self._set(repetition_penalty=penalty)
 
+    def presence_penalty(self: B, penalty: float) -> B:
+        """OpenAI's presence penalty in [-2, 2]: subtracted once from every token already generated."""
+        return self._set(presence_penalty=penalty)
+
+    def frequency_penalty(self: B, penalty: float) -> B:
+        """OpenAI's frequency penalty in [-2, 2]: subtracted once per time a token was generated."""
+        return self._set(frequency_penalty=penalty)
+
+    def logit_bias(self: B, bias: Mapping[int, float]) -> B:
+        """``{token_id: bias}`` added to the logits at every step (biases in [-100, 100])."""
+        return self._set(logit_bias=dict(bias))
+
+    def logprobs(self: B, top_logprobs: int = 0) -> B:
+        """Report each generated token's log-probability, and the ``top_logprobs`` (<= 20) likeliest alternatives."""
+        return self._set(logprobs=True, top_logprobs=top_logprobs)
+
     def no_repeat_ngram_size(self: B, n: int) -> B:
         """Never repeat an n-gram of this size."""
         return self._set(no_repeat_ngram_size=n)

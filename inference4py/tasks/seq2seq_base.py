@@ -16,7 +16,7 @@ import numpy as np
 from inference4py.engine.pipeline import load_pipeline, read_model_config
 from inference4py.engine.seq2seq import Seq2SeqRuntime
 from inference4py.errors import ConfigurationError, InvalidInputError
-from inference4py.generation.batch import generate_batch_ids, result_from_ids, right_pad
+from inference4py.generation.batch import batch_results, generate_batch_ids, make_recorders, right_pad
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.generate import collect, generate_chunks
 from inference4py.generation.processors import make_logits_processors
@@ -225,6 +225,7 @@ class Seq2SeqTask(ClosableTask):
         enc_ids, enc_mask = right_pad(rows, pad)
         state = self._runtime.new_state(enc_ids, enc_mask)
         start = np.full((len(rows), 1), self._start_id(config), dtype=np.int64)
+        recorders = make_recorders(len(rows), self.tokenizer, config)
         out = generate_batch_ids(
             state,
             start,
@@ -234,14 +235,11 @@ class Seq2SeqTask(ClosableTask):
             sampler=make_sampler(config),
             rng=make_rng(config.seed),
             pad_id=pad,
+            recorders=recorders,
         )
         elapsed = time.perf_counter() - started
-        return [
-            result_from_ids(
-                o, self.tokenizer, config, prompt_tokens=len(r), duration=elapsed, time_to_first_token=elapsed
-            )
-            for o, r in zip(out, rows)
-        ]
+        lengths = [len(r) for r in rows]
+        return batch_results(out, lengths, self.tokenizer, config, elapsed=elapsed, recorders=recorders)
 
     def stream_chunks(self, source: Source, **overrides: Any) -> Iterator[GenerationChunk]:
         """Chunks (text, token id, finish reason) for a raw model input."""

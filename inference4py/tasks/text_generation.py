@@ -10,7 +10,7 @@ from typing import Any
 from inference4py.engine.decoder import DecoderRuntime
 from inference4py.engine.pipeline import load_pipeline, read_model_config
 from inference4py.errors import ConfigurationError, InvalidInputError
-from inference4py.generation.batch import generate_batch_ids, left_pad, result_from_ids
+from inference4py.generation.batch import batch_results, generate_batch_ids, left_pad, make_recorders
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.generate import collect, generate_chunks, stream_generate
 from inference4py.generation.generator import Generator
@@ -259,6 +259,7 @@ class OnnxTextGenerator(ClosableTask):
         pad = _pad_id(config, self.tokenizer)
         ids, mask = left_pad(rows, pad)
         state = self._runtime.new_state(len(rows), capacity=ids.shape[1] + config.max_new_tokens)
+        recorders = make_recorders(len(rows), self.tokenizer, config)
         out = generate_batch_ids(
             state,
             ids,
@@ -268,14 +269,11 @@ class OnnxTextGenerator(ClosableTask):
             sampler=make_sampler(config),
             rng=make_rng(config.seed),
             pad_id=pad,
+            recorders=recorders,
         )
         elapsed = time.perf_counter() - started
-        return [
-            result_from_ids(
-                o, self.tokenizer, config, prompt_tokens=len(r), duration=elapsed, time_to_first_token=elapsed
-            )
-            for o, r in zip(out, rows)
-        ]
+        lengths = [len(r) for r in rows]
+        return batch_results(out, lengths, self.tokenizer, config, elapsed=elapsed, recorders=recorders)
 
     def generator(self, **overrides: Any) -> Generator:
         """A step-level :class:`~inference4py.generation.generator.Generator` over this model.
