@@ -31,6 +31,8 @@ BUILDERS = {
     "whisper": "tools.fixtures.whisper",  # speech-seq2seq: tiny Whisper (transformers.js layout), clips, features
     "fused": "tools.fixtures.fused",  # head size 16 optimum exports for `inference4py optimize` (rotary fusion)
     "sliding": "tools.fixtures.sliding",  # genai-built Gemma-3-like / Mistral-like folders with a sliding window
+    "tool_calls": "tools.fixtures.tool_calls",  # Qwen2.5's template rendered by transformers with tools= (text + ids)
+    "logprobs": "tools.fixtures.logprobs",  # transformers' raw-logit log-probabilities (after decoder)
 }
 
 
