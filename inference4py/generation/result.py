@@ -2,14 +2,39 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from inference4py.generation.logprobs import TokenLogprob
 
-__all__ = ["GenerationResult", "GenerationChunk", "Candidate", "FinishReason"]
+__all__ = ["GenerationResult", "GenerationChunk", "Candidate", "FinishReason", "ToolCall"]
 
-FinishReason = Literal["eos", "length", "stop"]
+FinishReason = Literal["eos", "length", "stop", "tool_calls"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call the model asked for (parsed by :mod:`inference4py.tasks.tools`).
+
+    Attributes:
+        id: ``call_`` + 24 hex digits (OpenAI's shape); 9 letters and digits for the
+            Mistral families, whose templates require that.
+        name: The function name.
+        arguments: The decoded arguments (always a dict).
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+    def to_openai(self) -> dict[str, Any]:
+        """The call in OpenAI's wire form (``function.arguments`` as a JSON string)."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)},
+        }
 
 
 @dataclass(frozen=True)
@@ -48,11 +73,13 @@ class GenerationResult:
             token that ended generation is included).
         prompt_tokens: Number of tokens in the (templated) prompt.
         generated_tokens: Number of tokens generated.
-        finish_reason: "eos", "length" or "stop".
+        finish_reason: "eos", "length", "stop", or "tool_calls" when the text held tool calls.
         duration: Wall time of the call in seconds.
         time_to_first_token: Seconds from the call until the first token was chosen.
         candidates: Every returned sequence, best first.
         logprobs: With ``logprobs=True``, one :class:`TokenLogprob` per generated token; else None.
+        tool_calls: The calls parsed from the text when the call passed ``tools`` (``text`` is then
+            what remains around them).
     """
 
     text: str
@@ -64,6 +91,7 @@ class GenerationResult:
     time_to_first_token: float
     candidates: tuple[Candidate, ...] = field(default=())
     logprobs: tuple[TokenLogprob, ...] | None = None
+    tool_calls: tuple[ToolCall, ...] = field(default=())
 
     @property
     def tokens_per_second(self) -> float:

@@ -68,23 +68,26 @@ class PromptEncoder:
         self.use_template = options._use_chat_template
         # The user's template wins; then the folder's own (the model author's); the preset's is the fallback.
         self.template = options._chat_template or tokenizer.chat_template or options._preset_template
+        # With tools: the user's template, else the model's "tool_use" one when it names one.
+        self.tool_template = options._chat_template or tokenizer.chat_templates.get("tool_use") or self.template
         if self.use_template and not self.template:
             raise ConfigurationError(
                 f"A chat template was requested but {folder} has none (no chat_template in "
                 "tokenizer_config.json, no chat_template.jinja). Pass one: .chat_template('{% for m in messages %}...')."
             )
 
-    def encode(self, prompt: Prompt) -> list[int]:
-        """The token ids of ``prompt``.
+    def encode(self, prompt: Prompt, *, tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """The token ids of ``prompt``; ``tools`` (checked ones) are rendered by the chat template.
 
         Raises:
-            InvalidInputError: empty prompt, malformed messages, ids outside the vocabulary.
+            InvalidInputError: empty prompt, malformed messages, ids outside the vocabulary,
+                or token ids given together with tools.
         """
         if isinstance(prompt, str):
             if not prompt:
                 raise InvalidInputError("The prompt is empty. Pass some text, a list of chat messages or token ids.")
-            if self.use_template:
-                return self.render([{"role": "user", "content": prompt}])
+            if self.use_template or tools is not None:
+                return self.render([{"role": "user", "content": prompt}], tools=tools)
             ids = self.tokenizer.encode(prompt)
             if not ids:
                 raise InvalidInputError("The prompt encodes to no tokens. Pass some text.")
@@ -93,6 +96,10 @@ class PromptEncoder:
             if not prompt:
                 raise InvalidInputError("The prompt is an empty list. Pass text, chat messages or token ids.")
             if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+                if tools is not None:
+                    raise InvalidInputError(
+                        "Tools are rendered by the chat template: pass text or chat messages with tools, not token ids."
+                    )
                 vocab = self.vocab_size
                 bad = [t for t in prompt if t < 0 or (vocab is not None and t >= vocab)]
                 if bad:
@@ -101,19 +108,23 @@ class PromptEncoder:
                     )
                 return list(prompt)
             if all(isinstance(m, Mapping) for m in prompt):
-                return self.render(list(prompt))
+                return self.render(list(prompt), tools=tools)
         raise InvalidInputError(
             f"Unsupported prompt of type {type(prompt).__name__}: pass a str, a list of "
             "{'role': ..., 'content': ...} messages, or a list of token ids."
         )
 
-    def render(self, messages: list[Message]) -> list[int]:
+    def render(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None) -> list[int]:
         """Chat messages through the template, then tokenized without added special tokens."""
         # transformers tokenizes rendered templates without adding special tokens: the template has them.
-        return self.tokenizer.encode(self.render_text(messages), add_special_tokens=False)
+        return self.tokenizer.encode(self.render_text(messages, tools=tools), add_special_tokens=False)
 
-    def render_text(self, messages: list[Message]) -> str:
-        """Chat messages through the template (with the system prompt when they have none)."""
+    def render_text(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None) -> str:
+        """Chat messages through the template (with the system prompt when they have none).
+
+        Assistant ``tool_calls`` and ``role: "tool"`` results are normalised the way the
+        templates expect them (see :func:`inference4py.tasks.tools.messages_for_template`).
+        """
         if not self.template:
             raise ConfigurationError(
                 f"Chat messages need a chat template, and {self.folder} has none. Pass one with "
@@ -121,4 +132,10 @@ class PromptEncoder:
             )
         if self.system_prompt is not None and not any(m.get("role") == "system" for m in messages):
             messages = [{"role": "system", "content": self.system_prompt}, *messages]
-        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, template=self.template)
+        rendered: Sequence[Message] = messages
+        if tools is not None or any(m.get("tool_calls") or m.get("role") == "tool" for m in messages):
+            from inference4py.tasks.tools import messages_for_template
+
+            rendered = messages_for_template(messages)
+        template = self.tool_template if tools is not None else self.template
+        return self.tokenizer.apply_chat_template(rendered, add_generation_prompt=True, template=template, tools=tools)

@@ -19,6 +19,7 @@ from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.generation.sampling import make_rng, make_sampler
 from inference4py.tasks import chat_templates
 from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
+from inference4py.tasks.output_control import OutputControl, output_control, split_control
 from inference4py.tasks.prompts import ChatOptions, Prompt, PromptEncoder
 from inference4py.tokenization import Tokenizer, load_tokenizer
 
@@ -205,15 +206,36 @@ class OnnxTextGenerator(ClosableTask):
 
     # ------------------------------------------------------------------ generation
     def stream_chunks(self, prompt: Prompt, **overrides: Any) -> Iterator[GenerationChunk]:
-        """The middle tier: :class:`GenerationChunk` objects with token ids and a finish reason."""
-        self._check_open()
-        ids = self.encode_prompt(prompt)
-        config = self._planner.for_call(len(ids), overrides)
-        return self._chunks(ids, config)
+        """The middle tier: :class:`GenerationChunk` objects with token ids and a finish reason.
 
-    def _chunks(self, ids: list[int], config: GenerationConfig) -> Iterator[GenerationChunk]:
+        Takes the same options as :meth:`generate`; with ``tools`` the chunks carry the raw
+        text (tool-call markup included): parse it with ``tools.parse_tool_calls`` or use generate().
+        """
+        self._check_open()
+        ids, config, control = self._prepare(prompt, overrides)
+        return self._chunks(ids, config, control)
+
+    def _prepare(
+        self, prompt: Prompt, overrides: Mapping[str, Any]
+    ) -> tuple[list[int], GenerationConfig, OutputControl]:
+        """The prompt's ids, the call's config and its output control, all checked before any token."""
+        rest, options = split_control(overrides)
+        control = (
+            output_control(options, template=self._prompts.tool_template, token_to_id=self.tokenizer.token_to_id)
+            if options
+            else OutputControl()
+        )
+        ids = self._prompts.encode(prompt, tools=control.tools)
+        return ids, self._planner.for_call(len(ids), rest), control
+
+    def _chunks(
+        self, ids: list[int], config: GenerationConfig, control: OutputControl | None = None
+    ) -> Iterator[GenerationChunk]:
         state = self._runtime.new_state(1, capacity=len(ids) + config.max_new_tokens)
-        return generate_chunks(state, ids, config, self.tokenizer, extra_processors=self._processors)
+        extra = (
+            control.processors(self.tokenizer, config.eos_token_id, self._processors) if control else self._processors
+        )
+        return generate_chunks(state, ids, config, self.tokenizer, extra_processors=extra)
 
     def generate(
         self, prompt: Prompt, on_token: Callable[[str], None] | None = None, **overrides: Any
@@ -223,21 +245,26 @@ class OnnxTextGenerator(ClosableTask):
         Args:
             prompt: text, chat messages (``[{"role": "user", "content": ...}]``) or token ids.
             on_token: called with each piece of text as soon as it is final.
-            **overrides: generation options for this call only (``max_new_tokens=20``, ``temperature=0.7``...).
+            **overrides: generation options for this call only (``max_new_tokens=20``, ``temperature=0.7``,
+                ``logprobs=True``...), and what the output may be (docs/structured-output.md):
+                ``json_schema``, ``response_format``, ``regex``, ``grammar``, ``choices`` (one of them), and
+                ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` (OpenAI's forms).
 
         Returns:
-            GenerationResult with the text, generated ids, counts and timings.
+            GenerationResult with the text, generated ids, counts and timings; with tools, the
+            parsed ``tool_calls`` and ``finish_reason="tool_calls"`` when the model called one.
 
         Raises:
-            InvalidInputError: empty or malformed prompt.
+            InvalidInputError: empty or malformed prompt, bad tools or tool_choice.
             PromptTooLongError: prompt + max_new_tokens exceed the model's context.
-            ConfigurationError: invalid option values.
+            ConfigurationError: invalid option values, a bad schema / regex / grammar.
+            UnsupportedModelError: tools for a model whose chat template cannot render them.
         """
         started = time.perf_counter()
         self._check_open()
-        ids = self.encode_prompt(prompt)
-        config = self._planner.for_call(len(ids), overrides)
-        return collect(self._chunks(ids, config), prompt_tokens=len(ids), started=started, on_token=on_token)
+        ids, config, control = self._prepare(prompt, overrides)
+        result = collect(self._chunks(ids, config, control), prompt_tokens=len(ids), started=started, on_token=on_token)
+        return control.finish(result)
 
     def generate_batch(self, prompts: Sequence[Prompt], **overrides: Any) -> list[GenerationResult]:
         """Generate for several prompts at once: one forward pass per step for the whole batch.
@@ -249,8 +276,14 @@ class OnnxTextGenerator(ClosableTask):
         self._check_open()
         if not isinstance(prompts, (list, tuple)) or not prompts:
             raise InvalidInputError("generate_batch needs a non-empty list of prompts.")
-        rows = [self.encode_prompt(p) for p in prompts]
-        config = self._planner.for_call(max(len(r) for r in rows), overrides)
+        rest, options = split_control(overrides)
+        control = (
+            output_control(options, template=self._prompts.tool_template, token_to_id=self.tokenizer.token_to_id)
+            if options
+            else OutputControl()
+        )
+        rows = [self._prompts.encode(p, tools=control.tools) for p in prompts]
+        config = self._planner.for_call(max(len(r) for r in rows), rest)
         if config.num_beams > 1 or config.num_return_sequences > 1:
             raise ConfigurationError(
                 "generate_batch runs greedy or sampling with one sequence per prompt; for beam search or several "
@@ -265,7 +298,11 @@ class OnnxTextGenerator(ClosableTask):
             ids,
             mask,
             config,
-            processors=make_logits_processors(config, prompt_length=ids.shape[1], extra=self._processors),
+            processors=make_logits_processors(
+                config,
+                prompt_length=ids.shape[1],
+                extra=control.processors(self.tokenizer, config.eos_token_id, self._processors),
+            ),
             sampler=make_sampler(config),
             rng=make_rng(config.seed),
             pad_id=pad,
@@ -273,7 +310,8 @@ class OnnxTextGenerator(ClosableTask):
         )
         elapsed = time.perf_counter() - started
         lengths = [len(r) for r in rows]
-        return batch_results(out, lengths, self.tokenizer, config, elapsed=elapsed, recorders=recorders)
+        results = batch_results(out, lengths, self.tokenizer, config, elapsed=elapsed, recorders=recorders)
+        return [control.finish(r) for r in results]
 
     def generator(self, **overrides: Any) -> Generator:
         """A step-level :class:`~inference4py.generation.generator.Generator` over this model.

@@ -7,32 +7,9 @@ import random
 import secrets
 import string
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One function call the model asked for.
-
-    Attributes:
-        id: ``call_`` + 24 hex digits (OpenAI's shape); 9 letters and digits for the
-            Mistral families, whose templates require that.
-        name: The function name.
-        arguments: The decoded arguments (always a dict).
-    """
-
-    id: str
-    name: str
-    arguments: dict[str, Any]
-
-    def to_openai(self) -> dict[str, Any]:
-        """The call in OpenAI's wire form (``function.arguments`` as a JSON string)."""
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)},
-        }
+from inference4py.generation.result import ToolCall as ToolCall  # a result type: generation/result.py
 
 
 def _openai_id(rng: random.Random | None) -> str:

@@ -1,0 +1,183 @@
+"""What a call allows the model to say: constraints, tools and their parsing, in one place per call.
+
+A task's ``generate`` takes the OpenAI-style keywords ``json_schema``, ``response_format``,
+``regex``, ``grammar``, ``choices``, ``tools``, ``tool_choice`` and ``parallel_tool_calls``.
+:func:`output_control` checks them all before any token is generated and returns an
+:class:`OutputControl`. The control gives the prompt its ``tools``, adds one logits processor
+(the constraint mask, applied last) and, once generation ends, turns the text into tool calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from inference4py.errors import ConfigurationError
+from inference4py.generation.result import GenerationResult
+
+if TYPE_CHECKING:
+    from inference4py.generation.constraints import ConstraintProcessor
+    from inference4py.generation.processors import LogitsProcessor
+    from inference4py.tasks.tools import ToolRequest
+    from inference4py.tokenization import Tokenizer
+
+__all__ = ["CONTROL_KEYS", "OutputControl", "output_control", "split_control"]
+
+CONTROL_KEYS = frozenset(
+    {
+        "json_schema",
+        "response_format",
+        "regex",
+        "grammar",
+        "choices",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+    }
+)
+
+
+def split_control(overrides: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(generation overrides, output-control options)`` of a call's keyword arguments."""
+    control = {k: v for k, v in overrides.items() if k in CONTROL_KEYS and v is not None}
+    rest = {k: v for k, v in overrides.items() if k not in CONTROL_KEYS}
+    return rest, control
+
+
+@dataclass(frozen=True)
+class OutputControl:
+    """The checked output options of one call (see :func:`output_control`).
+
+    Attributes:
+        grammar: ``(kind, options)`` for the constraint engine, or None when unconstrained.
+        tools: The request's tools (rendered into the prompt), or None.
+        tool_request: How to parse tool calls out of the text, or None.
+    """
+
+    grammar: Mapping[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_request: ToolRequest | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.grammar is not None or self.tool_request is not None
+
+    def processor(self, tokenizer: Tokenizer, eos_token_ids: Sequence[int]) -> ConstraintProcessor | None:
+        """A fresh constraint mask for one call (None when nothing is constrained)."""
+        if self.grammar is None:
+            return None
+        from inference4py.generation.constraints import Constraint, ConstraintProcessor
+
+        return ConstraintProcessor(Constraint(tokenizer, eos_token_ids=eos_token_ids, **self.grammar))
+
+    def processors(
+        self, tokenizer: Tokenizer, eos_token_ids: Sequence[int], extra: Sequence[LogitsProcessor]
+    ) -> tuple[LogitsProcessor, ...]:
+        """The builder's processors, then this call's constraint mask (last: it has the final word)."""
+        mask = self.processor(tokenizer, eos_token_ids)
+        return (*extra, mask) if mask is not None else tuple(extra)
+
+    def finish(self, result: GenerationResult) -> GenerationResult:
+        """Tool calls parsed out of the text: ``finish_reason="tool_calls"`` and the rest as content."""
+        request = self.tool_request
+        if request is None or result.finish_reason == "stop":
+            return result
+        content, calls = request.parse(result.text)
+        if not calls:
+            return result
+        return dataclasses.replace(result, text=content, finish_reason="tool_calls", tool_calls=tuple(calls))
+
+
+def output_control(
+    options: Mapping[str, Any],
+    *,
+    template: str | None,
+    token_to_id: Any = None,
+) -> OutputControl:
+    """Check a call's output options and build its :class:`OutputControl`.
+
+    Args:
+        options: ``json_schema`` (dict or JSON text), ``response_format`` (OpenAI's
+            ``{"type": "json_object"}`` or ``{"type": "json_schema", "json_schema": {"schema": ...}}``),
+            ``regex``, ``grammar`` (Lark), ``choices`` (strings), ``tools``, ``tool_choice``
+            (``"none" | "auto" | "required" | {"type": "function", "function": {"name": ...}}``),
+            ``parallel_tool_calls``. At most one constraint kind.
+        template: The chat template the prompt is rendered with (tools need one that renders them).
+        token_to_id: The tokenizer's ``token_to_id`` (a tool-call marker that is one token is forced as it).
+
+    Raises:
+        ConfigurationError: two constraint kinds, a bad schema, regex or grammar, llguidance missing.
+        InvalidInputError: bad tools or tool_choice.
+        UnsupportedModelError: tools for a model whose template cannot render or mark them.
+    """
+    if not options:
+        return OutputControl()
+    kinds: dict[str, Any] = {}
+    if "json_schema" in options:
+        kinds["json_schema"] = options["json_schema"]
+    if "response_format" in options:
+        kinds.update(_response_format(options["response_format"]))
+    for key in ("regex", "grammar", "choices"):
+        if key in options:
+            kinds[key] = options[key]
+    if len(kinds) > 1:
+        raise ConfigurationError(
+            f"Give one output constraint per call, not {' and '.join(sorted(kinds))}: a JSON schema, a regex, "
+            "a grammar or choices."
+        )
+    tools = options.get("tools")
+    request = None
+    if tools is not None:
+        from inference4py.tasks.tools import prepare_tools
+
+        request = prepare_tools(
+            tools,
+            options.get("tool_choice"),
+            template,
+            parallel_tool_calls=bool(options.get("parallel_tool_calls", True)),
+        )
+        tool_grammar = request.constraint(token_to_id=token_to_id)
+        if tool_grammar is not None:
+            if kinds:
+                raise ConfigurationError(
+                    "tool_choice requires a tool call, which is itself a constraint: drop "
+                    f"{next(iter(kinds))}, or use tool_choice='auto'."
+                )
+            kinds["grammar"] = tool_grammar
+    elif "tool_choice" in options and options["tool_choice"] not in ("none", "auto"):
+        raise ConfigurationError("tool_choice needs tools: pass tools=[{'type': 'function', 'function': {...}}].")
+    grammar = None
+    if kinds:
+        from inference4py.generation.constraints import compile_grammar
+
+        compile_grammar(**kinds)  # checked now, before any token: the mask is built per call
+        grammar = kinds
+    return OutputControl(grammar, request.tools if request is not None else None, request)
+
+
+def _response_format(value: Any) -> dict[str, Any]:
+    """OpenAI's ``response_format`` as a constraint kind (``{}`` for plain text)."""
+    if not isinstance(value, Mapping) or "type" not in value:
+        raise ConfigurationError(
+            'response_format must look like {"type": "json_object"} or {"type": "json_schema", '
+            '"json_schema": {"name": ..., "schema": {...}}}.'
+        )
+    kind = value["type"]
+    if kind == "text":
+        return {}
+    if kind == "json_object":
+        return {"json_object": True}
+    if kind == "json_schema":
+        inner = value.get("json_schema")
+        schema = inner.get("schema") if isinstance(inner, Mapping) else None
+        if isinstance(schema, str):
+            schema = json.loads(schema)
+        if not isinstance(schema, Mapping):
+            raise ConfigurationError(
+                'response_format {"type": "json_schema"} needs "json_schema": {"name": ..., "schema": {...}}.'
+            )
+        return {"json_schema": dict(schema)}
+    raise ConfigurationError(f'response_format type {kind!r} is unknown: use "text", "json_object" or "json_schema".')
