@@ -316,3 +316,25 @@ def test_generate_prints_logprobs_and_takes_openai_penalties(capsys):
 def test_generate_rejects_too_many_top_logprobs(capsys):
     assert main(["generate", "--model", str(FIXTURES / "models" / "qwen2"), "--logprobs", "30", "Hi"]) != 0
     assert "top_logprobs" in capsys.readouterr().err
+
+
+def test_generate_constrains_to_a_json_schema_file_and_a_regex(tmp_path, capsys):
+    pytest.importorskip("llguidance")
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
+        "required": ["n"],
+        "additionalProperties": False,
+    }
+    (tmp_path / "s.json").write_text(json.dumps(schema))
+    folder = str(FIXTURES / "models" / "qwen2")
+    assert (
+        main(["generate", "--model", folder, "--max-new-tokens", "20", "--json-schema", str(tmp_path / "s.json"), "Hi"])
+        == 0
+    )
+    value = json.loads(capsys.readouterr().out)
+    assert isinstance(value["n"], int) and value["n"] <= 9
+    assert main(["generate", "--model", folder, "--max-new-tokens", "12", "--regex", "[0-9]{3}-[a-z]{2}", "Hi"]) == 0
+    assert __import__("re").fullmatch("[0-9]{3}-[a-z]{2}", capsys.readouterr().out.strip())
+    assert main(["generate", "--model", folder, "--regex", "(bad", "Hi"]) == 2
+    assert "regular expression" in capsys.readouterr().err

@@ -100,6 +100,10 @@ def _add_generate_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="render the prompt with the model's chat template (implied by --system)",
     )
+    constrain = parser.add_mutually_exclusive_group()
+    constrain.add_argument("--json-schema", metavar="FILE", help="the output is JSON valid against this JSON Schema file")
+    constrain.add_argument("--regex", metavar="RE", help="the output fully matches this regular expression")
+    constrain.add_argument("--grammar", metavar="FILE", help="the output parses with this Lark grammar file")
     parser.add_argument(
         "--logprobs",
         type=int,
@@ -109,6 +113,13 @@ def _add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("prompt", nargs="?", help="the prompt; read from stdin when omitted")
 
 
+def _read_text(path: str, option: str) -> str:
+    try:
+        return Path(path).expanduser().read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInputError(f"{option}: cannot read {path} ({exc.strerror or exc}).") from exc
+
+
 def _run_generate(args: argparse.Namespace) -> int:
     prompt = args.prompt if args.prompt is not None else sys.stdin.read()
     if not prompt.strip():
@@ -116,11 +127,17 @@ def _run_generate(args: argparse.Namespace) -> int:
     # A system prompt only exists in a conversation: send the prompt as a user message.
     request: str | list[dict[str, str]] = [{"role": "user", "content": prompt}] if args.system is not None else prompt
     echo = _Echo(sys.stdout)
-    options = {} if args.logprobs is None else {"logprobs": True, "top_logprobs": args.logprobs}
+    options: dict[str, Any] = {} if args.logprobs is None else {"logprobs": True, "top_logprobs": args.logprobs}
+    if args.json_schema is not None:
+        options["json_schema"] = _read_text(args.json_schema, "--json-schema")
+    if args.regex is not None:
+        options["regex"] = args.regex
+    if args.grammar is not None:
+        options["grammar"] = _read_text(args.grammar, "--grammar")
     with _build_generator(args) as generator:
         result = generator.generate(request, on_token=echo, **options)
     echo.end_line()
-    for entry in (result.logprobs or ()) if options else ():
+    for entry in (result.logprobs or ()) if args.logprobs is not None else ():
         alternatives = "  ".join(f"{t.token!r} {t.logprob:.4f}" for t in entry.top_logprobs)
         print(f"{entry.token_id}\t{entry.token!r}\t{entry.logprob:.4f}\t{alternatives}".rstrip(), file=sys.stderr)
     return EXIT_OK
