@@ -101,7 +101,9 @@ def _add_generate_arguments(parser: argparse.ArgumentParser) -> None:
         help="render the prompt with the model's chat template (implied by --system)",
     )
     constrain = parser.add_mutually_exclusive_group()
-    constrain.add_argument("--json-schema", metavar="FILE", help="the output is JSON valid against this JSON Schema file")
+    constrain.add_argument(
+        "--json-schema", metavar="FILE", help="the output is JSON valid against this JSON Schema file"
+    )
     constrain.add_argument("--regex", metavar="RE", help="the output fully matches this regular expression")
     constrain.add_argument("--grammar", metavar="FILE", help="the output parses with this Lark grammar file")
     parser.add_argument(
