@@ -43,6 +43,7 @@ from inference4py.generation.processors import LogitsProcessor, apply_processors
 from inference4py.generation.result import Candidate, FinishReason, GenerationChunk, GenerationResult
 from inference4py.generation.streaming import StopSequenceMatcher
 from inference4py.tasks.base import CallPlanner, GenerationBuilder, resolve_generation_defaults
+from inference4py.tasks.output_control import CONTROL_KEYS
 from inference4py_genai._runtime import og, provider_name, raising
 
 __all__ = [
@@ -220,6 +221,12 @@ class GenaiPlanner(CallPlanner):
 
 def check_supported(overrides: Mapping[str, Any]) -> None:
     """Raise ConfigurationError for a user-set option genai cannot apply."""
+    control = sorted(k for k in CONTROL_KEYS if overrides.get(k) is not None)
+    if control:
+        raise ConfigurationError(
+            f"{', '.join(control)}: structured output and tool calling run on inference4py's own loop only for now; "
+            "load this folder with inference4py.OnnxTextGenerator (it runs genai folders too) to use them."
+        )
     for name, off in _UNSUPPORTED.items():
         value = overrides.get(name)
         if value is not None and value != off and not (isinstance(off, tuple) and not value):

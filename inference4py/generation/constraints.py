@@ -246,7 +246,10 @@ def _build_llg_tokenizer(tokenizer: Tokenizer, eos: list[int]) -> Any:
         backend = copy(backend)  # padding / truncation must not reach llguidance's copy
         backend.no_padding()
         backend.no_truncation()
-        return llg.LLTokenizer(backend.to_str(), n_vocab=tokenizer.vocab_size, eos_token=eos)
+        try:
+            return llg.LLTokenizer(backend.to_str(), n_vocab=tokenizer.vocab_size, eos_token=eos)
+        except ValueError:  # a decoder llguidance cannot read (T5's Metaspace): spell the pieces ourselves
+            pass
     return llg.LLTokenizer(llg.TokenizerWrapper(_PieceTokenizer(tokenizer, eos[0])), eos_token=eos)
 
 

@@ -7,7 +7,7 @@ as decoder-only models, over a :class:`~inference4py.engine.seq2seq.Seq2SeqState
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from inference4py.generation.processors import make_logits_processors
 from inference4py.generation.result import Candidate, GenerationChunk, GenerationResult
 from inference4py.generation.sampling import make_rng, make_sampler
 from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
+from inference4py.tasks.output_control import OutputControl, output_control, split_control
 from inference4py.tokenization import Tokenizer, load_tokenizer
 
 __all__ = ["Seq2SeqBuilder", "Seq2SeqTask", "TextOutput"]
@@ -204,10 +205,21 @@ class Seq2SeqTask(ClosableTask):
             raise ConfigurationError("decoder_start_token_id is not set: pass decoder_start_token_id=... .")
         return int(start)
 
-    def _chunks(self, source_ids: list[int], config: GenerationConfig) -> Iterator[GenerationChunk]:
+    def _config_and_control(self, overrides: Mapping[str, Any]) -> tuple[GenerationConfig, OutputControl]:
+        """The call's config and its output constraint (json_schema, regex, ...), checked before any token."""
+        rest, options = split_control(overrides)
+        control = output_control(options, template=None) if options else OutputControl()
+        return self._planner.for_call(1, rest), control
+
+    def _chunks(
+        self, source_ids: list[int], config: GenerationConfig, control: OutputControl | None = None
+    ) -> Iterator[GenerationChunk]:
         state = self._runtime.new_state(np.array([source_ids], dtype=np.int64))
         start = [self._start_id(config)]
-        return generate_chunks(state, start, config, self.tokenizer, extra_processors=self._processors)
+        extra = (
+            control.processors(self.tokenizer, config.eos_token_id, self._processors) if control else self._processors
+        )
+        return generate_chunks(state, start, config, self.tokenizer, extra_processors=extra)
 
     def generate_batch(self, sources: Sequence[Source], **overrides: Any) -> list[GenerationResult]:
         """Run several raw inputs at once (encoder inputs padded with a mask, one decoder pass per step)."""
@@ -216,7 +228,7 @@ class Seq2SeqTask(ClosableTask):
         if not isinstance(sources, (list, tuple)) or not sources:
             raise InvalidInputError("generate_batch needs a non-empty list of inputs.")
         rows = [self.encode_source(s) for s in sources]
-        config = self._planner.for_call(1, overrides)
+        config, control = self._config_and_control(overrides)
         if config.num_beams > 1 or config.num_return_sequences > 1:
             raise ConfigurationError(
                 "generate_batch runs greedy or sampling with one sequence per input; for beam search call generate()."
@@ -231,7 +243,9 @@ class Seq2SeqTask(ClosableTask):
             start,
             None,
             config,
-            processors=make_logits_processors(config, prompt_length=1, extra=self._processors),
+            processors=make_logits_processors(
+                config, prompt_length=1, extra=control.processors(self.tokenizer, config.eos_token_id, self._processors)
+            ),
             sampler=make_sampler(config),
             rng=make_rng(config.seed),
             pad_id=pad,
@@ -245,8 +259,8 @@ class Seq2SeqTask(ClosableTask):
         """Chunks (text, token id, finish reason) for a raw model input."""
         self._check_open()
         ids = self.encode_source(source)
-        config = self._planner.for_call(1, overrides)
-        return self._chunks(ids, config)
+        config, control = self._config_and_control(overrides)
+        return self._chunks(ids, config, control)
 
     def generate(
         self, source: Source, on_token: Callable[[str], None] | None = None, **overrides: Any
@@ -265,8 +279,9 @@ class Seq2SeqTask(ClosableTask):
         started = time.perf_counter()
         self._check_open()
         ids = self.encode_source(source)
-        config = self._planner.for_call(1, overrides)
-        return collect(self._chunks(ids, config), prompt_tokens=len(ids), started=started, on_token=on_token)
+        config, control = self._config_and_control(overrides)
+        chunks = self._chunks(ids, config, control)
+        return collect(chunks, prompt_tokens=len(ids), started=started, on_token=on_token)
 
     def stream(self, source: Source, **overrides: Any) -> Iterator[str]:
         """Yield the output text piece by piece."""

@@ -44,3 +44,12 @@ def test_genai_applies_them_as_the_native_loop_does(pair, options):
 def test_logprobs_are_refused_with_the_fix(pair, options):
     with pytest.raises(ConfigurationError, match="OnnxTextGenerator"):
         pair[0].generate("Hi", max_new_tokens=2, **options)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"json_schema": {"type": "object"}}, {"regex": "a+"}, {"choices": ["a"]}, {"tools": [], "tool_choice": "auto"}],
+)
+def test_structured_output_is_refused_with_the_fix(pair, options):
+    with pytest.raises(ConfigurationError, match="OnnxTextGenerator"):
+        pair[0].generate("Hi", max_new_tokens=2, **options)

@@ -185,3 +185,18 @@ def test_bad_options_fail_before_any_token(long_qwen2, options, error, message):
 def test_a_template_without_tool_support_is_refused():
     with pytest.raises(UnsupportedModelError, match="tool"):
         model("llama").generate([{"role": "user", "content": "Hi"}], tools=TOOLS, max_new_tokens=3)
+
+
+@pytest.mark.parametrize(
+    "task,folder", [("BartSummarizer", "bart"), ("MarianTranslator", "marian"), ("FlanT5TextGenerator", "t5")]
+)
+def test_seq2seq_tasks_take_the_same_constraints(task, folder):
+    import inference4py
+
+    with getattr(inference4py, task).builder().model_path(FIXTURES / "models" / folder).build() as gen:
+        assert gen.generate("The committee met.", choices=["yes", "no"]).text in {"yes", "no"}
+        for seed in range(4):
+            text = gen.generate("The committee met.", regex="[a-z]{3,6}", do_sample=True, seed=seed).text
+            assert re.fullmatch("[a-z]{3,6}", text), text
+        rows = gen.generate_batch(["One.", "Two, longer input."], regex="[0-9]{2}")
+        assert all(re.fullmatch("[0-9]{2}", r.text) for r in rows)
