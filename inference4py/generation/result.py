@@ -19,7 +19,7 @@ class ToolCall:
 
     Attributes:
         id: ``call_`` + 24 hex digits (OpenAI's shape); 9 letters and digits for the
-            Mistral families, whose templates require that.
+            tool-call formats whose templates require that (see tasks/tools/calls.py).
         name: The function name.
         arguments: The decoded arguments (always a dict).
     """

@@ -103,7 +103,7 @@ _NAMES = re.compile(r"phi-?3|gemma|mistral|qwen3", re.I)
 
 def test_the_runtime_names_none_of_them():
     package = Path(inference4py.__file__).parent
-    runtime = [*package.glob("engine/*.py"), *package.glob("engine/*.json"), *package.glob("generation/*.py")]
+    runtime = [*package.glob("engine/**/*.py"), *package.glob("engine/*.json"), *package.glob("generation/**/*.py")]
     assert runtime
     offenders = [str(p.relative_to(package)) for p in runtime if _NAMES.search(p.read_text(encoding="utf-8"))]
     assert offenders == []
