@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -41,6 +41,7 @@ _ELEM_TYPES: dict[int, type] = {
 
 GraphIO = tuple[dict[str, TensorInfo], dict[str, TensorInfo]]
 _Buffer = memoryview | mmap.mmap
+_T = TypeVar("_T")
 
 
 class _Malformed(ValueError):
@@ -138,22 +139,33 @@ def read_graph_io(path: str | os.PathLike[str]) -> GraphIO | None:
     Graph inputs that are also initializers (old IR versions) are left out,
     like ``InferenceSession.get_inputs()`` does.
     """
+    return _read_mapped(path, _parse)
+
+
+def _read_mapped(path: str | os.PathLike[str], parse: Callable[[mmap.mmap, int], _T]) -> _T | None:
+    """``parse(buffer, size)`` over a memory map of the file; None when it is empty, unreadable or malformed."""
     try:
         with open(Path(path), "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             if size == 0:
                 return None
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                return _parse(buf, size)
+                return parse(buf, size)
     except (OSError, ValueError, UnicodeDecodeError):
         return None
 
 
-def _parse(buf: _Buffer, size: int) -> GraphIO | None:
+def _graph(buf: _Buffer, size: int) -> tuple[int, int] | None:
+    """The span of ``ModelProto.graph`` (field 7), or None."""
     graph = None
     for number, wire, value in _fields(buf, 0, size):
         if number == 7 and wire == 2:
             graph = value
+    return graph
+
+
+def _parse(buf: _Buffer, size: int) -> GraphIO | None:
+    graph = _graph(buf, size)
     if graph is None:
         return None
     inputs: dict[str, TensorInfo] = {}
@@ -186,24 +198,12 @@ def read_node_int_attributes(path: str | os.PathLike[str], op_type: str) -> list
     ``AttributeProto.name`` (1) / ``i`` (3, a signed int64).  Returns None when the file
     cannot be parsed.
     """
-    try:
-        with open(Path(path), "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            if size == 0:
-                return None
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                if buf.find(op_type.encode()) < 0:
-                    return []
-                return _node_attributes(buf, size, op_type.encode())
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
+    name = op_type.encode()
+    return _read_mapped(path, lambda buf, size: _node_attributes(buf, size, name) if buf.find(name) >= 0 else [])
 
 
 def _node_attributes(buf: _Buffer, size: int, op_type: bytes) -> list[dict[str, int]] | None:
-    graph = None
-    for number, wire, value in _fields(buf, 0, size):
-        if number == 7 and wire == 2:
-            graph = value
+    graph = _graph(buf, size)
     if graph is None:
         return None
     found: list[dict[str, int]] = []

@@ -10,6 +10,10 @@ Shapes: ``input_ids`` is int64 ``[batch, cur_len]`` (the whole sequence so far:
 prompt + generated for decoder-only models, decoder ids including the start
 token for encoder-decoder models); ``scores`` is float32 ``[batch, vocab]``.
 Processors may modify ``scores`` in place and return it.
+
+One idea past ~500 lines: a catalogue of small processor classes (30 lines each) and the two
+factories that order them; split up, the order transformers applies them in would be spread
+over many files.
 """
 
 from __future__ import annotations
