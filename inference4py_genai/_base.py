@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -295,13 +296,51 @@ def search_options(config: GenerationConfig, prompt_len: int, *, native_processo
 
 
 Feed = Callable[[Any], None]
+Guidance = tuple[str, str]  # (type, data) for GeneratorParams.set_guidance: json_schema, regex, lark_grammar
 
 
-def _new_generator(model: Any, options: Mapping[str, Any], feed: Feed) -> Any:
+def genai_guidance(options: Mapping[str, Any]) -> Guidance | None:
+    """A call's constraint options as onnxruntime-genai's guidance; tools are refused with the fix.
+
+    The options are checked first with inference4py's own compiler, so a bad schema, regex or
+    grammar gets the same error as on the native loop.
+    """
+    if not options:
+        return None
+    tool_keys = sorted(k for k in ("tools", "tool_choice", "parallel_tool_calls") if k in options)
+    if tool_keys:
+        raise ConfigurationError(
+            f"{', '.join(tool_keys)}: tool calling runs on inference4py's own loop: load this folder with "
+            "inference4py.OnnxTextGenerator (it runs genai folders too)."
+        )
+    from inference4py.generation.constraints.grammar import _JSON_DEFAULTS, _choices_lark, _schema_dict
+    from inference4py.tasks.output_control import output_control
+
+    control = output_control(options, template=None)  # validates; one kind at most
+    kinds = dict(control.grammar or {})
+    if "json_object" in kinds:
+        kinds = {"json_schema": {"type": "object"}}
+    if "json_schema" in kinds:
+        schema = _schema_dict(kinds["json_schema"])
+        schema["x-guidance"] = {**_JSON_DEFAULTS, **schema.get("x-guidance", {})}
+        return ("json_schema", json.dumps(schema))
+    if "regex" in kinds:
+        return ("regex", str(kinds["regex"]))
+    if "grammar" in kinds:
+        return ("lark_grammar", str(kinds["grammar"]))
+    if "choices" in kinds:
+        return ("lark_grammar", _choices_lark(kinds["choices"]))
+    return None
+
+
+def _new_generator(model: Any, options: Mapping[str, Any], feed: Feed, guidance: Guidance | None = None) -> Any:
     genai = og()
     with raising(InferenceError, "setting the search options"):
         params = genai.GeneratorParams(model)
         params.set_search_options(**options)
+    if guidance is not None:
+        with raising(InferenceError, "setting the output constraint (onnxruntime-genai's guidance)"):
+            params.set_guidance(*guidance)
     with raising(InferenceError, "creating the generator"):
         generator = genai.Generator(model, params)
     with raising(InferenceError, "reading the prompt"):
@@ -317,6 +356,7 @@ def og_tokens(
     processors: Sequence[LogitsProcessor] = (),
     prompt_ids: Sequence[int] = (),
     limit: int | None = None,
+    guidance: Guidance | None = None,
 ) -> Iterator[int]:
     """The step tier: token ids chosen by genai's loop, one per iteration.
 
@@ -328,7 +368,7 @@ def og_tokens(
     genai chooses the token.  Closing the iterator (a stop sequence, the caller
     breaking out) ends the loop with no further forward pass.
     """
-    generator = _new_generator(model, options, feed)
+    generator = _new_generator(model, options, feed, guidance)
     ids = np.zeros((1, len(prompt_ids) + int(options["max_length"])), dtype=np.int64)  # [1, capacity]
     ids[0, : len(prompt_ids)] = prompt_ids
     length = len(prompt_ids)
@@ -347,9 +387,11 @@ def og_tokens(
         yield token
 
 
-def og_sequences(model: Any, options: Mapping[str, Any], feed: Feed, *, count: int) -> list[list[int]]:
+def og_sequences(
+    model: Any, options: Mapping[str, Any], feed: Feed, *, count: int, guidance: Guidance | None = None
+) -> list[list[int]]:
     """Run genai's loop to the end (beam search) and return ``count`` whole sequences, best first."""
-    generator = _new_generator(model, options, feed)
+    generator = _new_generator(model, options, feed, guidance)
     with raising(InferenceError, "generating"):
         while not generator.is_done():
             generator.generate_next_token()
@@ -405,6 +447,7 @@ class Call:
     extra_processors: Sequence[LogitsProcessor] = ()
     skip: int = 0
     window: int = 0
+    guidance: Guidance | None = None
 
     @property
     def text_ids(self) -> list[int]:
@@ -422,7 +465,13 @@ class Call:
         # genai's cache is max_length long: a sliding window needs it longer than this call asks for
         options["max_length"] = max(options["max_length"], self.window)
         return og_tokens(
-            self.model, options, self.feed, processors=processors, prompt_ids=self.text_ids, limit=config.max_new_tokens
+            self.model,
+            options,
+            self.feed,
+            processors=processors,
+            prompt_ids=self.text_ids,
+            limit=config.max_new_tokens,
+            guidance=self.guidance,
         )
 
 
@@ -448,7 +497,11 @@ def run_generation(call: Call, *, started: float, on_token: Callable[[str], None
                 "inference4py.OnnxTextGenerator, whose native loop handles the window."
             )
         seqs = og_sequences(
-            call.model, search_options(config, prompt_len), call.feed, count=config.num_return_sequences
+            call.model,
+            search_options(config, prompt_len),
+            call.feed,
+            count=config.num_return_sequences,
+            guidance=call.guidance,
         )
         candidates = tuple(_candidate(s[call.skip :], call.tokenizer, config) for s in seqs)
         end = time.perf_counter()

@@ -10,6 +10,7 @@ from typing import Any
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.tasks.base import ClosableTask
+from inference4py.tasks.output_control import split_control
 from inference4py.tasks.prompts import ChatOptions, Prompt, PromptEncoder
 from inference4py.tokenization import Tokenizer, load_tokenizer
 from inference4py_genai import _base
@@ -135,6 +136,8 @@ class TextGenerator(ClosableTask):
     # ------------------------------------------------------------------ generation
     def _call(self, prompt: Prompt, overrides: Mapping[str, Any]) -> _base.Call:
         self._check_open()
+        overrides, control = split_control(overrides)
+        guidance = _base.genai_guidance(control)
         ids = self.encode_prompt(prompt)
         return _base.Call(
             model=self._model,
@@ -145,6 +148,7 @@ class TextGenerator(ClosableTask):
             model_eos=self._planner.model_eos,
             extra_processors=self._processors,
             skip=len(ids),
+            guidance=guidance,
             window=self._window,
         )
 

@@ -46,10 +46,32 @@ def test_logprobs_are_refused_with_the_fix(pair, options):
         pair[0].generate("Hi", max_new_tokens=2, **options)
 
 
-@pytest.mark.parametrize(
-    "options",
-    [{"json_schema": {"type": "object"}}, {"regex": "a+"}, {"choices": ["a"]}, {"tools": [], "tool_choice": "auto"}],
-)
-def test_structured_output_is_refused_with_the_fix(pair, options):
+@pytest.mark.parametrize("options", [{"tools": []}, {"tools": [], "tool_choice": "auto"}])
+def test_tool_calling_is_refused_with_the_fix(pair, options):
     with pytest.raises(ConfigurationError, match="OnnxTextGenerator"):
         pair[0].generate("Hi", max_new_tokens=2, **options)
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}, "ok": {"type": "boolean"}},
+    "required": ["n", "ok"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize("name", ["genai-qwen2", "genai-llama"])
+def test_constraints_run_as_genai_guidance(name):
+    """genai's own llguidance integration (GeneratorParams.set_guidance) gets the same options."""
+    import json
+    import re
+
+    jsonschema = pytest.importorskip("jsonschema")
+    with TextGenerator.builder().model_path(folder(name)).build() as gen:
+        for seed in range(4):
+            options = {"do_sample": True, "temperature": 1.0, "seed": seed, "max_new_tokens": 40}
+            jsonschema.validate(json.loads(gen.generate("A record:", json_schema=SCHEMA, **options).text), SCHEMA)
+            assert re.fullmatch("[0-9]{3}-[a-z]{2}", gen.generate("Code:", regex="[0-9]{3}-[a-z]{2}", **options).text)
+            assert gen.generate("Colour:", choices=["red", "green"], **options).text in {"red", "green"}
+        with pytest.raises(ConfigurationError, match="regex"):
+            gen.generate("Code:", regex="(unclosed")
