@@ -66,7 +66,7 @@ T = TypeVar("T")
 B = TypeVar("B", bound="GenaiBuilder[Any]")
 
 # GenerationConfig fields onnxruntime-genai cannot apply at all, with their "off" values.
-_UNSUPPORTED: dict[str, Any] = {"min_p": 0.0, "logprobs": False, "top_logprobs": 0}
+_UNSUPPORTED: dict[str, Any] = {"min_p": 0.0, "logprobs": False, "top_logprobs": 0, "prompt_logprobs": False}
 
 _NATIVE_HINT = "use inference4py's own loop (inference4py.OnnxTextGenerator and friends), which implements it"
 

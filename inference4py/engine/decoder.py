@@ -259,6 +259,10 @@ class DecoderState:
 
     def __init__(self, runtime: DecoderRuntime, batch_size: int, capacity: int | None = None) -> None:
         self.rt = runtime
+        # With keep_prefill_logits, a prefill keeps every position's logits in prefill_logits
+        # ([batch, n, vocab]), for prompt log-probabilities (OpenAI's echo).
+        self.keep_prefill_logits = False
+        self.prefill_logits: np.ndarray | None = None
         self.batch = batch_size
         self.capacity = int(capacity) if capacity else 0
         self.shared_buffer = runtime.shared_kv
@@ -569,6 +573,8 @@ class DecoderState:
             logits = self._run_shared(
                 ids, np.ascontiguousarray(self._maskbuf[:, :width]), self._valid
             )  # [batch, n, vocab]
+            if self.keep_prefill_logits:
+                self.prefill_logits = np.array(logits, dtype=np.float32)
             last_idx = np.maximum(counts - 1, 0)
             last = logits[np.arange(self.batch), last_idx] if self.batch > 1 or counts[0] != n else logits[:, -1, :]
         self._valid = new_valid
@@ -629,8 +635,9 @@ class DecoderState:
             bind(g.position_name, positions.astype(g.inputs[g.position_name].dtype, copy=False))
         if g.has_cache_branch:
             bind("use_cache_branch", np.array([not first_run], dtype=np.bool_))
-        if g.logits_to_keep:
-            bind(g.logits_to_keep, np.array(1, dtype=g.inputs[g.logits_to_keep].dtype))
+        if g.logits_to_keep:  # 0 keeps every position (transformers' meaning), for prompt log-probabilities
+            keep = 0 if self.keep_prefill_logits else 1
+            bind(g.logits_to_keep, np.array(keep, dtype=g.inputs[g.logits_to_keep].dtype))
         # A cache exists only once something ran, and then g is the step graph (rt.layout's).
         for i, entry in enumerate(g.layout.self_entries):
             if self._past is None:
@@ -655,6 +662,8 @@ class DecoderState:
         produced = dict(zip(names, outputs))
         logits = produced["logits"].numpy()
         self._vocab = logits.shape[-1]
+        if self.keep_prefill_logits and logits.ndim == 3:
+            self.prefill_logits = np.array(logits, dtype=np.float32)  # [batch, seq, vocab]
         # [batch, seq, vocab] (or [batch, vocab] for graphs that already keep one position)
         last = logits[:, -1, :] if logits.ndim == 3 else logits
         self._past = [produced[e.output] for e in self.rt.layout.self_entries]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from inference4py.errors import ConfigurationError
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.logprobs import LogprobRecorder, TokenLogprob
 from inference4py.generation.processors import LogitsProcessor
@@ -154,4 +155,6 @@ def make_recorders(rows: int, tokenizer: Tokenizer, config: GenerationConfig) ->
     """One logprob recorder per batch row when the config asks for logprobs, else None."""
     if not config.logprobs:
         return None
+    if config.prompt_logprobs:
+        raise ConfigurationError("prompt_logprobs is reported by generate() and stream_chunks(): call them per prompt.")
     return [LogprobRecorder(tokenizer, config.top_logprobs) for _ in range(rows)]

@@ -80,6 +80,8 @@ class GenerationConfig:
         logit_bias: ``{token_id: bias}`` added to the logits at every step, biases in [-100, 100].
         logprobs: Report each generated token's log-probability (raw distribution, before any processor).
         top_logprobs: Also report this many most likely alternatives per step, 0 to 20 (> 0 turns logprobs on).
+        prompt_logprobs: Also report the prompt's own tokens' log-probabilities (OpenAI's ``echo``;
+            decoder-only models; turns logprobs on).
     """
 
     max_new_tokens: int = 256
@@ -111,6 +113,7 @@ class GenerationConfig:
     logit_bias: tuple[tuple[int, float], ...] = ()
     logprobs: bool = False
     top_logprobs: int = 0
+    prompt_logprobs: bool = False
 
     def __post_init__(self) -> None:
         # Normalise containers so configs are hashable and comparable.
@@ -126,6 +129,8 @@ class GenerationConfig:
         object.__setattr__(self, "stop_sequences", tuple(stops or ()))
         object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias))
         if isinstance(self.top_logprobs, int) and not isinstance(self.top_logprobs, bool) and self.top_logprobs > 0:
+            object.__setattr__(self, "logprobs", True)
+        if self.prompt_logprobs is True:
             object.__setattr__(self, "logprobs", True)
         self._validate()
 
@@ -183,6 +188,8 @@ class GenerationConfig:
                 raise bad("logit_bias", {token: bias}, "a map of token ids >= 0 to biases in [-100, 100]")
         if not isinstance(self.logprobs, bool):
             raise bad("logprobs", self.logprobs, "True or False")
+        if not isinstance(self.prompt_logprobs, bool):
+            raise bad("prompt_logprobs", self.prompt_logprobs, "True or False")
         top = self.top_logprobs
         if isinstance(top, bool) or not isinstance(top, int) or not (0 <= top <= MAX_TOP_LOGPROBS):
             raise bad("top_logprobs", top, f"an integer from 0 to {MAX_TOP_LOGPROBS}")

@@ -33,14 +33,14 @@ def stream_generate(
     tokenizer: Tokenizer,
     config: GenerationConfig,
     *,
-    logprobs: Sequence[TokenLogprob] | None = None,
+    recorder: LogprobRecorder | None = None,
 ) -> Iterator[GenerationChunk]:
     """Decode a token stream into text chunks.
 
     The concatenation of every chunk's text equals the final text exactly; a stop
     sequence ends the stream (``finish_reason="stop"``) and never appears in it.
-    ``logprobs`` (filled by the step loop as it yields, e.g. a recorder's ``items``)
-    gives each token's chunk its :class:`TokenLogprob`.
+    ``recorder`` (filled by the step loop as it yields) gives each token's chunk its
+    :class:`TokenLogprob`, and the first chunk the prompt's log-probabilities when recorded.
     """
     detok = IncrementalDetokenizer(tokenizer, skip_special_tokens=True)
     stops = StopSequenceMatcher(config.stop_sequences) if config.stop_sequences else None
@@ -50,6 +50,12 @@ def stream_generate(
     held = ""  # text of the EOS token itself (non-special EOS ids decode to text, as in transformers)
     count = 0
     entry: TokenLogprob | None = None
+    logprobs = recorder.items if recorder is not None else None
+
+    def prompt_part() -> tuple[TokenLogprob | None, ...] | None:  # on the first chunk only
+        items = recorder.prompt_items if recorder is not None and count == 1 else None
+        return tuple(items) if items is not None else None
+
     try:
         for token in tokens:
             last = token
@@ -59,13 +65,13 @@ def stream_generate(
             if stops is not None:
                 piece, stopped = stops.push(piece)
                 if stopped:
-                    yield GenerationChunk(piece, token, "stop", entry)
+                    yield GenerationChunk(piece, token, "stop", entry, prompt_part())
                     return
             if token in eos:
                 reason = "eos"
                 held = piece
                 break
-            yield GenerationChunk(piece, token, None, entry)
+            yield GenerationChunk(piece, token, None, entry, prompt_part())
         tail = detok.finish()
         if stops is not None:
             tail, stopped = stops.push(tail)
@@ -75,7 +81,7 @@ def stream_generate(
                 return
             tail += stops.flush()
         if reason == "eos":
-            yield GenerationChunk(held + tail, last, "eos", entry)
+            yield GenerationChunk(held + tail, last, "eos", entry, prompt_part())
         else:
             yield GenerationChunk(tail, None, "length")
     finally:
@@ -95,11 +101,14 @@ def collect(
     pieces: list[str] = []
     ids: list[int] = []
     logprobs: list[TokenLogprob] = []
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
     first_token_at: float | None = None
     reason: FinishReason = "length"
     for chunk in chunks:
         if chunk.logprob is not None:
             logprobs.append(chunk.logprob)
+        if chunk.prompt_logprobs is not None:
+            prompt_logprobs = chunk.prompt_logprobs
         if chunk.token_id is not None:
             ids.append(chunk.token_id)
             if first_token_at is None:
@@ -124,6 +133,7 @@ def collect(
         time_to_first_token=(first_token_at or end) - started,
         candidates=tuple(candidates),
         logprobs=tuple(logprobs) if logprobs else None,
+        prompt_logprobs=prompt_logprobs,
     )
 
 
@@ -220,4 +230,4 @@ def generate_chunks(
         rng=make_rng(config.seed),
         recorder=recorder,
     )
-    return stream_generate(tokens, tokenizer, config, logprobs=recorder.items if recorder is not None else None)
+    return stream_generate(tokens, tokenizer, config, recorder=recorder)

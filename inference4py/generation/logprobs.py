@@ -10,6 +10,7 @@ most likely first.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -75,6 +76,7 @@ class LogprobRecorder:
         self._row: np.ndarray | None = None
         self._texts: dict[int, str] = {}
         self.items: list[TokenLogprob] = []
+        self.prompt_items: list[TokenLogprob | None] | None = None
 
     def observe(self, logits: np.ndarray) -> None:
         self._row = log_softmax_row(np.asarray(logits).reshape(-1))
@@ -93,6 +95,19 @@ class LogprobRecorder:
         self.items.append(entry)
         self._row = None
         return entry
+
+    def record_prompt(self, prompt_ids: Sequence[int], logits: np.ndarray) -> None:
+        """Log-probabilities of the prompt's own tokens from the prefill's ``[n, vocab]`` logits.
+
+        Token i > 0 is scored by the distribution at position i - 1; the first token has no
+        context, so its entry is None (as in OpenAI's ``echo``).
+        """
+        entries: list[TokenLogprob | None] = [None]
+        for i in range(1, len(prompt_ids)):
+            self.observe(logits[i - 1])
+            entries.append(self.choose(int(prompt_ids[i])))
+            self.items.pop()  # choose() files generated tokens; these belong to the prompt
+        self.prompt_items = entries
 
     def _text(self, token: int) -> str:
         text = self._texts.get(token)

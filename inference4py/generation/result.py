@@ -60,6 +60,7 @@ class GenerationChunk:
     token_id: int | None
     finish_reason: FinishReason | None = None
     logprob: TokenLogprob | None = None  # with logprobs=True: this chunk's token
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None  # with prompt_logprobs: on the first chunk
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ class GenerationResult:
         logprobs: With ``logprobs=True``, one :class:`TokenLogprob` per generated token; else None.
         tool_calls: The calls parsed from the text when the call passed ``tools`` (``text`` is then
             what remains around them).
+        prompt_logprobs: With ``prompt_logprobs=True`` (OpenAI's ``echo``), one entry per prompt
+            token; the first is None (nothing predicts it).
     """
 
     text: str
@@ -92,6 +95,7 @@ class GenerationResult:
     candidates: tuple[Candidate, ...] = field(default=())
     logprobs: tuple[TokenLogprob, ...] | None = None
     tool_calls: tuple[ToolCall, ...] = field(default=())
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
 
     @property
     def tokens_per_second(self) -> float:

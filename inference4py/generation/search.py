@@ -13,6 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
+from inference4py.errors import ConfigurationError
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.logprobs import LogprobRecorder
 from inference4py.generation.processors import LogitsProcessor
@@ -58,7 +59,20 @@ def generate_step(
     ids[0, :n] = prompt_ids
     eos = frozenset(config.eos_token_id)
     processors = tuple(processors)
+    prompt_scores = recorder is not None and config.prompt_logprobs
+    if prompt_scores:
+        if not hasattr(model, "keep_prefill_logits"):
+            raise ConfigurationError(
+                "prompt_logprobs scores the prompt's own tokens, which only a decoder-only model predicts: "
+                "drop prompt_logprobs for this task."
+            )
+        model.keep_prefill_logits = True
     logits = model.prefill(ids[:, :n])  # [1, vocab]
+    if prompt_scores and recorder is not None:
+        everything = getattr(model, "prefill_logits", None)  # [1, n, vocab]
+        if everything is None or everything.shape[1] != n:
+            raise ConfigurationError("This graph returns only the last position's logits: prompt_logprobs needs all.")
+        recorder.record_prompt(prompt_ids, everything[0])
     step_input = np.empty((1,), dtype=np.int64)
     for i in range(max_new):
         cur = n + i

@@ -40,7 +40,7 @@ def test_genai_applies_them_as_the_native_loop_does(pair, options):
     assert got != plain  # the option had work to do
 
 
-@pytest.mark.parametrize("options", [{"logprobs": True}, {"top_logprobs": 3}])
+@pytest.mark.parametrize("options", [{"logprobs": True}, {"top_logprobs": 3}, {"prompt_logprobs": True}])
 def test_logprobs_are_refused_with_the_fix(pair, options):
     with pytest.raises(ConfigurationError, match="OnnxTextGenerator"):
         pair[0].generate("Hi", max_new_tokens=2, **options)

@@ -159,3 +159,38 @@ def test_logit_bias_steers_greedy_decoding_end_to_end():
     fresh = gen.generate("The old house", max_new_tokens=12, frequency_penalty=2.0)
     counts = np.bincount(np.asarray(fresh.token_ids))
     assert counts.max() <= np.bincount(np.asarray(gen.generate("The old house", max_new_tokens=12).token_ids)).max()
+
+
+@pytest.mark.parametrize("kind,case", list(cases()))
+def test_prompt_logprobs_equal_transformers_forward_pass(kind, case):
+    """OpenAI's echo: each prompt token scored by the position before it; the first has no score."""
+    result = model(kind).generate(case["prompt_ids"], max_new_tokens=2, prompt_logprobs=True)
+    assert result.prompt_logprobs is not None and len(result.prompt_logprobs) == len(case["prompt_ids"])
+    assert result.prompt_logprobs[0] is None and case["prompt_logprobs"][0] is None
+    assert [t.token_id for t in result.prompt_logprobs[1:]] == case["prompt_ids"][1:]
+    got = [t.logprob for t in result.prompt_logprobs[1:]]
+    assert got == pytest.approx(case["prompt_logprobs"][1:], abs=1e-4)
+    assert result.logprobs is not None and len(result.logprobs) == result.generated_tokens  # implied
+
+
+def test_prompt_logprobs_on_a_shared_buffer_graph_match_a_step_by_step_run():
+    gen = OnnxTextGenerator.builder().model_path(FIXTURES / "models" / "genai-llama").build()
+    prompt = gen.encode_prompt("The old house stood at the end of the road")
+    result = gen.generate(prompt, max_new_tokens=1, prompt_logprobs=True)
+    state = gen._runtime.new_state(1)
+    logits = state.prefill(np.array([prompt[:1]]))
+    for i in range(1, len(prompt)):
+        raw = logits[0].astype(np.float64)
+        expected = raw - raw.max() - np.log(np.exp(raw - raw.max()).sum())
+        assert result.prompt_logprobs[i].logprob == pytest.approx(expected[prompt[i]], abs=1e-4), i
+        logits = state.step(np.array([prompt[i]]))
+
+
+def test_prompt_logprobs_are_refused_where_they_cannot_be_given():
+    with pytest.raises(ConfigurationError, match="per prompt"):
+        model("gpt2").generate_batch(["Hi", "Hello"], max_new_tokens=2, prompt_logprobs=True)
+    from inference4py import BartSummarizer
+
+    bart = BartSummarizer.builder().model_path(FIXTURES / "models" / "bart").build()
+    with bart, pytest.raises(ConfigurationError, match="decoder-only"):
+        bart.generate("The committee met.", max_new_tokens=2, prompt_logprobs=True)
