@@ -23,6 +23,7 @@ from inference4py.cli.seq2seq import (
     _run_summarize,
     _run_translate,
 )
+from inference4py.cli.serve import _add_serve_arguments, _run_serve
 from inference4py.cli.transcribe import _add_transcribe_arguments, _run_transcribe
 from inference4py.errors import Inference4pyError
 
@@ -32,6 +33,11 @@ COMMANDS: dict[str, Command] = {
         help="generate text from a prompt, streamed to stdout",
         add_arguments=_add_generate_arguments,
         run=_run_generate,
+    ),
+    "serve": Command(
+        help="serve models over the OpenAI API (needs the serve extra)",
+        add_arguments=_add_serve_arguments,
+        run=_run_serve,
     ),
     "chat": Command(
         help="multi-turn chat on stdin/stdout (/exit or EOF ends it)",

@@ -1,0 +1,82 @@
+"""``inference4py serve``: an OpenAI-compatible local server (the ``serve`` extra: FastAPI, uvicorn).
+
+- :func:`create_app` returns an ASGI app over already loaded models, to mount in your own app.
+- :func:`load_models` loads ``--model`` arguments (folders or hub ids) under their served names.
+- :func:`serve` loads the models and runs uvicorn. It binds 127.0.0.1 unless told otherwise.
+
+Routes live in :mod:`~inference4py.serve.app`, the OpenAI request models in
+:mod:`~inference4py.serve.protocol`, and each model's single owner thread in
+:mod:`~inference4py.serve.worker`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from inference4py.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+__all__ = ["create_app", "load_models", "serve", "served_name"]
+
+_INSTALL = 'pip install "inference4py[serve]"'
+
+
+def _require() -> None:
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise ConfigurationError(f"The server needs FastAPI and uvicorn: {_INSTALL}.") from exc
+
+
+def create_app(models: Mapping[str, Any]) -> FastAPI:
+    """An ASGI app serving ``models`` (served name -> loaded ``OnnxTextGenerator``) over the OpenAI API."""
+    _require()
+    from inference4py.serve.app import create_app as _create
+
+    return _create(models)
+
+
+def served_name(model: str) -> str:
+    """The name a ``--model`` argument is served under: the folder's or the repo's last part."""
+    return Path(model.rstrip("/")).name or model
+
+
+def load_models(models: Sequence[str], names: Sequence[str] = ()) -> dict[str, Any]:
+    """Load each model (a folder or a hub id) as an ``OnnxTextGenerator``, keyed by its served name."""
+    from inference4py import OnnxTextGenerator
+
+    if not models:
+        raise ConfigurationError("Give at least one model to serve: --model FOLDER_OR_REPO_ID.")
+    if names and len(names) != len(models):
+        raise ConfigurationError("Give one --served-model-name per --model, or none.")
+    loaded: dict[str, Any] = {}
+    for i, model in enumerate(models):
+        name = names[i] if names else served_name(model)
+        if name in loaded:
+            raise ConfigurationError(f"Two models are served as {name!r}: give each one --served-model-name.")
+        folder = Path(model).expanduser()
+        builder = OnnxTextGenerator.builder()
+        builder = builder.model_path(folder) if folder.is_dir() else builder.model_id(model)
+        loaded[name] = builder.build()
+    return loaded
+
+
+def serve(
+    models: Sequence[str],
+    *,
+    names: Sequence[str] = (),
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "info",
+) -> None:
+    """Load ``models`` and serve them until interrupted (uvicorn; ``host`` defaults to loopback only)."""
+    _require()
+    import uvicorn
+
+    app = create_app(load_models(models, names))
+    uvicorn.run(app, host=host, port=port, log_level=log_level)

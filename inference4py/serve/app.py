@@ -1,0 +1,295 @@
+"""The OpenAI-compatible HTTP routes: parse the request, call the model's worker, shape the answer.
+
+``create_app({"name": model, ...})`` returns an ASGI app (FastAPI) that a user can mount in their
+own app; :func:`inference4py.serve.serve` runs it with uvicorn. Errors come back as OpenAI error
+objects with the right status, never as a traceback, and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from inference4py.errors import Inference4pyError, PromptTooLongError
+from inference4py.generation.result import GenerationChunk, GenerationResult
+from inference4py.serve.protocol import ChatCompletionRequest, CompletionRequest, error_body, new_id, now
+from inference4py.serve.worker import ModelWorker
+
+__all__ = ["create_app"]
+
+_log = logging.getLogger("inference4py.serve")
+_FINISH = {"eos": "stop", "stop": "stop", "length": "length", "tool_calls": "tool_calls"}
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind = status, message, param, kind
+
+
+def create_app(models: Mapping[str, Any]) -> FastAPI:
+    """An ASGI app serving ``models`` (served name -> loaded task object) over the OpenAI API."""
+    workers = {name: ModelWorker(name, model) for name, model in models.items()}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        for worker in workers.values():  # the models' threads and sessions end with the server
+            worker.close()
+
+    app = FastAPI(title="inference4py", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.state.workers = workers
+
+    @app.exception_handler(_HTTPError)
+    async def _http_error(request: Request, exc: _HTTPError) -> JSONResponse:
+        return JSONResponse(error_body(exc.message, exc.kind, exc.param), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        message = f"{where}: {first.get('msg', 'invalid value')}" if where else str(first.get("msg", "invalid request"))
+        if first.get("type") == "json_invalid":
+            message = "The request body is not valid JSON. Send a JSON object."
+        return JSONResponse(error_body(message, param=where or None), status_code=400)
+
+    @app.exception_handler(Inference4pyError)
+    async def _library_error(request: Request, exc: Inference4pyError) -> JSONResponse:
+        code = "context_length_exceeded" if isinstance(exc, PromptTooLongError) else None
+        return JSONResponse(error_body(str(exc), code=code), status_code=400)
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        _log.exception("internal error while serving %s", request.url.path)
+        return JSONResponse(error_body("Internal server error; see the server log.", "server_error"), status_code=500)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def list_models() -> dict[str, Any]:
+        created = now()
+        data = [{"id": name, "object": "model", "created": created, "owned_by": "inference4py"} for name in workers]
+        return {"object": "list", "data": data}
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat(body: ChatCompletionRequest) -> Any:
+        worker = _worker(workers, body.model)
+        messages = [m.for_template() for m in body.messages]
+        options = _options(body)
+        if body.logprobs or body.top_logprobs:
+            options.update(logprobs=True, top_logprobs=body.top_logprobs or 0)
+        for key in ("response_format", "tools", "tool_choice", "parallel_tool_calls"):
+            value = getattr(body, key)
+            if value is not None:
+                options[key] = value
+        if body.max_completion_tokens is not None:
+            options["max_new_tokens"] = body.max_completion_tokens
+        if body.stream:
+            if body.n > 1:
+                raise _HTTPError(400, "n > 1 is not supported with stream=true yet: set n=1 or stream=false.", "n")
+            if body.tools is not None:
+                raise _HTTPError(400, "tools are not supported with stream=true yet: set stream=false.", "tools")
+            prompt_tokens = await worker.run(lambda: len(worker.model._prepare(messages, options)[0]))  # checks first
+            return _sse(_chat_stream(worker, body, messages, options, prompt_tokens))
+        choices = _per_choice(body, options)
+        results = [await worker.run(functools.partial(worker.model.generate, messages, **o)) for o in choices]
+        return _chat_response(body.model, results)
+
+    @app.post("/v1/completions", response_model=None)
+    async def completions(body: CompletionRequest) -> Any:
+        worker = _worker(workers, body.model)
+        options = _options(body)
+        if body.logprobs is not None:
+            options.update(logprobs=True, top_logprobs=body.logprobs)
+        if body.echo:
+            raise _HTTPError(400, "echo is not supported yet: leave it false.", "echo")
+        prompt = body.prompt
+        if body.stream:
+            if body.n > 1:
+                raise _HTTPError(400, "n > 1 is not supported with stream=true yet: set n=1 or stream=false.", "n")
+            prompt_tokens = await worker.run(lambda: len(worker.model._prepare(prompt, options)[0]))  # checks first
+            return _sse(_completion_stream(worker, body, prompt, options, prompt_tokens))
+        results = [
+            await worker.run(functools.partial(worker.model.generate, prompt, **o)) for o in _per_choice(body, options)
+        ]
+        return _completion_response(body.model, results)
+
+    return app
+
+
+# ------------------------------------------------------------------------------- request -> options
+def _worker(workers: Mapping[str, ModelWorker], name: str) -> ModelWorker:
+    worker = workers.get(name)
+    if worker is None:
+        raise _HTTPError(
+            404,
+            f"The model {name!r} does not exist here. Served models: {', '.join(workers)}.",
+            "model",
+            kind="not_found_error",
+        )
+    return worker
+
+
+def _options(body: Any) -> dict[str, Any]:
+    """Library options of the fields both endpoints share; an unknown field is a 400, never ignored."""
+    unknown = body.unknown_fields()
+    if unknown:
+        raise _HTTPError(400, f"Unsupported field(s): {', '.join(unknown)}. Remove them.", unknown[0])
+    options: dict[str, Any] = {}
+    if body.max_tokens is not None:
+        options["max_new_tokens"] = body.max_tokens
+    if body.temperature is not None:
+        if body.temperature == 0:
+            options["do_sample"] = False
+        else:
+            options.update(do_sample=True, temperature=body.temperature)
+    if body.top_p is not None:
+        options["top_p"] = body.top_p
+    if body.seed is not None:
+        options["seed"] = body.seed
+    if body.stop is not None:
+        options["stop_sequences"] = [body.stop] if isinstance(body.stop, str) else list(body.stop)
+    for key in ("presence_penalty", "frequency_penalty"):
+        if getattr(body, key) is not None:
+            options[key] = getattr(body, key)
+    if body.logit_bias:
+        try:
+            options["logit_bias"] = {int(k): v for k, v in body.logit_bias.items()}
+        except ValueError as exc:
+            raise _HTTPError(400, 'logit_bias keys must be token ids, e.g. {"50256": -100}.', "logit_bias") from exc
+    options.update({k: v for k, v in (body.model_extra or {}).items()})
+    return options
+
+
+def _per_choice(body: Any, options: dict[str, Any]) -> list[dict[str, Any]]:
+    """One option set per choice; with a seed, choice i samples with seed + i (reproducible n > 1)."""
+    if body.n == 1:
+        return [options]
+    return [{**options, "seed": options["seed"] + i} if "seed" in options else dict(options) for i in range(body.n)]
+
+
+# ------------------------------------------------------------------------------- results -> responses
+def _usage(results: list[GenerationResult]) -> dict[str, int]:
+    prompt = results[0].prompt_tokens
+    completion = sum(r.generated_tokens for r in results)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _logprobs(result: GenerationResult) -> dict[str, Any] | None:
+    if result.logprobs is None:
+        return None
+    return {
+        "content": [
+            {
+                "token": t.token,
+                "logprob": t.logprob,
+                "bytes": list(t.token.encode("utf-8")),
+                "top_logprobs": [
+                    {"token": a.token, "logprob": a.logprob, "bytes": list(a.token.encode("utf-8"))}
+                    for a in t.top_logprobs
+                ],
+            }
+            for t in result.logprobs
+        ]
+    }
+
+
+def _chat_response(model: str, results: list[GenerationResult]) -> dict[str, Any]:
+    choices = []
+    for i, r in enumerate(results):
+        message: dict[str, Any] = {"role": "assistant", "content": r.text}
+        if r.tool_calls:
+            message["tool_calls"] = [c.to_openai() for c in r.tool_calls]
+            message["content"] = r.text or None
+        choices.append(
+            {"index": i, "message": message, "logprobs": _logprobs(r), "finish_reason": _FINISH[r.finish_reason]}
+        )
+    return {
+        "id": new_id("chatcmpl"),
+        "object": "chat.completion",
+        "created": now(),
+        "model": model,
+        "choices": choices,
+        "usage": _usage(results),
+    }
+
+
+def _completion_response(model: str, results: list[GenerationResult]) -> dict[str, Any]:
+    choices = [
+        {"index": i, "text": r.text, "logprobs": None, "finish_reason": _FINISH[r.finish_reason]}
+        for i, r in enumerate(results)
+    ]
+    return {
+        "id": new_id("cmpl"),
+        "object": "text_completion",
+        "created": now(),
+        "model": model,
+        "choices": choices,
+        "usage": _usage(results),
+    }
+
+
+# ------------------------------------------------------------------------------- streaming
+def _sse(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+    async def body() -> AsyncIterator[str]:
+        async for event in events:
+            yield f"data: {json.dumps(event, ensure_ascii=False)}\n\n"
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(body(), media_type="text/event-stream")
+
+
+async def _chat_stream(
+    worker: ModelWorker,
+    body: ChatCompletionRequest,
+    messages: list[dict[str, Any]],
+    options: dict[str, Any],
+    prompt_tokens: int,
+) -> AsyncIterator[dict[str, Any]]:
+    base = {"id": new_id("chatcmpl"), "object": "chat.completion.chunk", "created": now(), "model": body.model}
+    yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+    generated = 0
+    async for chunk in worker.stream(lambda: worker.model.stream_chunks(messages, **options)):
+        generated += chunk.token_id is not None
+        yield {**base, "choices": [_chat_delta(chunk)]}
+    if body.stream_options is not None and body.stream_options.include_usage:
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": generated,
+            "total_tokens": prompt_tokens + generated,
+        }
+        yield {**base, "choices": [], "usage": usage}
+
+
+def _chat_delta(chunk: GenerationChunk) -> dict[str, Any]:
+    delta = {"content": chunk.text} if chunk.text or chunk.finish_reason is None else {}
+    reason = _FINISH[chunk.finish_reason] if chunk.finish_reason is not None else None
+    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+
+
+async def _completion_stream(
+    worker: ModelWorker, body: CompletionRequest, prompt: Any, options: dict[str, Any], prompt_tokens: int
+) -> AsyncIterator[dict[str, Any]]:
+    base = {"id": new_id("cmpl"), "object": "text_completion", "created": now(), "model": body.model}
+    generated = 0
+    async for chunk in worker.stream(lambda: worker.model.stream_chunks(prompt, **options)):
+        generated += chunk.token_id is not None
+        reason = _FINISH[chunk.finish_reason] if chunk.finish_reason is not None else None
+        yield {**base, "choices": [{"index": 0, "text": chunk.text, "logprobs": None, "finish_reason": reason}]}
+    if body.stream_options is not None and body.stream_options.include_usage:
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": generated,
+            "total_tokens": prompt_tokens + generated,
+        }
+        yield {**base, "choices": [], "usage": usage}

@@ -1,0 +1,196 @@
+"""The OpenAI-compatible server, for real: uvicorn on 127.0.0.1 and a free port, driven by the `openai` client.
+
+Every answer is checked against what the library gives for the same request, called directly. Bad
+requests must get OpenAI error objects with the right status, and the server must keep answering.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+pytest.importorskip("fastapi")
+uvicorn = pytest.importorskip("uvicorn")
+openai = pytest.importorskip("openai")
+
+from inference4py import OnnxTextGenerator  # noqa: E402
+from inference4py.serve import create_app, load_models, served_name  # noqa: E402
+from tests.conftest import FIXTURES  # noqa: E402
+
+QWEN = FIXTURES / "models" / "qwen2"
+GPT2 = FIXTURES / "models" / "gpt2"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server():
+    app = create_app(load_models([str(QWEN), str(GPT2)]))
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not srv.started and time.time() < deadline:
+        time.sleep(0.05)
+    assert srv.started, "the server did not start"
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server}/v1", api_key="none", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    return OnnxTextGenerator.builder().model_path(QWEN).build()
+
+
+def _post(server: str, path: str, body: bytes | str) -> tuple[int, dict]:
+    data = body.encode() if isinstance(body, str) else body
+    request = urllib.request.Request(f"{server}{path}", data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_models_are_listed_under_their_folder_names(client):
+    assert sorted(m.id for m in client.models.list().data) == ["gpt2", "qwen2"]
+    assert served_name("org/some-model") == "some-model"
+
+
+def test_chat_equals_the_library(client, qwen):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
+    r = client.chat.completions.create(model="qwen2", messages=messages, max_tokens=12, temperature=0)
+    want = qwen.generate(messages, max_new_tokens=12, do_sample=False)
+    assert r.object == "chat.completion" and r.model == "qwen2"
+    assert r.choices[0].message.role == "assistant"
+    assert r.choices[0].message.content == want.text
+    assert r.choices[0].finish_reason == ("length" if want.finish_reason == "length" else "stop")
+    assert r.usage.prompt_tokens == want.prompt_tokens
+    assert r.usage.completion_tokens == want.generated_tokens
+
+
+def test_streamed_deltas_concatenate_to_the_whole_answer(client):
+    messages = [{"role": "user", "content": "Tell me something"}]
+    whole = client.chat.completions.create(model="qwen2", messages=messages, max_tokens=16, temperature=0)
+    chunks = list(
+        client.chat.completions.create(
+            model="qwen2",
+            messages=messages,
+            max_tokens=16,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    finished = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finished == [whole.choices[0].finish_reason]
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_completions_stop_strings_and_n_with_a_seed(client):
+    gpt2 = OnnxTextGenerator.builder().model_path(GPT2).build()
+    plain = gpt2.generate("The old house", max_new_tokens=10, do_sample=False)
+    r = client.completions.create(model="gpt2", prompt="The old house", max_tokens=10, temperature=0)
+    assert r.object == "text_completion" and r.choices[0].text == plain.text
+    stop = plain.text[3:6]
+    r = client.completions.create(model="gpt2", prompt="The old house", max_tokens=10, temperature=0, stop=[stop])
+    assert r.choices[0].text == plain.text[: plain.text.find(stop)] and r.choices[0].finish_reason == "stop"
+    a = client.completions.create(model="gpt2", prompt="Once", max_tokens=8, temperature=1.0, seed=7, n=3)
+    b = client.completions.create(model="gpt2", prompt="Once", max_tokens=8, temperature=1.0, seed=7, n=3)
+    assert [c.text for c in a.choices] == [c.text for c in b.choices]
+    assert [c.index for c in a.choices] == [0, 1, 2]
+    assert a.choices[0].text == gpt2.generate("Once", max_new_tokens=8, do_sample=True, temperature=1.0, seed=7).text
+
+
+def test_logprobs_and_structured_output_come_through(client):
+    pytest.importorskip("llguidance")
+    r = client.chat.completions.create(
+        model="qwen2",
+        messages=[{"role": "user", "content": "A number"}],
+        max_tokens=5,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens and all(len(t.top_logprobs) == 2 for t in content)
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}},
+        "required": ["n"],
+        "additionalProperties": False,
+    }
+    r = client.chat.completions.create(
+        model="qwen2",
+        messages=[{"role": "user", "content": "A number"}],
+        max_tokens=30,
+        response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": schema}},
+    )
+    assert isinstance(json.loads(r.choices[0].message.content)["n"], int)
+
+
+@pytest.mark.parametrize(
+    "body,status,needle",
+    [
+        ("{not json", 400, "not valid JSON"),
+        (json.dumps({"model": "qwen2"}), 400, "messages"),
+        (json.dumps({"model": "nope", "messages": [{"role": "user", "content": "Hi"}]}), 404, "nope"),
+        (
+            json.dumps({"model": "qwen2", "messages": [{"role": "user", "content": "Hi"}], "temperature": 5}),
+            400,
+            "temperature",
+        ),
+        (
+            json.dumps({"model": "qwen2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 0}),
+            400,
+            "max_tokens",
+        ),
+        (json.dumps({"model": "qwen2", "messages": [{"role": "bot", "content": "Hi"}]}), 400, "role"),
+        (json.dumps({"model": "qwen2", "messages": [{"role": "user", "content": "Hi"}], "wat": 1}), 400, "wat"),
+        (json.dumps({"model": "qwen2", "messages": [{"role": "user", "content": "Hi " * 400}]}), 400, "context"),
+        (
+            json.dumps({"model": "qwen2", "messages": [{"role": "user", "content": "Hi"}], "stream": True, "n": 2}),
+            400,
+            "n",
+        ),
+    ],
+)
+def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(server, client, body, status, needle):
+    code, payload = _post(server, "/v1/chat/completions", body)
+    assert code == status
+    assert set(payload["error"]) == {"message", "type", "param", "code"}
+    assert needle in payload["error"]["message"]
+    assert "Traceback" not in payload["error"]["message"]
+    assert client.chat.completions.create(model="qwen2", messages=[{"role": "user", "content": "ok"}], max_tokens=2)
+
+
+def test_the_openai_client_raises_its_own_errors(client):
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="absent", messages=[{"role": "user", "content": "Hi"}])
+    with pytest.raises(openai.BadRequestError, match="context"):
+        client.chat.completions.create(model="qwen2", messages=[{"role": "user", "content": "Hi " * 400}], stream=True)
+
+
+def test_health(server):
+    with urllib.request.urlopen(f"{server}/health", timeout=10) as response:
+        assert json.loads(response.read()) == {"status": "ok"}
