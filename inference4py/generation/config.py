@@ -179,6 +179,8 @@ class GenerationConfig:
         for s in self.stop_sequences:
             if not isinstance(s, str) or not s:
                 raise bad("stop_sequences", self.stop_sequences, "a list of non-empty strings")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise bad("seed", self.seed, "an integer, or None for a random seed")
         for name in ("presence_penalty", "frequency_penalty"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (-2.0 <= value <= 2.0):

@@ -39,8 +39,12 @@ _NEG_INF = np.float32(-np.inf)
 
 
 def make_rng(seed: int | None) -> np.random.Generator:
-    """A numpy random generator; ``None`` seeds it from the OS."""
-    return np.random.default_rng(seed)
+    """A numpy random generator; ``None`` seeds it from the OS.
+
+    Any integer is a seed: a negative one (OpenAI and vLLM accept them) is taken modulo 2**64,
+    since numpy takes non-negative seeds only.
+    """
+    return np.random.default_rng(None if seed is None else seed % (1 << 64))
 
 
 def greedy(scores: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:

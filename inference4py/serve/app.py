@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inference4py.errors import Inference4pyError, PromptTooLongError
 from inference4py.generation.result import GenerationChunk, GenerationResult
@@ -26,6 +27,7 @@ from inference4py.serve.worker import ModelWorker
 __all__ = ["create_app"]
 
 _log = logging.getLogger("inference4py.serve")
+_UNION_TAGS = frozenset({"str", "list[str]", "list[int]", "int", "list[dict[str,any]]", "dict[str,any]"})
 _FINISH = {"eos": "stop", "stop": "stop", "length": "length", "tool_calls": "tool_calls"}
 
 
@@ -55,11 +57,23 @@ def create_app(models: Mapping[str, Any]) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        # the path to the bad field, without pydantic's union-member tags ("stop.str" -> "stop")
+        parts = [str(p) for p in first.get("loc", ()) if p != "body"]
+        parts = [p for p in parts if p not in _UNION_TAGS]
+        where = ".".join(parts)
         message = f"{where}: {first.get('msg', 'invalid value')}" if where else str(first.get("msg", "invalid request"))
-        if first.get("type") == "json_invalid":
+        kind = first.get("type")
+        if kind == "json_invalid":
             message = "The request body is not valid JSON. Send a JSON object."
+        elif not where and kind in ("model_attributes_type", "dict_type", "missing"):
+            message = "The request body must be a JSON object with the request's fields (model, messages or prompt...)."
         return JSONResponse(error_body(message, param=where or None), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _not_found(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = f"{request.method} {request.url.path}: {exc.detail}. Routes: /v1/models, /v1/chat/completions, /v1/completions, /health."
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return JSONResponse(error_body(message, kind), status_code=exc.status_code)
 
     @app.exception_handler(Inference4pyError)
     async def _library_error(request: Request, exc: Inference4pyError) -> JSONResponse:

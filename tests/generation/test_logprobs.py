@@ -194,3 +194,12 @@ def test_prompt_logprobs_are_refused_where_they_cannot_be_given():
     bart = BartSummarizer.builder().model_path(FIXTURES / "models" / "bart").build()
     with bart, pytest.raises(ConfigurationError, match="decoder-only"):
         bart.generate("The committee met.", max_new_tokens=2, prompt_logprobs=True)
+
+
+def test_any_integer_is_a_seed_and_other_seeds_are_refused():
+    gen = model("gpt2")
+    a = gen.generate("Hi", max_new_tokens=5, do_sample=True, seed=-5).token_ids
+    assert a == gen.generate("Hi", max_new_tokens=5, do_sample=True, seed=-5).token_ids  # reproducible
+    assert gen.generate("Hi", max_new_tokens=5, do_sample=True, seed=2**70).token_ids  # no overflow
+    with pytest.raises(ConfigurationError, match="seed"):
+        gen.generate("Hi", max_new_tokens=2, do_sample=True, seed=1.5)

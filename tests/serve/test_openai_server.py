@@ -194,3 +194,35 @@ def test_the_openai_client_raises_its_own_errors(client):
 def test_health(server):
     with urllib.request.urlopen(f"{server}/health", timeout=10) as response:
         assert json.loads(response.read()) == {"status": "ok"}
+
+
+@pytest.mark.parametrize(
+    "path,body,status,needle",
+    [
+        ("/v1/chat/completions", "[]", 400, "JSON object"),
+        ("/v1/completions", "", 400, "JSON object"),
+        (
+            "/v1/chat/completions",
+            json.dumps({"model": "qwen2", "messages": [{"role": "user", "content": "Hi"}], "stop": ["a", 3]}),
+            400,
+            "stop",
+        ),
+    ],
+)
+def test_body_shape_errors_name_the_field(server, path, body, status, needle):
+    code, payload = _post(server, path, body)
+    assert code == status and needle in payload["error"]["message"]
+
+
+def test_unknown_routes_answer_with_an_openai_error(server):
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(f"{server}/v1/nothing", timeout=10)
+    payload = json.loads(info.value.read())
+    assert info.value.code == 404 and payload["error"]["type"] == "not_found_error"
+
+
+def test_a_negative_seed_samples_reproducibly(client):
+    messages = [{"role": "user", "content": "Hi"}]
+    a = client.chat.completions.create(model="qwen2", messages=messages, max_tokens=6, temperature=1.0, seed=-5)
+    b = client.chat.completions.create(model="qwen2", messages=messages, max_tokens=6, temperature=1.0, seed=-5)
+    assert a.choices[0].message.content == b.choices[0].message.content
