@@ -33,12 +33,15 @@ def _require() -> None:
         raise ConfigurationError(f"The server needs FastAPI and uvicorn: {_INSTALL}.") from exc
 
 
-def create_app(models: Mapping[str, Any]) -> FastAPI:
-    """An ASGI app serving ``models`` (served name -> loaded ``OnnxTextGenerator``) over the OpenAI API."""
+def create_app(models: Mapping[str, Any], *, max_queue: int = 256) -> FastAPI:
+    """An ASGI app serving ``models`` (served name -> loaded ``OnnxTextGenerator``) over the OpenAI API.
+
+    ``max_queue`` requests may wait per model; one more is answered 429 with Retry-After.
+    """
     _require()
     from inference4py.serve.app import create_app as _create
 
-    return _create(models)
+    return _create(models, max_queue=max_queue)
 
 
 def served_name(model: str) -> str:

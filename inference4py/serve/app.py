@@ -11,18 +11,18 @@ import contextlib
 import functools
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inference4py.errors import Inference4pyError, PromptTooLongError
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.serve.protocol import ChatCompletionRequest, CompletionRequest, error_body, new_id, now
-from inference4py.serve.worker import ModelWorker
+from inference4py.serve.worker import ModelWorker, QueueFull
 
 __all__ = ["create_app"]
 
@@ -37,9 +37,12 @@ class _HTTPError(Exception):
         self.status, self.message, self.param, self.kind = status, message, param, kind
 
 
-def create_app(models: Mapping[str, Any]) -> FastAPI:
-    """An ASGI app serving ``models`` (served name -> loaded task object) over the OpenAI API."""
-    workers = {name: ModelWorker(name, model) for name, model in models.items()}
+def create_app(models: Mapping[str, Any], *, max_queue: int = 256) -> FastAPI:
+    """An ASGI app serving ``models`` (served name -> loaded task object) over the OpenAI API.
+
+    ``max_queue`` requests may wait per model; one more is answered 429 with Retry-After.
+    """
+    workers = {name: ModelWorker(name, model, max_queue=max_queue) for name, model in models.items()}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -85,6 +88,16 @@ def create_app(models: Mapping[str, Any]) -> FastAPI:
         _log.exception("internal error while serving %s", request.url.path)
         return JSONResponse(error_body("Internal server error; see the server log.", "server_error"), status_code=500)
 
+    @app.exception_handler(QueueFull)
+    async def _busy(request: Request, exc: QueueFull) -> JSONResponse:
+        return JSONResponse(
+            error_body(str(exc), "rate_limit_error", code="queue_full"), status_code=429, headers={"Retry-After": "1"}
+        )
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(_prometheus(workers), media_type="text/plain; version=0.0.4")
+
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
@@ -96,7 +109,7 @@ def create_app(models: Mapping[str, Any]) -> FastAPI:
         return {"object": "list", "data": data}
 
     @app.post("/v1/chat/completions", response_model=None)
-    async def chat(body: ChatCompletionRequest) -> Any:
+    async def chat(body: ChatCompletionRequest, request: Request) -> Any:
         worker = _worker(workers, body.model)
         messages = [m.for_template() for m in body.messages]
         options = _options(body)
@@ -114,13 +127,14 @@ def create_app(models: Mapping[str, Any]) -> FastAPI:
             if body.tools is not None:
                 raise _HTTPError(400, "tools are not supported with stream=true yet: set stream=false.", "tools")
             prompt_tokens = await worker.run(lambda: len(worker.model._prepare(messages, options)[0]))  # checks first
-            return _sse(_chat_stream(worker, body, messages, options, prompt_tokens))
+            return _sse(_chat_stream(worker, body, messages, options, prompt_tokens), request)
         choices = _per_choice(body, options)
         results = [await worker.run(functools.partial(worker.model.generate, messages, **o)) for o in choices]
+        worker.count(results[0].prompt_tokens, sum(r.generated_tokens for r in results))
         return _chat_response(body.model, results)
 
     @app.post("/v1/completions", response_model=None)
-    async def completions(body: CompletionRequest) -> Any:
+    async def completions(body: CompletionRequest, request: Request) -> Any:
         worker = _worker(workers, body.model)
         options = _options(body)
         if body.logprobs is not None:
@@ -132,10 +146,11 @@ def create_app(models: Mapping[str, Any]) -> FastAPI:
             if body.n > 1:
                 raise _HTTPError(400, "n > 1 is not supported with stream=true yet: set n=1 or stream=false.", "n")
             prompt_tokens = await worker.run(lambda: len(worker.model._prepare(prompt, options)[0]))  # checks first
-            return _sse(_completion_stream(worker, body, prompt, options, prompt_tokens))
+            return _sse(_completion_stream(worker, body, prompt, options, prompt_tokens), request)
         results = [
             await worker.run(functools.partial(worker.model.generate, prompt, **o)) for o in _per_choice(body, options)
         ]
+        worker.count(results[0].prompt_tokens, sum(r.generated_tokens for r in results))
         return _completion_response(body.model, results)
 
     return app
@@ -254,10 +269,15 @@ def _completion_response(model: str, results: list[GenerationResult]) -> dict[st
 
 
 # ------------------------------------------------------------------------------- streaming
-def _sse(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+def _sse(events: AsyncGenerator[dict[str, Any], None], request: Request) -> StreamingResponse:
+    """Server-sent events; a client that went away is noticed between two events and its request stopped."""
+
     async def body() -> AsyncIterator[str]:
-        async for event in events:
-            yield f"data: {json.dumps(event, ensure_ascii=False)}\n\n"
+        async with contextlib.aclosing(events):
+            async for event in events:
+                if await request.is_disconnected():
+                    return  # closing `events` closes the model's stream: the engine stops
+                yield f"data: {json.dumps(event, ensure_ascii=False)}\n\n"
         yield "data: [DONE]\n\n"
 
     return StreamingResponse(body(), media_type="text/event-stream")
@@ -269,13 +289,19 @@ async def _chat_stream(
     messages: list[dict[str, Any]],
     options: dict[str, Any],
     prompt_tokens: int,
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncGenerator[dict[str, Any], None]:
     base = {"id": new_id("chatcmpl"), "object": "chat.completion.chunk", "created": now(), "model": body.model}
     yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
     generated = 0
-    async for chunk in worker.stream(lambda: worker.model.stream_chunks(messages, **options)):
-        generated += chunk.token_id is not None
-        yield {**base, "choices": [_chat_delta(chunk)]}
+    try:
+        async with contextlib.aclosing(
+            worker.stream(lambda: worker.model.stream_chunks(messages, **options))
+        ) as chunks:
+            async for chunk in chunks:
+                generated += chunk.token_id is not None
+                yield {**base, "choices": [_chat_delta(chunk)]}
+    finally:
+        worker.count(prompt_tokens, generated)
     if body.stream_options is not None and body.stream_options.include_usage:
         usage = {
             "prompt_tokens": prompt_tokens,
@@ -293,13 +319,17 @@ def _chat_delta(chunk: GenerationChunk) -> dict[str, Any]:
 
 async def _completion_stream(
     worker: ModelWorker, body: CompletionRequest, prompt: Any, options: dict[str, Any], prompt_tokens: int
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncGenerator[dict[str, Any], None]:
     base = {"id": new_id("cmpl"), "object": "text_completion", "created": now(), "model": body.model}
     generated = 0
-    async for chunk in worker.stream(lambda: worker.model.stream_chunks(prompt, **options)):
-        generated += chunk.token_id is not None
-        reason = _FINISH[chunk.finish_reason] if chunk.finish_reason is not None else None
-        yield {**base, "choices": [{"index": 0, "text": chunk.text, "logprobs": None, "finish_reason": reason}]}
+    try:
+        async with contextlib.aclosing(worker.stream(lambda: worker.model.stream_chunks(prompt, **options))) as chunks:
+            async for chunk in chunks:
+                generated += chunk.token_id is not None
+                reason = _FINISH[chunk.finish_reason] if chunk.finish_reason is not None else None
+                yield {**base, "choices": [{"index": 0, "text": chunk.text, "logprobs": None, "finish_reason": reason}]}
+    finally:
+        worker.count(prompt_tokens, generated)
     if body.stream_options is not None and body.stream_options.include_usage:
         usage = {
             "prompt_tokens": prompt_tokens,
@@ -307,3 +337,25 @@ async def _completion_stream(
             "total_tokens": prompt_tokens + generated,
         }
         yield {**base, "choices": [], "usage": usage}
+
+
+_METRICS = (
+    ("requests_total", "counter", "requests admitted", "requests"),
+    ("rejected_total", "counter", "requests answered 429 (queue full)", "rejected"),
+    ("requests_waiting", "gauge", "requests admitted and not started", "waiting"),
+    ("requests_running", "gauge", "requests running", "running"),
+    ("requests_completed_total", "counter", "requests finished (any outcome)", "completed"),
+    ("requests_cancelled_total", "counter", "streams whose client went away", "cancelled"),
+    ("prompt_tokens_total", "counter", "prompt tokens of finished requests", "prompt_tokens"),
+    ("generation_tokens_total", "counter", "tokens generated", "generated_tokens"),
+)
+
+
+def _prometheus(workers: Mapping[str, ModelWorker]) -> str:
+    """The counters of every model in Prometheus' text format."""
+    lines = []
+    for metric, kind, help_text, attr in _METRICS:
+        name = f"inference4py_{metric}"
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        lines += [f'{name}{{model="{model}"}} {getattr(w, attr)}' for model, w in workers.items()]
+    return "\n".join(lines) + "\n"

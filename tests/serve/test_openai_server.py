@@ -226,3 +226,97 @@ def test_a_negative_seed_samples_reproducibly(client):
     a = client.chat.completions.create(model="qwen2", messages=messages, max_tokens=6, temperature=1.0, seed=-5)
     b = client.chat.completions.create(model="qwen2", messages=messages, max_tokens=6, temperature=1.0, seed=-5)
     assert a.choices[0].message.content == b.choices[0].message.content
+
+
+def _metrics(server: str) -> dict[str, float]:
+    with urllib.request.urlopen(f"{server}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            values[key] = float(value)
+    return values
+
+
+def _start(app) -> tuple[str, object, threading.Thread]:
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    while not srv.started:
+        time.sleep(0.05)
+    return f"http://127.0.0.1:{port}", srv, thread
+
+
+def test_metrics_count_requests_and_tokens(server, client):
+    before = _metrics(server)
+    r = client.chat.completions.create(model="qwen2", messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
+    after = _metrics(server)
+    key = 'inference4py_requests_total{model="qwen2"}'
+    assert after[key] == before[key] + 1
+    tokens = 'inference4py_generation_tokens_total{model="qwen2"}'
+    assert after[tokens] == before[tokens] + r.usage.completion_tokens
+    assert after['inference4py_requests_running{model="qwen2"}'] == 0
+
+
+def test_a_dropped_stream_frees_the_model():
+    import http.client
+
+    def slow(ids, scores):  # 20 ms a token: the client can leave mid-stream
+        time.sleep(0.02)
+        return scores
+
+    gen = OnnxTextGenerator.builder().model_path(GPT2).logits_processor(slow).build()
+    base, srv, thread = _start(create_app({"slow": gen}))
+    try:
+        port = int(base.rsplit(":", 1)[1])
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        body = {"model": "slow", "prompt": "Hi", "max_tokens": 100, "stream": True}
+        conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert response.status == 200
+        response.fp.readline()  # the first event arrived: the request is running
+        response.close()  # the client goes away mid-stream
+        conn.close()
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            m = _metrics(base)
+            if (
+                m['inference4py_requests_cancelled_total{model="slow"}'] == 1
+                and not m['inference4py_requests_running{model="slow"}']
+            ):
+                break
+            time.sleep(0.1)
+        m = _metrics(base)
+        assert m['inference4py_requests_cancelled_total{model="slow"}'] == 1
+        assert m['inference4py_requests_running{model="slow"}'] == 0
+        assert m['inference4py_generation_tokens_total{model="slow"}'] < 100  # stopped early
+        ok = openai.OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0).completions.create(
+            model="slow", prompt="Hi", max_tokens=3
+        )
+        assert ok.choices[0].finish_reason in ("length", "stop")
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=30)
+
+
+def test_a_full_queue_answers_429_and_nothing_else_fails():
+    import concurrent.futures
+
+    base, srv, thread = _start(create_app(load_models([str(QWEN)]), max_queue=2))
+    try:
+        body = json.dumps({"model": "qwen2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 40})
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(lambda _: _post(base, "/v1/chat/completions", body), range(12)))
+        codes = sorted(code for code, _ in answers)
+        assert set(codes) <= {200, 429} and 200 in codes and 429 in codes
+        for code, payload in answers:
+            if code == 429:
+                assert payload["error"]["type"] == "rate_limit_error"
+        m = _metrics(base)
+        assert m['inference4py_rejected_total{model="qwen2"}'] == codes.count(429)
+        assert m['inference4py_requests_waiting{model="qwen2"}'] == 0
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=30)
