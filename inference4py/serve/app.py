@@ -11,7 +11,7 @@ import contextlib
 import functools
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -292,23 +292,11 @@ async def _chat_stream(
 ) -> AsyncGenerator[dict[str, Any], None]:
     base = {"id": new_id("chatcmpl"), "object": "chat.completion.chunk", "created": now(), "model": body.model}
     yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
-    generated = 0
-    try:
-        async with contextlib.aclosing(
-            worker.stream(lambda: worker.model.stream_chunks(messages, **options))
-        ) as chunks:
-            async for chunk in chunks:
-                generated += chunk.token_id is not None
-                yield {**base, "choices": [_chat_delta(chunk)]}
-    finally:
-        worker.count(prompt_tokens, generated)
-    if body.stream_options is not None and body.stream_options.include_usage:
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": generated,
-            "total_tokens": prompt_tokens + generated,
-        }
-        yield {**base, "choices": [], "usage": usage}
+    async with contextlib.aclosing(
+        _events(worker, body, messages, options, prompt_tokens, base, _chat_delta)
+    ) as events:
+        async for event in events:
+            yield event
 
 
 def _chat_delta(chunk: GenerationChunk) -> dict[str, Any]:
@@ -317,25 +305,41 @@ def _chat_delta(chunk: GenerationChunk) -> dict[str, Any]:
     return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
 
 
+def _text_choice(chunk: GenerationChunk) -> dict[str, Any]:
+    reason = _FINISH[chunk.finish_reason] if chunk.finish_reason is not None else None
+    return {"index": 0, "text": chunk.text, "logprobs": None, "finish_reason": reason}
+
+
 async def _completion_stream(
     worker: ModelWorker, body: CompletionRequest, prompt: Any, options: dict[str, Any], prompt_tokens: int
 ) -> AsyncGenerator[dict[str, Any], None]:
     base = {"id": new_id("cmpl"), "object": "text_completion", "created": now(), "model": body.model}
+    async with contextlib.aclosing(_events(worker, body, prompt, options, prompt_tokens, base, _text_choice)) as events:
+        async for event in events:
+            yield event
+
+
+async def _events(
+    worker: ModelWorker,
+    body: Any,
+    prompt: Any,
+    options: dict[str, Any],
+    prompt_tokens: int,
+    base: dict[str, Any],
+    choice: Callable[[GenerationChunk], dict[str, Any]],
+) -> AsyncGenerator[dict[str, Any], None]:
+    """One event per chunk of the model's stream, then the usage event when the request asks for it."""
     generated = 0
     try:
         async with contextlib.aclosing(worker.stream(lambda: worker.model.stream_chunks(prompt, **options))) as chunks:
             async for chunk in chunks:
                 generated += chunk.token_id is not None
-                reason = _FINISH[chunk.finish_reason] if chunk.finish_reason is not None else None
-                yield {**base, "choices": [{"index": 0, "text": chunk.text, "logprobs": None, "finish_reason": reason}]}
+                yield {**base, "choices": [choice(chunk)]}
     finally:
         worker.count(prompt_tokens, generated)
     if body.stream_options is not None and body.stream_options.include_usage:
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": generated,
-            "total_tokens": prompt_tokens + generated,
-        }
+        total = prompt_tokens + generated
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": generated, "total_tokens": total}
         yield {**base, "choices": [], "usage": usage}
 
 
