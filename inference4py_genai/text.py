@@ -14,6 +14,7 @@ from inference4py.tasks.output_control import split_control
 from inference4py.tasks.prompts import ChatOptions, Prompt, PromptEncoder
 from inference4py.tokenization import Tokenizer, load_tokenizer
 from inference4py_genai import _base
+from inference4py_genai._guidance import genai_guidance
 from inference4py_genai._runtime import load_genai_config, open_model
 
 __all__ = ["TextGenerator", "GenaiTextGeneratorBuilder", "PHI3_TEMPLATE"]
@@ -137,7 +138,7 @@ class TextGenerator(ClosableTask):
     def _call(self, prompt: Prompt, overrides: Mapping[str, Any]) -> _base.Call:
         self._check_open()
         overrides, control = split_control(overrides)
-        guidance = _base.genai_guidance(control)
+        guidance = genai_guidance(control)
         ids = self.encode_prompt(prompt)
         return _base.Call(
             model=self._model,
