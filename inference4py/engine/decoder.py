@@ -155,10 +155,14 @@ class DecoderRuntime:
         self.vocab_size: int | None = int(vocab) if vocab else None
         self.max_positions = spec.context_length or context_length(self.config)
 
-        self.shared_kv = self._shares_buffer(spec)
-        self.min_capacity = self._window(spec)
+        # One scan of the graph file serves both questions (it can hold the weights: hundreds of MB).
+        path = spec.path("decoder")
+        gqa = read_node_int_attributes(path, "GroupQueryAttention")
+        has_gqa = bool(gqa) if gqa is not None else _has_op(path, b"GroupQueryAttention")  # unparsable: byte scan
+        self.shared_kv = self._shares_buffer(spec, has_gqa)
+        self.min_capacity = self._window(spec, gqa or [])
 
-    def _window(self, spec: PipelineSpec) -> int:
+    def _window(self, spec: PipelineSpec, gqa: list[dict[str, int]]) -> int:
         """The fewest positions a shared KV buffer may hold: the widest sliding window, 0 when none.
 
         onnxruntime-genai's builder marks local layers' GroupQueryAttention nodes with
@@ -168,8 +172,7 @@ class DecoderRuntime:
         old tokens are never evicted: the window is applied by the kernel's mask.
         """
         declared = spec.state.kv_cache.sliding_window or 0
-        nodes = read_node_int_attributes(spec.path("decoder"), "GroupQueryAttention") or []
-        windowed = [n.get("local_window_size", -1) for n in nodes if n.get("sliding_window_cache")]
+        windowed = [n.get("local_window_size", -1) for n in gqa if n.get("sliding_window_cache")]
         window = max([declared, *windowed])
         if windowed and not self.shared_kv:
             raise UnsupportedModelError(
@@ -180,7 +183,7 @@ class DecoderRuntime:
             )
         return window if self.shared_kv else 0
 
-    def _shares_buffer(self, spec: PipelineSpec) -> bool:
+    def _shares_buffer(self, spec: PipelineSpec, has_gqa: bool) -> bool:
         """True when past and present can be one pre-allocated buffer per layer (GroupQueryAttention graphs).
 
         onnxruntime's GroupQueryAttention writes the new keys/values into ``present`` at each row's
@@ -199,9 +202,7 @@ class DecoderRuntime:
             or any(e.kind != "self" for e in g.layout.self_entries)
         ):
             return False
-        if spec.state.kv_cache.share_buffer:
-            return True
-        return _has_op(spec.path("decoder"), b"GroupQueryAttention")
+        return spec.state.kv_cache.share_buffer or has_gqa
 
     def new_state(self, batch_size: int = 1, capacity: int | None = None) -> DecoderState:
         """A fresh decoding state; ``capacity`` (prompt + max_new_tokens) sizes the pre-allocated buffers.
