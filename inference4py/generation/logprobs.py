@@ -85,16 +85,20 @@ class LogprobRecorder:
         row = self._row
         if row is None:
             raise RuntimeError("LogprobRecorder.choose() before observe()")
+        entry = self._entry(row, token)
+        self.items.append(entry)
+        self._row = None
+        return entry
+
+    def _entry(self, row: np.ndarray, token: int) -> TokenLogprob:
+        """``token``'s entry in one step's log-softmax ``row``, with the step's likeliest alternatives."""
         top: tuple[TopLogprob, ...] = ()
         if self._top:
             k = min(self._top, row.shape[0])
             best = np.argpartition(-row, k - 1)[:k]
             best = best[np.argsort(-row[best], kind="stable")]
             top = tuple(TopLogprob(self._text(int(i)), int(i), float(row[i])) for i in best)
-        entry = TokenLogprob(self._text(token), int(token), float(row[token]), top)
-        self.items.append(entry)
-        self._row = None
-        return entry
+        return TokenLogprob(self._text(token), int(token), float(row[token]), top)
 
     def record_prompt(self, prompt_ids: Sequence[int], logits: np.ndarray) -> None:
         """Log-probabilities of the prompt's own tokens from the prefill's ``[n, vocab]`` logits.
@@ -104,9 +108,7 @@ class LogprobRecorder:
         """
         entries: list[TokenLogprob | None] = [None]
         for i in range(1, len(prompt_ids)):
-            self.observe(logits[i - 1])
-            entries.append(self.choose(int(prompt_ids[i])))
-            self.items.pop()  # choose() files generated tokens; these belong to the prompt
+            entries.append(self._entry(log_softmax_row(logits[i - 1]), int(prompt_ids[i])))
         self.prompt_items = entries
 
     def _text(self, token: int) -> str:

@@ -122,16 +122,11 @@ def create_app(models: Mapping[str, Any], *, max_queue: int = 256) -> FastAPI:
         if body.max_completion_tokens is not None:
             options["max_new_tokens"] = body.max_completion_tokens
         if body.stream:
-            if body.n > 1:
-                raise _HTTPError(400, "n > 1 is not supported with stream=true yet: set n=1 or stream=false.", "n")
             if body.tools is not None:
                 raise _HTTPError(400, "tools are not supported with stream=true yet: set stream=false.", "tools")
-            prompt_tokens = await worker.run(lambda: len(worker.model._prepare(messages, options)[0]))  # checks first
+            prompt_tokens = await _checked_stream(worker, body, messages, options)
             return _sse(_chat_stream(worker, body, messages, options, prompt_tokens), request)
-        choices = _per_choice(body, options)
-        results = [await worker.run(functools.partial(worker.model.generate, messages, **o)) for o in choices]
-        worker.count(results[0].prompt_tokens, sum(r.generated_tokens for r in results))
-        return _chat_response(body.model, results)
+        return _chat_response(body.model, await _choices(worker, body, messages, options))
 
     @app.post("/v1/completions", response_model=None)
     async def completions(body: CompletionRequest, request: Request) -> Any:
@@ -143,15 +138,9 @@ def create_app(models: Mapping[str, Any], *, max_queue: int = 256) -> FastAPI:
             raise _HTTPError(400, "echo is not supported yet: leave it false.", "echo")
         prompt = body.prompt
         if body.stream:
-            if body.n > 1:
-                raise _HTTPError(400, "n > 1 is not supported with stream=true yet: set n=1 or stream=false.", "n")
-            prompt_tokens = await worker.run(lambda: len(worker.model._prepare(prompt, options)[0]))  # checks first
+            prompt_tokens = await _checked_stream(worker, body, prompt, options)
             return _sse(_completion_stream(worker, body, prompt, options, prompt_tokens), request)
-        results = [
-            await worker.run(functools.partial(worker.model.generate, prompt, **o)) for o in _per_choice(body, options)
-        ]
-        worker.count(results[0].prompt_tokens, sum(r.generated_tokens for r in results))
-        return _completion_response(body.model, results)
+        return _completion_response(body.model, await _choices(worker, body, prompt, options))
 
     return app
 
@@ -198,6 +187,22 @@ def _options(body: Any) -> dict[str, Any]:
             raise _HTTPError(400, 'logit_bias keys must be token ids, e.g. {"50256": -100}.', "logit_bias") from exc
     options.update({k: v for k, v in (body.model_extra or {}).items()})
     return options
+
+
+async def _choices(worker: ModelWorker, body: Any, prompt: Any, options: dict[str, Any]) -> list[GenerationResult]:
+    """The request's ``n`` results, run one after another on the model's thread; counted for /metrics."""
+    results = [
+        await worker.run(functools.partial(worker.model.generate, prompt, **o)) for o in _per_choice(body, options)
+    ]
+    worker.count(results[0].prompt_tokens, sum(r.generated_tokens for r in results))
+    return results
+
+
+async def _checked_stream(worker: ModelWorker, body: Any, prompt: Any, options: dict[str, Any]) -> int:
+    """Check a streamed request before its first event (errors still get a status); its prompt's length."""
+    if body.n > 1:
+        raise _HTTPError(400, "n > 1 is not supported with stream=true yet: set n=1 or stream=false.", "n")
+    return await worker.run(lambda: len(worker.model._prepare(prompt, options)[0]))
 
 
 def _per_choice(body: Any, options: dict[str, Any]) -> list[dict[str, Any]]:

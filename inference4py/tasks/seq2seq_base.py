@@ -212,13 +212,11 @@ class Seq2SeqTask(ClosableTask):
         return self._planner.for_call(1, rest), control
 
     def _chunks(
-        self, source_ids: list[int], config: GenerationConfig, control: OutputControl | None = None
+        self, source_ids: list[int], config: GenerationConfig, control: OutputControl
     ) -> Iterator[GenerationChunk]:
         state = self._runtime.new_state(np.array([source_ids], dtype=np.int64))
         start = [self._start_id(config)]
-        extra = (
-            control.processors(self.tokenizer, config.eos_token_id, self._processors) if control else self._processors
-        )
+        extra = control.processors(self.tokenizer, config.eos_token_id, self._processors)
         return generate_chunks(state, start, config, self.tokenizer, extra_processors=extra)
 
     def generate_batch(self, sources: Sequence[Source], **overrides: Any) -> list[GenerationResult]:

@@ -219,22 +219,22 @@ class OnnxTextGenerator(ClosableTask):
         self, prompt: Prompt, overrides: Mapping[str, Any]
     ) -> tuple[list[int], GenerationConfig, OutputControl]:
         """The prompt's ids, the call's config and its output control, all checked before any token."""
-        rest, options = split_control(overrides)
-        control = (
-            output_control(options, template=self._prompts.tool_template, token_to_id=self.tokenizer.token_to_id)
-            if options
-            else OutputControl()
-        )
+        rest, control = self._control(overrides)
         ids = self._prompts.encode(prompt, tools=control.tools)
         return ids, self._planner.for_call(len(ids), rest), control
 
-    def _chunks(
-        self, ids: list[int], config: GenerationConfig, control: OutputControl | None = None
-    ) -> Iterator[GenerationChunk]:
-        state = self._runtime.new_state(1, capacity=len(ids) + config.max_new_tokens)
-        extra = (
-            control.processors(self.tokenizer, config.eos_token_id, self._processors) if control else self._processors
+    def _control(self, overrides: Mapping[str, Any]) -> tuple[dict[str, Any], OutputControl]:
+        """``(generation overrides, output control)`` of a call's keywords; the control is checked here."""
+        rest, options = split_control(overrides)
+        if not options:
+            return rest, OutputControl()
+        return rest, output_control(
+            options, template=self._prompts.tool_template, token_to_id=self.tokenizer.token_to_id
         )
+
+    def _chunks(self, ids: list[int], config: GenerationConfig, control: OutputControl) -> Iterator[GenerationChunk]:
+        state = self._runtime.new_state(1, capacity=len(ids) + config.max_new_tokens)
+        extra = control.processors(self.tokenizer, config.eos_token_id, self._processors)
         return generate_chunks(state, ids, config, self.tokenizer, extra_processors=extra)
 
     def generate(
@@ -276,12 +276,7 @@ class OnnxTextGenerator(ClosableTask):
         self._check_open()
         if not isinstance(prompts, (list, tuple)) or not prompts:
             raise InvalidInputError("generate_batch needs a non-empty list of prompts.")
-        rest, options = split_control(overrides)
-        control = (
-            output_control(options, template=self._prompts.tool_template, token_to_id=self.tokenizer.token_to_id)
-            if options
-            else OutputControl()
-        )
+        rest, control = self._control(overrides)
         rows = [self._prompts.encode(p, tools=control.tools) for p in prompts]
         config = self._planner.for_call(max(len(r) for r in rows), rest)
         if config.num_beams > 1 or config.num_return_sequences > 1:
