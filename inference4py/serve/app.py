@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inference4py.errors import Inference4pyError, PromptTooLongError
 from inference4py.generation.result import GenerationChunk, GenerationResult
-from inference4py.serve.protocol import ChatCompletionRequest, CompletionRequest, error_body, new_id, now
+from inference4py.serve.protocol import ApiError, ChatCompletionRequest, CompletionRequest, error_body, new_id, now
 from inference4py.serve.worker import ModelWorker, QueueFull
 
 __all__ = ["create_app"]
@@ -29,12 +29,6 @@ __all__ = ["create_app"]
 _log = logging.getLogger("inference4py.serve")
 _UNION_TAGS = frozenset({"str", "list[str]", "list[int]", "int", "list[dict[str,any]]", "dict[str,any]"})
 _FINISH = {"eos": "stop", "stop": "stop", "length": "length", "tool_calls": "tool_calls"}
-
-
-class _HTTPError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"):
-        super().__init__(message)
-        self.status, self.message, self.param, self.kind = status, message, param, kind
 
 
 def create_app(models: Mapping[str, Any], *, max_queue: int = 256) -> FastAPI:
@@ -53,9 +47,9 @@ def create_app(models: Mapping[str, Any], *, max_queue: int = 256) -> FastAPI:
     app = FastAPI(title="inference4py", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.workers = workers
 
-    @app.exception_handler(_HTTPError)
-    async def _http_error(request: Request, exc: _HTTPError) -> JSONResponse:
-        return JSONResponse(error_body(exc.message, exc.kind, exc.param), status_code=exc.status)
+    @app.exception_handler(ApiError)
+    async def _http_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(error_body(exc.message, exc.kind, exc.param, exc.code), status_code=exc.status)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -123,7 +117,7 @@ def create_app(models: Mapping[str, Any], *, max_queue: int = 256) -> FastAPI:
             options["max_new_tokens"] = body.max_completion_tokens
         if body.stream:
             if body.tools is not None:
-                raise _HTTPError(400, "tools are not supported with stream=true yet: set stream=false.", "tools")
+                raise ApiError(400, "tools are not supported with stream=true yet: set stream=false.", "tools")
             prompt_tokens = await _checked_stream(worker, body, messages, options)
             return _sse(_chat_stream(worker, body, messages, options, prompt_tokens), request)
         return _chat_response(body.model, await _choices(worker, body, messages, options))
@@ -135,7 +129,7 @@ def create_app(models: Mapping[str, Any], *, max_queue: int = 256) -> FastAPI:
         if body.logprobs is not None:
             options.update(logprobs=True, top_logprobs=body.logprobs)
         if body.echo:
-            raise _HTTPError(400, "echo is not supported yet: leave it false.", "echo")
+            raise ApiError(400, "echo is not supported yet: leave it false.", "echo")
         prompt = body.prompt
         if body.stream:
             prompt_tokens = await _checked_stream(worker, body, prompt, options)
@@ -149,7 +143,7 @@ def create_app(models: Mapping[str, Any], *, max_queue: int = 256) -> FastAPI:
 def _worker(workers: Mapping[str, ModelWorker], name: str) -> ModelWorker:
     worker = workers.get(name)
     if worker is None:
-        raise _HTTPError(
+        raise ApiError(
             404,
             f"The model {name!r} does not exist here. Served models: {', '.join(workers)}.",
             "model",
@@ -162,7 +156,7 @@ def _options(body: Any) -> dict[str, Any]:
     """Library options of the fields both endpoints share; an unknown field is a 400, never ignored."""
     unknown = body.unknown_fields()
     if unknown:
-        raise _HTTPError(400, f"Unsupported field(s): {', '.join(unknown)}. Remove them.", unknown[0])
+        raise ApiError(400, f"Unsupported field(s): {', '.join(unknown)}. Remove them.", unknown[0])
     options: dict[str, Any] = {}
     if body.max_tokens is not None:
         options["max_new_tokens"] = body.max_tokens
@@ -184,7 +178,7 @@ def _options(body: Any) -> dict[str, Any]:
         try:
             options["logit_bias"] = {int(k): v for k, v in body.logit_bias.items()}
         except ValueError as exc:
-            raise _HTTPError(400, 'logit_bias keys must be token ids, e.g. {"50256": -100}.', "logit_bias") from exc
+            raise ApiError(400, 'logit_bias keys must be token ids, e.g. {"50256": -100}.', "logit_bias") from exc
     options.update({k: v for k, v in (body.model_extra or {}).items()})
     return options
 
@@ -201,7 +195,7 @@ async def _choices(worker: ModelWorker, body: Any, prompt: Any, options: dict[st
 async def _checked_stream(worker: ModelWorker, body: Any, prompt: Any, options: dict[str, Any]) -> int:
     """Check a streamed request before its first event (errors still get a status); its prompt's length."""
     if body.n > 1:
-        raise _HTTPError(400, "n > 1 is not supported with stream=true yet: set n=1 or stream=false.", "n")
+        raise ApiError(400, "n > 1 is not supported with stream=true yet: set n=1 or stream=false.", "n")
     return await worker.run(lambda: len(worker.model._prepare(prompt, options)[0]))
 
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "EXTRA_FIELDS",
+    "ApiError",
     "ChatCompletionRequest",
     "ChatMessage",
     "CompletionRequest",
@@ -24,6 +25,21 @@ __all__ = [
 
 # Library options accepted as extra body fields, as vLLM does; any other unknown field is a 400.
 EXTRA_FIELDS = frozenset({"top_k", "min_p", "repetition_penalty"})
+
+
+class ApiError(Exception):
+    """An error a route answers with: an OpenAI error object and its HTTP status (see ``create_app``)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        kind: str = "invalid_request_error",
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind, self.code = status, message, param, kind, code
 
 
 class StreamOptions(BaseModel):
