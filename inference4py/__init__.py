@@ -53,7 +53,10 @@ _EXPORTS: dict[str, str] = {
     "HubError": "inference4py.errors",
     "InferenceError": "inference4py.errors",
     "AudioError": "inference4py.errors",
+    "QueueFullError": "inference4py.errors",
+    "RequestTimeoutError": "inference4py.errors",
     "GeneratorClosedError": "inference4py.errors",
+    "BatchedTextGenerator": "inference4py.tasks.batched",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -74,6 +77,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         GenerationResult as GenerationResult,
     )
     from inference4py.tasks.bart import BartSummarizer as BartSummarizer
+    from inference4py.tasks.batched import BatchedTextGenerator as BatchedTextGenerator
     from inference4py.tasks.coedit import CoeditGrammarCorrector as CoeditGrammarCorrector
     from inference4py.tasks.flan_t5 import FlanT5TextGenerator as FlanT5TextGenerator
     from inference4py.tasks.languages import Language as Language

@@ -23,6 +23,8 @@ __all__ = [
     "HubError",
     "InferenceError",
     "AudioError",
+    "QueueFullError",
+    "RequestTimeoutError",
     "GeneratorClosedError",
 ]
 
@@ -77,6 +79,14 @@ class InferenceError(Inference4pyError, RuntimeError):
 
 class AudioError(Inference4pyError, ValueError):
     """Audio input cannot be read or is empty."""
+
+
+class QueueFullError(Inference4pyError, RuntimeError):
+    """More requests wait for a model than its queue holds; retry shortly (a server answers 429)."""
+
+
+class RequestTimeoutError(Inference4pyError, TimeoutError):
+    """A request ran past its time limit and was stopped."""
 
 
 class GeneratorClosedError(Inference4pyError, RuntimeError):

@@ -14,18 +14,21 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from inference4py.errors import ConfigurationError
 from inference4py.generation.beam import Hypothesis, SearchModel
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.logprobs import LogprobRecorder, TokenLogprob
 from inference4py.generation.processors import LogitsProcessor
 from inference4py.generation.result import Candidate, FinishReason, GenerationChunk, GenerationResult
+from inference4py.generation.search import StepModel, TokenChooser
 from inference4py.generation.streaming import IncrementalDetokenizer, StopSequenceMatcher
 
 if TYPE_CHECKING:
     from inference4py.tokenization import Tokenizer
 
-__all__ = ["stream_generate", "collect", "CandidateStream", "generate_chunks"]
+__all__ = ["stream_generate", "collect", "CandidateStream", "generate_chunks", "new_chooser", "run_chooser"]
 
 
 def stream_generate(
@@ -199,7 +202,6 @@ def generate_chunks(
     from inference4py.generation.beam import generate_sequences, returns_several
     from inference4py.generation.processors import make_logits_processors
     from inference4py.generation.sampling import make_rng, make_sampler
-    from inference4py.generation.search import generate_step
 
     processors = make_logits_processors(config, prompt_length=len(prompt_ids), extra=extra_processors)
     if returns_several(config):
@@ -220,9 +222,18 @@ def generate_chunks(
             tokenizer,
             config,
         )
+    chooser = new_chooser(prompt_ids, config, tokenizer, processors=processors)
+    return stream_generate(run_chooser(state, chooser, config), tokenizer, config, recorder=chooser.recorder)
+
+
+def new_chooser(
+    prompt_ids: Sequence[int], config: GenerationConfig, tokenizer: Tokenizer, *, processors: Sequence[LogitsProcessor]
+) -> TokenChooser:
+    """The token chooser of one greedy or sampled sequence: its processors, sampler, seed and log-prob recorder."""
+    from inference4py.generation.sampling import make_rng, make_sampler
+
     recorder = LogprobRecorder(tokenizer, config.top_logprobs) if config.logprobs else None
-    tokens = generate_step(
-        state,
+    return TokenChooser(
         prompt_ids,
         config,
         processors=processors,
@@ -230,4 +241,21 @@ def generate_chunks(
         rng=make_rng(config.seed),
         recorder=recorder,
     )
-    return stream_generate(tokens, tokenizer, config, recorder=recorder)
+
+
+def run_chooser(state: StepModel, chooser: TokenChooser, config: GenerationConfig) -> Iterator[int]:
+    """Feed ``chooser``'s prompt to a fresh ``state`` and yield its tokens until it is finished."""
+    from inference4py.generation.search import prefill_scoring_prompt
+
+    if chooser.recorder is not None and config.prompt_logprobs:
+        logits = prefill_scoring_prompt(state, chooser.prompt, chooser.recorder)
+    else:
+        logits = state.prefill(chooser.prompt)  # [1, vocab]
+    step_input = np.empty((1,), dtype=np.int64)
+    while True:
+        token = chooser.choose(logits)
+        yield token
+        if chooser.finished:
+            return
+        step_input[0] = token
+        logits = state.step(step_input)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inference4py.engine.decoder import DecoderRuntime
 from inference4py.engine.pipeline import load_pipeline, read_model_config
@@ -22,6 +22,9 @@ from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder
 from inference4py.tasks.output_control import OutputControl, output_control, split_control
 from inference4py.tasks.prompts import ChatOptions, Prompt, PromptEncoder
 from inference4py.tokenization import Tokenizer, load_tokenizer
+
+if TYPE_CHECKING:
+    from inference4py.tasks.batched import BatchedTextGenerator
 
 __all__ = ["OnnxTextGenerator", "TextGeneratorBuilder", "Prompt"]
 
@@ -317,6 +320,15 @@ class OnnxTextGenerator(ClosableTask):
         self._check_open()
         config = self._planner.for_call(1, overrides)
         return Generator(self._runtime.new_state(1), config, extra_processors=self._processors)
+
+    def batched(self, **options: Any) -> BatchedTextGenerator:
+        """Continuous batching over this model, for many concurrent callers (see :class:`BatchedTextGenerator`).
+
+        Options: ``max_concurrent``, ``max_waiting``, ``kv_budget``, ``prefix_cache_mb``, ``timeout``.
+        """
+        from inference4py.tasks.batched import BatchedTextGenerator
+
+        return BatchedTextGenerator(self, **options)
 
     def chat_session(self, *, system_prompt: str | None = None, **overrides: Any) -> ChatSession:
         """A multi-turn conversation that keeps its KV cache between turns (see :class:`ChatSession`)."""

@@ -1,0 +1,378 @@
+"""Continuous batching: one scheduler thread owns a decoder and runs every request on it at once.
+
+Each iteration the scheduler
+
+1. drops the requests whose caller went away or whose time ran out;
+2. admits waiting requests while there is room (``max_rows`` rows, a KV budget): each is
+   prefilled alone into its own row, from the prefix cache when its prompt starts with a held
+   sequence, and chooses its first token;
+3. runs one batched decode step over every row and lets each row choose its next token with its
+   own processors, sampler and seed (:class:`~inference4py.generation.search.TokenChooser`);
+4. retires the rows that finished (EOS, max_new_tokens, a stop string), keeping their KV in the
+   prefix cache.
+
+A row's tokens become text on the scheduler thread too, through the same
+:func:`~inference4py.generation.generate.stream_generate` a call of its own uses, and each
+:class:`~inference4py.generation.result.GenerationChunk` is handed to the request's ``deliver``
+callback.  A stop string therefore frees the row at once.  Callers never touch the model: they
+submit, receive chunks, and may cancel.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from inference4py.engine.decoder import DecoderRuntime
+from inference4py.engine.rows import RowBatch
+from inference4py.errors import GeneratorClosedError, InferenceError, QueueFullError, RequestTimeoutError
+from inference4py.generation.config import GenerationConfig
+from inference4py.generation.generate import stream_generate
+from inference4py.generation.prefix_cache import PrefixCache
+from inference4py.generation.result import GenerationChunk
+from inference4py.generation.search import TokenChooser
+
+__all__ = ["Deliver", "Scheduler", "SchedulerStats", "Ticket"]
+
+_log = logging.getLogger("inference4py.scheduler")
+
+Deliver = Callable[[GenerationChunk | BaseException], None]
+"""Receives a request's chunks (the last has a finish_reason) or, instead of the rest, one exception."""
+
+
+class _Mailbox:
+    """The token iterator ``stream_generate`` reads: the scheduler puts one token before each ``next``."""
+
+    def __init__(self) -> None:
+        self._tokens: collections.deque[int] = collections.deque()
+        self._closed = False
+
+    def put(self, token: int) -> None:
+        self._tokens.append(token)
+
+    def close(self) -> None:
+        self._closed = True
+
+    def __iter__(self) -> Iterator[int]:
+        return self
+
+    def __next__(self) -> int:
+        if self._tokens:
+            return self._tokens.popleft()
+        if self._closed:
+            raise StopIteration
+        raise RuntimeError("stream_generate asked for a token the scheduler has not chosen yet")
+
+
+@dataclass(eq=False)
+class Ticket:
+    """A submitted request: the caller's handle on it.
+
+    ``cancel()`` stops it (a queued request never starts, a running one leaves the batch before the
+    next step); ``cached_tokens`` counts the prompt tokens taken from the prefix cache.
+    """
+
+    prompt: list[int]
+    chooser: TokenChooser
+    deliver: Deliver
+    reserve: int
+    all_logits: bool
+    deadline: float | None
+    submitted: float = field(default_factory=time.perf_counter)
+    cached_tokens: int = 0
+    cancelled: bool = False
+    _chunks: Iterator[GenerationChunk] | None = None
+    _mailbox: _Mailbox = field(default_factory=_Mailbox)
+    _wake: Callable[[], None] | None = None
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self._wake is not None:
+            self._wake()
+
+
+@dataclass
+class SchedulerStats:
+    """Counters since the scheduler started (read them any time; they are plain numbers)."""
+
+    submitted: int = 0
+    rejected: int = 0  # queue full
+    completed: int = 0  # finished with a finish_reason
+    cancelled: int = 0
+    timed_out: int = 0
+    failed: int = 0
+    prompt_tokens: int = 0  # prompt tokens of admitted requests
+    prefilled_tokens: int = 0  # of those, the ones actually run through the model
+    generated_tokens: int = 0
+    steps: int = 0  # batched decode steps
+    step_rows: int = 0  # rows summed over the steps (step_rows / steps: the mean batch)
+
+
+class Scheduler:
+    """Runs the requests of one decoder with continuous batching.
+
+    Args:
+        runtime: The loaded decoder (its sessions are used by this scheduler's thread only).
+        tokenizer: Decodes each row's tokens into text chunks.
+        max_rows: Sequences decoded together at most; more wait.
+        max_waiting: Requests that may wait; one more raises :class:`QueueFullError`.
+        kv_budget: Positions (prompt + max_new_tokens, summed over rows) the batch may reserve;
+            a request that does not fit waits (alone, any request runs). None: no limit.
+        prefix_cache_bytes: Memory for the prefix cache; 0 turns it off.
+        timeout: Seconds a request may take from submission; None: no limit.
+        name: For the thread's name and the log.
+    """
+
+    def __init__(
+        self,
+        runtime: DecoderRuntime,
+        tokenizer: object,
+        *,
+        max_rows: int = 8,
+        max_waiting: int = 256,
+        kv_budget: int | None = None,
+        prefix_cache_bytes: int = 256 << 20,
+        timeout: float | None = None,
+        name: str = "model",
+    ) -> None:
+        self.runtime = runtime
+        self.tokenizer = tokenizer
+        self.max_rows = max(1, int(max_rows))
+        self.max_waiting = max(0, int(max_waiting))
+        self.kv_budget = kv_budget
+        self.timeout = timeout
+        self.name = name
+        self.cache = PrefixCache(prefix_cache_bytes)
+        self.stats = SchedulerStats()
+        self._batch = RowBatch(runtime, self.max_rows)
+        if self._batch.max_rows < self.max_rows:
+            _log.info("%s takes no position ids: its requests are decoded one at a time", name)
+            self.max_rows = self._batch.max_rows
+        self._rows: list[Ticket] = []  # aligned with the batch's rows
+        self._waiting: collections.deque[Ticket] = collections.deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name=f"inference4py-scheduler-{name}", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ callers' side
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def running(self) -> int:
+        return len(self._rows)
+
+    def submit(
+        self,
+        prompt: Sequence[int],
+        config: GenerationConfig,
+        chooser: TokenChooser,
+        deliver: Deliver,
+        *,
+        all_logits: bool = False,
+        timeout: float | None = None,
+    ) -> Ticket:
+        """Queue a request; its chunks go to ``deliver`` from the scheduler's thread.
+
+        ``chooser`` picks its tokens (a fresh one per request); ``all_logits`` records the prompt's
+        log-probabilities in the chooser's recorder (the prompt is then prefilled in full).
+
+        Raises:
+            QueueFullError: ``max_waiting`` requests wait already.
+            GeneratorClosedError: the scheduler was closed.
+        """
+        limit = timeout if timeout is not None else self.timeout
+        ticket = Ticket(
+            prompt=[int(t) for t in prompt],
+            chooser=chooser,
+            deliver=deliver,
+            reserve=len(prompt) + config.max_new_tokens,
+            all_logits=all_logits,
+            deadline=time.perf_counter() + limit if limit else None,
+        )
+        ticket._chunks = stream_generate(ticket._mailbox, self.tokenizer, config, recorder=chooser.recorder)  # type: ignore[arg-type]
+        ticket._wake = self._wake
+        with self._cond:
+            if self._closed:
+                raise GeneratorClosedError(f"The scheduler of {self.name!r} is closed; load the model again.")
+            if len(self._waiting) >= self.max_waiting:
+                self.stats.rejected += 1
+                raise QueueFullError(
+                    f"{len(self._waiting)} requests already wait for {self.name!r}; retry shortly "
+                    "(or raise the queue limit)."
+                )
+            self.stats.submitted += 1
+            self._waiting.append(ticket)
+            self._cond.notify()
+        return ticket
+
+    def close(self) -> None:
+        """Stop the thread; waiting and running requests get a :class:`GeneratorClosedError`."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    # ------------------------------------------------------------------ the scheduler's thread
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._waiting or self._rows or self._closed):
+                    self._cond.wait()
+                if self._closed:
+                    break
+            try:
+                self._drop_stopped()
+                self._admit()
+                if self._rows:
+                    self._step()
+            except Exception as exc:  # noqa: BLE001 - a failed engine call fails its rows, never the thread
+                _log.exception("the batch of %s failed", self.name)
+                self._fail_all(InferenceError(f"Generation failed: {exc}. The model's other requests go on."))
+        closed = GeneratorClosedError(f"The scheduler of {self.name!r} was closed while this request ran.")
+        self._fail_all(closed)
+        for ticket in self._waiting:
+            ticket.deliver(closed)
+        self._waiting.clear()
+
+    def _drop_stopped(self) -> None:
+        """Retire cancelled and timed-out rows; forget cancelled waiting requests."""
+        now = time.perf_counter()
+        with self._cond:
+            kept: collections.deque[Ticket] = collections.deque()
+            for ticket in self._waiting:
+                if ticket.cancelled:
+                    self.stats.cancelled += 1
+                elif ticket.deadline is not None and now > ticket.deadline:
+                    self._time_out(ticket)
+                else:
+                    kept.append(ticket)
+            self._waiting = kept
+        gone = []
+        for i, ticket in enumerate(self._rows):
+            if ticket.cancelled:
+                self.stats.cancelled += 1
+                gone.append(i)
+            elif ticket.deadline is not None and now > ticket.deadline:
+                self._time_out(ticket)
+                gone.append(i)
+        self._retire(gone, keep_cache=False)
+
+    def _time_out(self, ticket: Ticket) -> None:
+        self.stats.timed_out += 1
+        ticket.deliver(
+            RequestTimeoutError(
+                f"The request ran past its time limit ({self.timeout} s) and was stopped; ask for fewer tokens "
+                "or raise the limit."
+            )
+        )
+
+    def _admit(self) -> None:
+        while len(self._rows) < self.max_rows:
+            with self._cond:
+                if not self._waiting:
+                    return
+                ticket = self._waiting[0]
+                if self._rows and not self._fits(ticket):
+                    return
+                self._waiting.popleft()
+            if ticket.cancelled:
+                self.stats.cancelled += 1
+                continue
+            self._start(ticket)
+
+    def _fits(self, ticket: Ticket) -> bool:
+        if self.kv_budget is None:
+            return True
+        return sum(t.reserve for t in self._rows) + ticket.reserve <= self.kv_budget
+
+    def _start(self, ticket: Ticket) -> None:
+        """Prefill ``ticket`` into a new row and choose its first token."""
+        prefix = None if ticket.all_logits else self.cache.lookup(ticket.prompt)
+        try:
+            last, everything = self._batch.admit(
+                np.asarray(ticket.prompt, dtype=np.int64),
+                reserve=ticket.reserve,
+                prefix=prefix,
+                all_logits=ticket.all_logits,
+            )
+            if everything is not None and ticket.chooser.recorder is not None:
+                ticket.chooser.recorder.record_prompt(ticket.prompt, everything[0])
+        except Exception as exc:  # noqa: BLE001 - this request fails alone
+            self.stats.failed += 1
+            ticket.deliver(exc)
+            return
+        ticket.cached_tokens = prefix.length if prefix is not None else 0
+        self.stats.prompt_tokens += len(ticket.prompt)
+        self.stats.prefilled_tokens += len(ticket.prompt) - ticket.cached_tokens
+        self._rows.append(ticket)
+        if self._advance(ticket, last):
+            self._retire([len(self._rows) - 1], keep_cache=True)
+
+    def _step(self) -> None:
+        tokens = np.fromiter((t.chooser.last_token for t in self._rows), dtype=np.int64, count=len(self._rows))
+        logits = self._batch.step(tokens)  # [rows, vocab]
+        self.stats.steps += 1
+        self.stats.step_rows += len(self._rows)
+        done = [i for i, ticket in enumerate(self._rows) if self._advance(ticket, logits[i : i + 1])]
+        self._retire(done, keep_cache=True)
+
+    def _advance(self, ticket: Ticket, logits: np.ndarray) -> bool:
+        """Choose the row's next token and deliver its chunk; True when the request is over."""
+        assert ticket._chunks is not None
+        try:
+            token = ticket.chooser.choose(logits)
+            self.stats.generated_tokens += 1
+            ticket._mailbox.put(token)
+            chunk = next(ticket._chunks)
+            if chunk.finish_reason is None and ticket.chooser.finished:  # max_new_tokens: the stream's tail
+                ticket.deliver(chunk)
+                ticket._mailbox.close()
+                chunk = next(ticket._chunks)
+        except Exception as exc:  # noqa: BLE001 - a processor or the detokenizer failed: this request only
+            self.stats.failed += 1
+            ticket.deliver(exc)
+            return True
+        ticket.deliver(chunk)
+        if chunk.finish_reason is not None:
+            self.stats.completed += 1
+            return True
+        return False  # a cancelled row leaves before the next step (_drop_stopped)
+
+    def _retire(self, rows: list[int], *, keep_cache: bool) -> None:
+        if not rows:
+            return
+        if keep_cache and self.cache.enabled:
+            for i in rows:
+                ticket = self._rows[i]
+                held = self._batch.row_length(i)
+                self.cache.store(ticket.chooser.sequence()[:held], self._batch.row_cache(i))
+        for i in rows:
+            chunks = self._rows[i]._chunks
+            if chunks is not None and hasattr(chunks, "close"):
+                chunks.close()
+        order = self._batch.retire(rows)
+        self._rows = [self._rows[i] for i in order]
+
+    def _fail_all(self, error: BaseException) -> None:
+        for ticket in self._rows:
+            self.stats.failed += 1
+            ticket.deliver(error)
+        self._rows = []
+        self._batch = RowBatch(self.runtime, self.max_rows)

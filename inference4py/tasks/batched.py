@@ -1,0 +1,206 @@
+"""Many callers, one model: continuous batching over an :class:`~inference4py.OnnxTextGenerator`.
+
+::
+
+    with OnnxTextGenerator.smolLM2().build() as model, model.batched(max_concurrent=8) as batched:
+        # from any number of threads at once:
+        result = batched.generate([{"role": "user", "content": "Hi"}], max_new_tokens=64)
+
+Every call is checked and encoded on the caller's thread (errors come back before any token), then
+handed to one :class:`~inference4py.generation.scheduler.Scheduler` that decodes all running
+requests in one batched step.  A greedy request gives exactly the ids it gives alone.  The server
+(``inference4py serve``) is a thin layer over this class.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from inference4py.errors import ConfigurationError, InvalidInputError
+from inference4py.generation.beam import returns_several
+from inference4py.generation.generate import collect, new_chooser
+from inference4py.generation.processors import make_logits_processors
+from inference4py.generation.result import GenerationChunk, GenerationResult
+from inference4py.generation.scheduler import Deliver, Scheduler, SchedulerStats, Ticket
+
+if TYPE_CHECKING:
+    from inference4py.tasks.output_control import OutputControl
+    from inference4py.tasks.prompts import Prompt
+    from inference4py.tasks.text_generation import OnnxTextGenerator
+
+__all__ = ["BatchedTextGenerator", "Submission"]
+
+
+class Submission:
+    """A request handed to the scheduler: its ticket, and what shapes its final result."""
+
+    def __init__(self, ticket: Ticket, control: OutputControl) -> None:
+        self.ticket = ticket
+        self.control = control
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.ticket.prompt_tokens
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens taken from the prefix cache (known once the request started)."""
+        return self.ticket.cached_tokens
+
+    def cancel(self) -> None:
+        self.ticket.cancel()
+
+    def finish(self, result: GenerationResult) -> GenerationResult:
+        """The collected result with tool calls parsed, as ``generate()`` returns it."""
+        return self.control.finish(result)
+
+
+class BatchedTextGenerator:
+    """Thread-safe generation over one model with continuous batching.
+
+    Args:
+        model: The loaded text generator (its sessions are then run by the scheduler's thread).
+        max_concurrent: Sequences decoded together at most; more wait in the queue.
+        max_waiting: Requests that may wait; one more raises ``QueueFullError``.
+        kv_budget: Positions (prompt + max_new_tokens, summed over running requests) the batch may
+            reserve; None: no limit beyond ``max_concurrent``.
+        prefix_cache_mb: Memory for the automatic prefix cache (0 turns it off).
+        timeout: Seconds a request may run from submission (None: no limit).
+        name: Names the scheduler's thread.
+
+    Greedy search and sampling are batched; beam search and several sequences per call are not
+    (``generate()`` on the model runs them).
+    """
+
+    def __init__(
+        self,
+        model: OnnxTextGenerator,
+        *,
+        max_concurrent: int = 8,
+        max_waiting: int = 256,
+        kv_budget: int | None = None,
+        prefix_cache_mb: float = 256,
+        timeout: float | None = None,
+        name: str = "model",
+    ) -> None:
+        if max_concurrent < 1:
+            raise ConfigurationError(f"max_concurrent must be >= 1, got {max_concurrent}.")
+        if timeout is not None and timeout <= 0:
+            raise ConfigurationError(f"timeout must be a positive number of seconds, got {timeout}.")
+        model._check_open()
+        self.model = model
+        self._scheduler = Scheduler(
+            model._runtime,
+            model.tokenizer,
+            max_rows=max_concurrent,
+            max_waiting=max_waiting,
+            kv_budget=kv_budget,
+            prefix_cache_bytes=int(prefix_cache_mb * (1 << 20)),
+            timeout=timeout,
+            name=name,
+        )
+
+    # ------------------------------------------------------------------ state
+    @property
+    def stats(self) -> SchedulerStats:
+        return self._scheduler.stats
+
+    @property
+    def waiting(self) -> int:
+        return self._scheduler.waiting
+
+    @property
+    def running(self) -> int:
+        return self._scheduler.running
+
+    @property
+    def prefix_cache(self) -> Any:
+        """The :class:`~inference4py.generation.prefix_cache.PrefixCache` (hits, reused tokens, size)."""
+        return self._scheduler.cache
+
+    def close(self) -> None:
+        """Stop the scheduler (running requests end with ``GeneratorClosedError``); the model stays open."""
+        self._scheduler.close()
+
+    def __enter__(self) -> BatchedTextGenerator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ calls
+    def submit(self, prompt: Prompt, deliver: Deliver, **overrides: Any) -> Submission:
+        """Queue one request; ``deliver`` receives its chunks (or one exception) on the scheduler's thread.
+
+        Takes ``generate()``'s options.  Errors in the request itself are raised here, before it is queued.
+
+        Raises:
+            InvalidInputError, PromptTooLongError, ConfigurationError: as ``generate()``.
+            QueueFullError: too many requests wait.
+        """
+        model = self.model
+        model._check_open()
+        ids, config, control = model._prepare(prompt, overrides)
+        if returns_several(config):
+            raise ConfigurationError(
+                "Batched generation runs greedy search or sampling, one sequence per request; for beam search "
+                "(num_beams > 1) or several sequences call the model's generate()."
+            )
+        extra = control.processors(model.tokenizer, config.eos_token_id, model._processors)
+        processors = make_logits_processors(config, prompt_length=len(ids), extra=extra)
+        chooser = new_chooser(ids, config, model.tokenizer, processors=processors)
+        all_logits = bool(config.logprobs and config.prompt_logprobs)
+        ticket = self._scheduler.submit(ids, config, chooser, deliver, all_logits=all_logits)
+        return Submission(ticket, control)
+
+    def stream_chunks(self, prompt: Prompt, **overrides: Any) -> Iterator[GenerationChunk]:
+        """The request's chunks as they come; closing the iterator early cancels the request."""
+        items: queue.SimpleQueue[GenerationChunk | BaseException] = queue.SimpleQueue()
+        submission = self.submit(prompt, items.put, **overrides)
+        return _chunks(items, submission)
+
+    def generate(
+        self, prompt: Prompt, on_token: Callable[[str], None] | None = None, **overrides: Any
+    ) -> GenerationResult:
+        """As the model's ``generate()``, run in the shared batch (blocks this thread until done)."""
+        started = time.perf_counter()
+        items: queue.SimpleQueue[GenerationChunk | BaseException] = queue.SimpleQueue()
+        submission = self.submit(prompt, items.put, **overrides)
+        result = collect(
+            _chunks(items, submission), prompt_tokens=submission.prompt_tokens, started=started, on_token=on_token
+        )
+        return submission.finish(result)
+
+    def generate_batch(self, prompts: Sequence[Prompt], **overrides: Any) -> list[GenerationResult]:
+        """Every prompt submitted at once, one result per prompt in order."""
+        if not isinstance(prompts, (list, tuple)) or not prompts:
+            raise InvalidInputError("generate_batch needs a non-empty list of prompts.")
+        started = time.perf_counter()
+        pending = []
+        for prompt in prompts:
+            items: queue.SimpleQueue[GenerationChunk | BaseException] = queue.SimpleQueue()
+            pending.append((items, self.submit(prompt, items.put, **overrides)))
+        results = []
+        for items, submission in pending:
+            result = collect(_chunks(items, submission), prompt_tokens=submission.prompt_tokens, started=started)
+            results.append(submission.finish(result))
+        return results
+
+
+def _chunks(
+    items: queue.SimpleQueue[GenerationChunk | BaseException], submission: Submission
+) -> Iterator[GenerationChunk]:
+    """Chunks from the scheduler until the last one; leaving early cancels the request."""
+    try:
+        while True:
+            item = items.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+            if item.finish_reason is not None:
+                return
+    finally:
+        submission.cancel()  # no-op once finished
