@@ -1,0 +1,344 @@
+"""OpenAI's audio routes for served Whisper models: ``POST /v1/audio/transcriptions`` and ``/v1/audio/translations``.
+
+A request is a multipart form, as OpenAI's client sends it: ``file`` (the audio), ``model`` and the
+optional ``language``, ``prompt``, ``response_format``, ``temperature`` and
+``timestamp_granularities[]``. The upload is decoded off the model's thread with the library's own
+reader (:func:`inference4py.audio.load_audio`: wav, flac, ogg, mp3, ...), then the model's worker
+runs :meth:`WhisperSpeechModel.transcribe` on it. The answer has OpenAI's shape for the requested
+format: ``{"text"}``, plain text, SubRip, WebVTT, or verbose JSON with time-stamped segments.
+
+``json`` and ``text`` are transcribed without timestamp tokens, the subtitle formats and
+``verbose_json`` with them, as ``inference4py transcribe`` does for ``--format text`` and for
+subtitles. Every refusal is an OpenAI error object (:class:`~inference4py.serve.protocol.ApiError`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData, UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from inference4py import audio as _audio
+from inference4py.engine.pipeline import GENAI_CONFIG, load_pipeline
+from inference4py.errors import AudioError, ConfigurationError, Inference4pyError
+from inference4py.serve.protocol import ApiError
+from inference4py.serve.worker import ModelWorker
+from inference4py.tasks.whisper import WHISPER_LANGUAGES, Transcription, WhisperSpeechModel, language_code
+
+__all__ = ["RESPONSE_FORMATS", "add_audio_routes", "load_speech_model"]
+
+RESPONSE_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
+_TIMESTAMPED = frozenset({"srt", "vtt", "verbose_json"})  # the formats that need segment times
+_MEDIA_TYPES = {
+    "text": "text/plain; charset=utf-8",
+    "srt": "application/x-subrip; charset=utf-8",
+    "vtt": "text/vtt; charset=utf-8",
+}
+# The form fields each route reads; the client sends a list as repeated "name[]" parts.
+_FIELDS = {
+    "transcribe": frozenset(
+        {"file", "model", "language", "prompt", "response_format", "temperature", "timestamp_granularities[]", "stream"}
+    ),
+    # language is not in OpenAI's translation API; here it names the spoken language instead of detecting it
+    "translate": frozenset({"file", "model", "language", "prompt", "response_format", "temperature"}),
+}
+_ROUTES = {"transcribe": "/v1/audio/transcriptions", "translate": "/v1/audio/translations"}
+_SUFFIX = re.compile(r"^\.[A-Za-z0-9]{1,8}$")
+
+
+def load_speech_model(model: str) -> WhisperSpeechModel | None:
+    """A ``--model`` argument built as a :class:`WhisperSpeechModel` when it is a Whisper model, else None.
+
+    The folder (or the hub repo, downloaded as the text loader would download it) is a Whisper
+    model when the library's pipeline detection finds a speech encoder-decoder: an encoder that
+    takes log-mel features. Only the folder's files and graph headers are read for that check;
+    the model is built only when it passes.
+
+    Raises:
+        ModelNotFoundError, HubError: as :func:`inference4py.hub.resolve_model_folder`.
+        ConfigurationError: an onnxruntime-genai Whisper export, which the native engine does not run.
+    """
+    from inference4py.hub import resolve_model_folder
+
+    folder = resolve_model_folder(model)
+    try:
+        spec = load_pipeline(folder)
+    except Inference4pyError:
+        return None  # not a layout the pipeline knows: the text loader says what is wrong with it
+    if spec.preset != "speech-seq2seq":
+        return None
+    if spec.source == GENAI_CONFIG:
+        raise ConfigurationError(
+            f"{model} is an onnxruntime-genai Whisper export; the server runs Whisper on the native engine. "
+            "Serve an optimum export (e.g. onnx-community/whisper-base), or run this folder with "
+            "inference4py_genai.WhisperSpeechModel in your own app."
+        )
+    return WhisperSpeechModel.builder().model_path(folder).build()
+
+
+def add_audio_routes(app: FastAPI, workers: Mapping[str, ModelWorker]) -> None:
+    """Add ``POST /v1/audio/transcriptions`` and ``POST /v1/audio/translations`` to ``app``."""
+
+    @app.post(_ROUTES["transcribe"], response_model=None)
+    async def transcriptions(request: Request) -> Response:
+        return await _answer(workers, request, "transcribe")
+
+    @app.post(_ROUTES["translate"], response_model=None)
+    async def translations(request: Request) -> Response:
+        return await _answer(workers, request, "translate")
+
+
+async def _answer(workers: Mapping[str, ModelWorker], request: Request, task: str) -> Response:
+    form = await _read_form(request)
+    try:
+        fields = _fields(form, task)
+        worker = _speech_worker(workers, fields["model"], task)
+        model: WhisperSpeechModel = worker.model
+        language = _language(model, fields.get("language"), fields["model"])
+        if task == "translate" and not model.is_multilingual:
+            raise ApiError(
+                400,
+                f"The model {fields['model']!r} is an English-only Whisper model: it cannot translate. "
+                "Serve a multilingual Whisper model (e.g. onnx-community/whisper-base) for /v1/audio/translations.",
+                "model",
+            )
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise ApiError(
+                400,
+                "file is required: send the audio as a file part named 'file' "
+                "(e.g. client.audio.transcriptions.create(file=open('speech.wav', 'rb'), model=...)).",
+                "file",
+            )
+        samples = await run_in_threadpool(_decode, upload)
+    finally:
+        await form.close()
+    response_format = fields["response_format"]
+    options = _sampling(fields.get("temperature"))
+
+    def job() -> Transcription:
+        return model.transcribe(
+            (samples, _audio.SAMPLE_RATE),
+            language=language,
+            task=task,
+            timestamps=response_format in _TIMESTAMPED,
+            **options,
+        )
+
+    result = await worker.run(job)
+    worker.count(0, len(result.token_ids))
+    return _response(result, response_format, task, _temperature_used(model, options))
+
+
+# ------------------------------------------------------------------------------- request -> arguments
+async def _read_form(request: Request) -> FormData:
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "multipart/form-data":
+        raise ApiError(
+            400,
+            f"{request.url.path} takes a multipart/form-data body (got {kind or 'no content type'}): "
+            "send the audio as a 'file' part with 'model' beside it, as OpenAI's client does.",
+        )
+    try:
+        return await request.form()
+    except StarletteHTTPException as exc:  # a malformed multipart body
+        reason = str(exc.detail).rstrip(".")
+        raise ApiError(400, f"The multipart body cannot be read ({reason}). Send a well-formed form.") from exc
+
+
+def _fields(form: FormData, task: str) -> dict[str, Any]:
+    """The form's fields, checked: unknown or unsupported ones are a 400, never ignored."""
+    names = {name for name, _ in form.multi_items()}
+    if "timestamp_granularities" in names:  # clients that send the list without brackets
+        names = (names - {"timestamp_granularities"}) | {"timestamp_granularities[]"}
+    unknown = sorted(names - _FIELDS[task])
+    if unknown:
+        raise ApiError(
+            400,
+            f"Unsupported field(s) for {_ROUTES[task]}: {', '.join(unknown)}. "
+            f"Accepted: {', '.join(sorted(_FIELDS[task]))}.",
+            unknown[0],
+        )
+    out: dict[str, Any] = {}
+    for name in ("model", "language", "prompt", "response_format", "temperature", "stream"):
+        value = form.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise ApiError(400, f"{name} must be a text field, not a file.", name)
+        out[name] = value.strip()
+    if not out.get("model"):
+        raise ApiError(400, "model is required: the name of a served Whisper model (see GET /v1/models).", "model")
+    response_format = out.get("response_format") or "json"
+    if response_format not in RESPONSE_FORMATS:
+        raise ApiError(
+            400,
+            f"response_format must be one of {', '.join(RESPONSE_FORMATS)}; got {response_format!r}.",
+            "response_format",
+        )
+    out["response_format"] = response_format
+    if "temperature" in out:
+        out["temperature"] = _temperature(out["temperature"])
+    if out.get("prompt"):
+        raise ApiError(
+            400,
+            "prompt is not supported: inference4py's WhisperSpeechModel does not condition on previous text. "
+            "Leave prompt out.",
+            "prompt",
+        )
+    if out.get("stream", "false").lower() not in ("false", "0", ""):
+        raise ApiError(400, "stream is not supported for audio: leave it false.", "stream")
+    granularities = [
+        str(g) for g in form.getlist("timestamp_granularities[]") + form.getlist("timestamp_granularities")
+    ]
+    _check_granularities(granularities, response_format)
+    return out
+
+
+def _temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:  # also refuses nan
+        raise ApiError(400, f"temperature must be a number from 0 to 1; got {text!r}.", "temperature")
+    return value
+
+
+def _check_granularities(granularities: list[str], response_format: str) -> None:
+    for g in granularities:
+        if g == "word":
+            raise ApiError(
+                400,
+                "Word timestamps are not computed by inference4py's Whisper: ask for timestamp_granularities "
+                "['segment'] (segment times are in verbose_json).",
+                "timestamp_granularities",
+            )
+        if g != "segment":
+            raise ApiError(
+                400, f"timestamp_granularities takes 'segment' (or 'word'); got {g!r}.", "timestamp_granularities"
+            )
+    if granularities and response_format != "verbose_json":
+        raise ApiError(
+            400,
+            f"timestamp_granularities needs response_format 'verbose_json' (got {response_format!r}).",
+            "timestamp_granularities",
+        )
+
+
+def _speech_worker(workers: Mapping[str, ModelWorker], name: str, task: str) -> ModelWorker:
+    worker = workers.get(name)
+    if worker is None:
+        raise ApiError(
+            404,
+            f"The model {name!r} does not exist here. Served models: {', '.join(workers)}.",
+            "model",
+            kind="not_found_error",
+        )
+    if not isinstance(worker.model, WhisperSpeechModel):
+        speech = [n for n, w in workers.items() if isinstance(w.model, WhisperSpeechModel)]
+        served = (
+            f"Served speech models: {', '.join(speech)}."
+            if speech
+            else "No speech model is served: start the server with a Whisper --model (e.g. onnx-community/whisper-base)."
+        )
+        raise ApiError(
+            400, f"The model {name!r} is not a speech model: {_ROUTES[task]} needs Whisper. {served}", "model"
+        )
+    return worker
+
+
+def _language(model: WhisperSpeechModel, value: str | None, name: str) -> str | None:
+    if not value:
+        return None  # detected from the first 30 s (English for English-only models)
+    try:
+        code = language_code(value)
+    except ConfigurationError as exc:
+        raise ApiError(400, str(exc), "language") from exc
+    if code not in model.languages:
+        known = "it is English-only" if not model.is_multilingual else f"it knows {', '.join(model.languages)}"
+        raise ApiError(400, f"The model {name!r} cannot take language {value!r}: {known}.", "language")
+    return code
+
+
+def _decode(upload: UploadFile) -> Any:
+    """The upload's samples (mono float32 at 16 kHz), read by the library from a temporary copy."""
+    name = os.path.basename(upload.filename or "") or "the upload"
+    suffix = Path(name).suffix
+    # the suffix lets librosa's fallback pick a decoder; anything odd is left out of the temporary name
+    suffix = suffix if _SUFFIX.match(suffix) else ""
+    with tempfile.TemporaryDirectory(prefix="inference4py-audio-") as tmp:
+        path = Path(tmp) / f"upload{suffix}"
+        with path.open("wb") as fh:
+            shutil.copyfileobj(upload.file, fh)
+        try:
+            return _audio.load_audio(path)
+        except AudioError as exc:
+            reason = str(exc).replace(str(path), repr(name))
+            raise ApiError(
+                400,
+                f"The uploaded file cannot be used as audio. {reason} "
+                "Send a wav, flac, ogg or mp3 file as the 'file' part.",
+                "file",
+            ) from exc
+
+
+# ------------------------------------------------------------------------------- result -> response
+def _sampling(temperature: float | None) -> dict[str, Any]:
+    """The library's options for OpenAI's temperature: 0 is greedy; omitted keeps the model's own setting."""
+    if temperature is None:
+        return {}
+    if temperature == 0:
+        return {"do_sample": False}
+    return {"do_sample": True, "temperature": temperature}
+
+
+def _temperature_used(model: WhisperSpeechModel, options: Mapping[str, Any]) -> float:
+    """The one temperature of the call (the library has no temperature fallback): 0.0 when greedy."""
+    config = model.generation_config
+    sampled = bool(options.get("do_sample", config.do_sample))
+    return float(options.get("temperature", config.temperature)) if sampled else 0.0
+
+
+def _response(result: Transcription, response_format: str, task: str, temperature: float) -> Response:
+    if response_format == "json":
+        return JSONResponse({"text": result.text})
+    if response_format == "verbose_json":
+        return JSONResponse(_verbose(result, task, temperature))
+    body = {"text": result.text, "srt": result.to_srt(), "vtt": result.to_vtt()}[response_format]
+    return Response(body, media_type=_MEDIA_TYPES[response_format])
+
+
+def _verbose(result: Transcription, task: str, temperature: float) -> dict[str, Any]:
+    """OpenAI's verbose JSON. avg_logprob, compression_ratio, no_speech_prob and seek are left out: the
+    library does not compute them (OpenAI's client leaves a missing key unset)."""
+    code = "en" if task == "translate" else result.language  # a translation's language is its output's
+    language = WHISPER_LANGUAGES.get(code, code) if code else None
+    segments = [
+        {
+            "id": i,
+            "start": s.start,
+            "end": s.end,
+            "text": s.text,
+            "tokens": list(s.token_ids),
+            "temperature": temperature,
+        }
+        for i, s in enumerate(result.segments)
+    ]
+    return {
+        "task": task,
+        "language": language,
+        "duration": result.duration,
+        "text": result.text,
+        "segments": segments,
+    }
