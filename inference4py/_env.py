@@ -38,6 +38,10 @@ Variables
     order, e.g. ``CUDAExecutionProvider,CPUExecutionProvider``.  Unset or
     empty: CPU.  Names are not validated here (that would import onnxruntime);
     session creation checks them against the installed onnxruntime.
+``INFERENCE4PY_API_KEY``
+    The key ``inference4py serve`` requires (``Authorization: Bearer KEY``) on
+    every route but ``/health`` and the chat page, when ``--api-key`` is not
+    given.  Unset or empty: no key is required.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ __all__ = [
     "inference4py_cache",
     "default_num_threads",
     "default_providers",
+    "serve_api_key",
 ]
 
 _TRUE_VALUES = frozenset({"1", "ON", "YES", "TRUE"})
@@ -150,3 +155,8 @@ def default_providers() -> list[str] | None:
             "comma-separated list such as 'CUDAExecutionProvider,CPUExecutionProvider'."
         )
     return providers
+
+
+def serve_api_key() -> str | None:
+    """``INFERENCE4PY_API_KEY``, or None when unset or empty."""
+    return _get("INFERENCE4PY_API_KEY")

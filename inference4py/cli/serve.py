@@ -29,10 +29,89 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     parser.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    parser.add_argument(
+        "--max-concurrent",
+        type=_positive_int,
+        default=8,
+        metavar="N",
+        help="sequences a text model decodes together (continuous batching; default: 8)",
+    )
+    parser.add_argument(
+        "--max-queue",
+        type=_positive_int,
+        default=256,
+        metavar="N",
+        help="requests that may wait per model (default: 256)",
+    )
+    parser.add_argument(
+        "--prefix-cache-mb",
+        type=_non_negative,
+        default=256,
+        metavar="MB",
+        help="memory per text model for reusing the KV of shared prompt prefixes (0 turns it off; default: 256)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive,
+        default=None,
+        metavar="SECONDS",
+        help="stop a request after this long (default: none)",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        metavar="KEY",
+        help="require 'Authorization: Bearer KEY' on every route but /health and the chat page "
+        "(default: $INFERENCE4PY_API_KEY, else no key)",
+    )
+    parser.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="an origin browsers may call the API from, e.g. http://localhost:3000 (repeatable; default: none)",
+    )
+    parser.add_argument(
+        "--max-body-mb", type=_positive, default=32, metavar="MB", help="larger request bodies get a 413 (default: 32)"
+    )
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be zero or more, got {text}")
+    return value
 
 
 def _run_serve(args: argparse.Namespace) -> int:
     from inference4py.serve import serve
 
-    serve(args.model, names=args.served_model_name, host=args.host, port=args.port, log_level=args.log_level)
+    serve(
+        args.model,
+        names=args.served_model_name,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        max_concurrent=args.max_concurrent,
+        max_queue=args.max_queue,
+        prefix_cache_mb=args.prefix_cache_mb,
+        timeout=args.timeout,
+        api_key=args.api_key,
+        cors_origins=args.cors_origin,
+        max_body_mb=args.max_body_mb,
+    )
     return EXIT_OK

@@ -322,19 +322,28 @@ class Scheduler:
         self.stats.prompt_tokens += len(ticket.prompt)
         self.stats.prefilled_tokens += len(ticket.prompt) - ticket.cached_tokens
         self._rows.append(ticket)
-        if self._advance(ticket, last):
+        last_item = self._advance(ticket, last)
+        if last_item is not None:
             self._retire([len(self._rows) - 1], keep_cache=True)
+            ticket.deliver(last_item)
 
     def _step(self) -> None:
         tokens = np.fromiter((t.chooser.last_token for t in self._rows), dtype=np.int64, count=len(self._rows))
         logits = self._batch.step(tokens)  # [rows, vocab]
         self.stats.steps += 1
         self.stats.step_rows += len(self._rows)
-        done = [i for i, ticket in enumerate(self._rows) if self._advance(ticket, logits[i : i + 1])]
-        self._retire(done, keep_cache=True)
+        ending: list[tuple[int, GenerationChunk | BaseException]] = []
+        for i, ticket in enumerate(self._rows):
+            item = self._advance(ticket, logits[i : i + 1])
+            if item is not None:
+                ending.append((i, item))
+        tickets = [self._rows[i] for i, _ in ending]
+        self._retire([i for i, _ in ending], keep_cache=True)
+        for ticket, (_, item) in zip(tickets, ending):  # after retiring: a caller that sees the end sees a free row
+            ticket.deliver(item)
 
-    def _advance(self, ticket: Ticket, logits: np.ndarray) -> bool:
-        """Choose the row's next token and deliver its chunk; True when the request is over."""
+    def _advance(self, ticket: Ticket, logits: np.ndarray) -> GenerationChunk | BaseException | None:
+        """Choose the row's next token and deliver its chunk; the request's last item (not delivered) when it is over."""
         assert ticket._chunks is not None
         try:
             token = ticket.chooser.choose(logits)
@@ -347,13 +356,12 @@ class Scheduler:
                 chunk = next(ticket._chunks)
         except Exception as exc:  # noqa: BLE001 - a processor or the detokenizer failed: this request only
             self.stats.failed += 1
-            ticket.deliver(exc)
-            return True
-        ticket.deliver(chunk)
+            return exc
         if chunk.finish_reason is not None:
             self.stats.completed += 1
-            return True
-        return False  # a cancelled row leaves before the next step (_drop_stopped)
+            return chunk
+        ticket.deliver(chunk)
+        return None  # a cancelled row leaves before the next step (_drop_stopped)
 
     def _retire(self, rows: list[int], *, keep_cache: bool) -> None:
         if not rows:

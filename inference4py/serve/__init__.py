@@ -33,15 +33,16 @@ def _require() -> None:
         raise ConfigurationError(f"The server needs FastAPI and uvicorn: {_INSTALL}.") from exc
 
 
-def create_app(models: Mapping[str, Any], *, max_queue: int = 256) -> FastAPI:
-    """An ASGI app serving ``models`` (served name -> loaded ``OnnxTextGenerator``) over the OpenAI API.
+def create_app(models: Mapping[str, Any], **options: Any) -> FastAPI:
+    """An ASGI app serving ``models`` (served name -> loaded model) over the OpenAI API, to run or mount.
 
-    ``max_queue`` requests may wait per model; one more is answered 429 with Retry-After.
+    Options (see :func:`inference4py.serve.app.create_app`): ``max_queue``, ``max_concurrent``,
+    ``prefix_cache_mb``, ``timeout``, ``api_key``, ``cors_origins``, ``max_body_mb``.
     """
     _require()
     from inference4py.serve.app import create_app as _create
 
-    return _create(models, max_queue=max_queue)
+    return _create(models, **options)
 
 
 def served_name(model: str) -> str:
@@ -50,8 +51,9 @@ def served_name(model: str) -> str:
 
 
 def load_models(models: Sequence[str], names: Sequence[str] = ()) -> dict[str, Any]:
-    """Load each model (a folder or a hub id) as an ``OnnxTextGenerator``, keyed by its served name."""
+    """Load each model (a folder or a hub id), keyed by its served name: Whisper as ``WhisperSpeechModel``, the rest as ``OnnxTextGenerator``."""
     from inference4py import OnnxTextGenerator
+    from inference4py.serve.audio import load_speech_model
 
     if not models:
         raise ConfigurationError("Give at least one model to serve: --model FOLDER_OR_REPO_ID.")
@@ -62,6 +64,10 @@ def load_models(models: Sequence[str], names: Sequence[str] = ()) -> dict[str, A
         name = names[i] if names else served_name(model)
         if name in loaded:
             raise ConfigurationError(f"Two models are served as {name!r}: give each one --served-model-name.")
+        speech = load_speech_model(model)
+        if speech is not None:
+            loaded[name] = speech
+            continue
         folder = Path(model).expanduser()
         builder = OnnxTextGenerator.builder()
         builder = builder.model_path(folder) if folder.is_dir() else builder.model_id(model)
@@ -76,10 +82,18 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     log_level: str = "info",
+    **options: Any,
 ) -> None:
-    """Load ``models`` and serve them until interrupted (uvicorn; ``host`` defaults to loopback only)."""
+    """Load ``models`` and serve them until interrupted (uvicorn; ``host`` defaults to loopback only).
+
+    ``options`` are :func:`create_app`'s; without ``api_key``, ``INFERENCE4PY_API_KEY`` is used when set.
+    """
     _require()
     import uvicorn
 
-    app = create_app(load_models(models, names))
+    from inference4py import _env
+
+    if options.get("api_key") is None:
+        options["api_key"] = _env.serve_api_key()
+    app = create_app(load_models(models, names), **options)
     uvicorn.run(app, host=host, port=port, log_level=log_level)

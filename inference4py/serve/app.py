@@ -7,22 +7,28 @@ objects with the right status, never as a traceback, and the server keeps servin
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import functools
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from inference4py.errors import Inference4pyError, PromptTooLongError
+from inference4py.errors import Inference4pyError, PromptTooLongError, QueueFullError, RequestTimeoutError
+from inference4py.generation.logprobs import TokenLogprob
 from inference4py.generation.result import GenerationChunk, GenerationResult
+from inference4py.serve.audio import add_audio_routes
+from inference4py.serve.guard import Guard
+from inference4py.serve.metrics import prometheus
+from inference4py.serve.page import add_page_route
 from inference4py.serve.protocol import ApiError, ChatCompletionRequest, CompletionRequest, error_body, new_id, now
-from inference4py.serve.worker import ModelWorker, QueueFull
+from inference4py.serve.worker import ChunkStream, ModelWorker
 
 __all__ = ["create_app"]
 
@@ -31,12 +37,40 @@ _UNION_TAGS = frozenset({"str", "list[str]", "list[int]", "int", "list[dict[str,
 _FINISH = {"eos": "stop", "stop": "stop", "length": "length", "tool_calls": "tool_calls"}
 
 
-def create_app(models: Mapping[str, Any], *, max_queue: int = 256) -> FastAPI:
+def create_app(
+    models: Mapping[str, Any],
+    *,
+    max_queue: int = 256,
+    max_concurrent: int = 8,
+    prefix_cache_mb: float = 256,
+    timeout: float | None = None,
+    api_key: str | None = None,
+    cors_origins: Sequence[str] = (),
+    max_body_mb: float = 32,
+) -> FastAPI:
     """An ASGI app serving ``models`` (served name -> loaded task object) over the OpenAI API.
 
-    ``max_queue`` requests may wait per model; one more is answered 429 with Retry-After.
+    Args:
+        models: Served name -> loaded model (``OnnxTextGenerator``, ``WhisperSpeechModel``...).
+        max_queue: Requests that may wait per model; one more is answered 429 with Retry-After.
+        max_concurrent: Sequences a text generator decodes together (continuous batching).
+        prefix_cache_mb: Memory per text generator for the automatic prefix cache (0: off).
+        timeout: Seconds a request may run before it is stopped (408); None: no limit.
+        api_key: When set, every route but /health and the chat page needs ``Authorization: Bearer KEY``.
+        cors_origins: Origins browsers may call the API from (none: CORS headers are never sent).
+        max_body_mb: Larger request bodies are answered 413.
     """
-    workers = {name: ModelWorker(name, model, max_queue=max_queue) for name, model in models.items()}
+    workers = {
+        name: ModelWorker(
+            name,
+            model,
+            max_queue=max_queue,
+            max_concurrent=max_concurrent,
+            prefix_cache_mb=prefix_cache_mb,
+            timeout=timeout,
+        )
+        for name, model in models.items()
+    }
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -46,6 +80,9 @@ def create_app(models: Mapping[str, Any], *, max_queue: int = 256) -> FastAPI:
 
     app = FastAPI(title="inference4py", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.workers = workers
+    app.add_middleware(Guard, api_key=api_key, max_body=int(max_body_mb * (1 << 20)))
+    if cors_origins:  # added last: outermost, so refusals and preflights carry CORS headers too
+        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"], allow_headers=["*"])
 
     @app.exception_handler(ApiError)
     async def _http_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -68,7 +105,7 @@ def create_app(models: Mapping[str, Any], *, max_queue: int = 256) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def _not_found(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        message = f"{request.method} {request.url.path}: {exc.detail}. Routes: /v1/models, /v1/chat/completions, /v1/completions, /health."
+        message = f"{request.method} {request.url.path}: {exc.detail}. Routes: /v1/models, /v1/chat/completions, /v1/completions, /v1/audio/transcriptions, /v1/audio/translations, /health, /metrics and the chat page at /."
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return JSONResponse(error_body(message, kind), status_code=exc.status_code)
 
@@ -82,15 +119,19 @@ def create_app(models: Mapping[str, Any], *, max_queue: int = 256) -> FastAPI:
         _log.exception("internal error while serving %s", request.url.path)
         return JSONResponse(error_body("Internal server error; see the server log.", "server_error"), status_code=500)
 
-    @app.exception_handler(QueueFull)
-    async def _busy(request: Request, exc: QueueFull) -> JSONResponse:
+    @app.exception_handler(RequestTimeoutError)
+    async def _timeout(request: Request, exc: RequestTimeoutError) -> JSONResponse:
+        return JSONResponse(error_body(str(exc), "timeout_error", code="request_timeout"), status_code=408)
+
+    @app.exception_handler(QueueFullError)
+    async def _busy(request: Request, exc: QueueFullError) -> JSONResponse:
         return JSONResponse(
             error_body(str(exc), "rate_limit_error", code="queue_full"), status_code=429, headers={"Retry-After": "1"}
         )
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(_prometheus(workers), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(prometheus(workers), media_type="text/plain; version=0.0.4")
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -101,6 +142,9 @@ def create_app(models: Mapping[str, Any], *, max_queue: int = 256) -> FastAPI:
         created = now()
         data = [{"id": name, "object": "model", "created": created, "owned_by": "inference4py"} for name in workers]
         return {"object": "list", "data": data}
+
+    add_audio_routes(app, workers)
+    add_page_route(app)
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(body: ChatCompletionRequest, request: Request) -> Any:
@@ -118,8 +162,8 @@ def create_app(models: Mapping[str, Any], *, max_queue: int = 256) -> FastAPI:
         if body.stream:
             if body.tools is not None:
                 raise ApiError(400, "tools are not supported with stream=true yet: set stream=false.", "tools")
-            prompt_tokens = await _checked_stream(worker, body, messages, options)
-            return _sse(_chat_stream(worker, body, messages, options, prompt_tokens), request)
+            streams = await _open(worker, body, messages, options)
+            return _sse(_chat_stream(body, streams), request)
         return _chat_response(body.model, await _choices(worker, body, messages, options))
 
     @app.post("/v1/completions", response_model=None)
@@ -132,8 +176,8 @@ def create_app(models: Mapping[str, Any], *, max_queue: int = 256) -> FastAPI:
             raise ApiError(400, "echo is not supported yet: leave it false.", "echo")
         prompt = body.prompt
         if body.stream:
-            prompt_tokens = await _checked_stream(worker, body, prompt, options)
-            return _sse(_completion_stream(worker, body, prompt, options, prompt_tokens), request)
+            streams = await _open(worker, body, prompt, options)
+            return _sse(_completion_stream(body, streams), request)
         return _completion_response(body.model, await _choices(worker, body, prompt, options))
 
     return app
@@ -183,20 +227,30 @@ def _options(body: Any) -> dict[str, Any]:
     return options
 
 
+async def _open(worker: ModelWorker, body: Any, prompt: Any, options: dict[str, Any]) -> list[ChunkStream]:
+    """The request's ``n`` generations, all submitted before any is read (they share the batch).
+
+    Each has produced its first chunk, so an invalid request is refused before a response starts.
+    """
+    opened: list[ChunkStream] = []
+    try:
+        for choice_options in _per_choice(body, options):
+            opened.append(await worker.open(prompt, choice_options))
+    except BaseException:
+        for stream in opened:
+            await stream.aclose()
+        raise
+    return opened
+
+
 async def _choices(worker: ModelWorker, body: Any, prompt: Any, options: dict[str, Any]) -> list[GenerationResult]:
-    """The request's ``n`` results, run one after another on the model's thread; counted for /metrics."""
-    results = [
-        await worker.run(functools.partial(worker.model.generate, prompt, **o)) for o in _per_choice(body, options)
-    ]
-    worker.count(results[0].prompt_tokens, sum(r.generated_tokens for r in results))
-    return results
-
-
-async def _checked_stream(worker: ModelWorker, body: Any, prompt: Any, options: dict[str, Any]) -> int:
-    """Check a streamed request before its first event (errors still get a status); its prompt's length."""
-    if body.n > 1:
-        raise ApiError(400, "n > 1 is not supported with stream=true yet: set n=1 or stream=false.", "n")
-    return await worker.run(lambda: len(worker.model._prepare(prompt, options)[0]))
+    """The request's ``n`` results; with a seed, choice i samples with seed + i."""
+    streams = await _open(worker, body, prompt, options)
+    try:
+        return [await stream.collect() for stream in streams]
+    finally:
+        for stream in streams:
+            await stream.aclose()
 
 
 def _per_choice(body: Any, options: dict[str, Any]) -> list[dict[str, Any]]:
@@ -213,23 +267,21 @@ def _usage(results: list[GenerationResult]) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
+def _logprob_entry(t: TokenLogprob) -> dict[str, Any]:
+    return {
+        "token": t.token,
+        "logprob": t.logprob,
+        "bytes": list(t.token.encode("utf-8")),
+        "top_logprobs": [
+            {"token": a.token, "logprob": a.logprob, "bytes": list(a.token.encode("utf-8"))} for a in t.top_logprobs
+        ],
+    }
+
+
 def _logprobs(result: GenerationResult) -> dict[str, Any] | None:
     if result.logprobs is None:
         return None
-    return {
-        "content": [
-            {
-                "token": t.token,
-                "logprob": t.logprob,
-                "bytes": list(t.token.encode("utf-8")),
-                "top_logprobs": [
-                    {"token": a.token, "logprob": a.logprob, "bytes": list(a.token.encode("utf-8"))}
-                    for a in t.top_logprobs
-                ],
-            }
-            for t in result.logprobs
-        ]
-    }
+    return {"content": [_logprob_entry(t) for t in result.logprobs]}
 
 
 def _chat_response(model: str, results: list[GenerationResult]) -> dict[str, Any]:
@@ -282,83 +334,83 @@ def _sse(events: AsyncGenerator[dict[str, Any], None], request: Request) -> Stre
     return StreamingResponse(body(), media_type="text/event-stream")
 
 
-async def _chat_stream(
-    worker: ModelWorker,
-    body: ChatCompletionRequest,
-    messages: list[dict[str, Any]],
-    options: dict[str, Any],
-    prompt_tokens: int,
-) -> AsyncGenerator[dict[str, Any], None]:
+async def _chat_stream(body: ChatCompletionRequest, streams: list[ChunkStream]) -> AsyncGenerator[dict[str, Any], None]:
     base = {"id": new_id("chatcmpl"), "object": "chat.completion.chunk", "created": now(), "model": body.model}
-    yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
-    async with contextlib.aclosing(
-        _events(worker, body, messages, options, prompt_tokens, base, _chat_delta)
-    ) as events:
+    for i in range(len(streams)):
+        role = {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+        yield {**base, "choices": [role]}
+    async with contextlib.aclosing(_events(body, streams, base, _chat_delta)) as events:
         async for event in events:
             yield event
 
 
-def _chat_delta(chunk: GenerationChunk) -> dict[str, Any]:
+def _chat_delta(index: int, chunk: GenerationChunk) -> dict[str, Any]:
     delta = {"content": chunk.text} if chunk.text or chunk.finish_reason is None else {}
     reason = _FINISH[chunk.finish_reason] if chunk.finish_reason is not None else None
-    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+    return {"index": index, "delta": delta, "logprobs": _chunk_logprobs(chunk), "finish_reason": reason}
 
 
-def _text_choice(chunk: GenerationChunk) -> dict[str, Any]:
+def _text_choice(index: int, chunk: GenerationChunk) -> dict[str, Any]:
     reason = _FINISH[chunk.finish_reason] if chunk.finish_reason is not None else None
-    return {"index": 0, "text": chunk.text, "logprobs": None, "finish_reason": reason}
+    return {"index": index, "text": chunk.text, "logprobs": None, "finish_reason": reason}
+
+
+def _chunk_logprobs(chunk: GenerationChunk) -> dict[str, Any] | None:
+    if chunk.logprob is None:
+        return None
+    return {"content": [_logprob_entry(chunk.logprob)]}
 
 
 async def _completion_stream(
-    worker: ModelWorker, body: CompletionRequest, prompt: Any, options: dict[str, Any], prompt_tokens: int
+    body: CompletionRequest, streams: list[ChunkStream]
 ) -> AsyncGenerator[dict[str, Any], None]:
     base = {"id": new_id("cmpl"), "object": "text_completion", "created": now(), "model": body.model}
-    async with contextlib.aclosing(_events(worker, body, prompt, options, prompt_tokens, base, _text_choice)) as events:
+    async with contextlib.aclosing(_events(body, streams, base, _text_choice)) as events:
         async for event in events:
             yield event
 
 
 async def _events(
-    worker: ModelWorker,
     body: Any,
-    prompt: Any,
-    options: dict[str, Any],
-    prompt_tokens: int,
+    streams: list[ChunkStream],
     base: dict[str, Any],
-    choice: Callable[[GenerationChunk], dict[str, Any]],
+    choice: Callable[[int, GenerationChunk], dict[str, Any]],
 ) -> AsyncGenerator[dict[str, Any], None]:
-    """One event per chunk of the model's stream, then the usage event when the request asks for it."""
-    generated = 0
+    """One event per chunk of each choice's stream, as they come, then the usage event when asked for."""
+    merged: asyncio.Queue[tuple[int, GenerationChunk | BaseException | None]] = asyncio.Queue()
+
+    async def pump(index: int, stream: ChunkStream) -> None:
+        try:
+            async for chunk in stream:
+                await merged.put((index, chunk))
+        except Exception as exc:  # noqa: BLE001 - forwarded to the event stream
+            await merged.put((index, exc))
+        await merged.put((index, None))
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
     try:
-        async with contextlib.aclosing(worker.stream(lambda: worker.model.stream_chunks(prompt, **options))) as chunks:
-            async for chunk in chunks:
-                generated += chunk.token_id is not None
-                yield {**base, "choices": [choice(chunk)]}
+        open_streams = len(streams)
+        while open_streams:
+            index, item = await merged.get()
+            if item is None:
+                open_streams -= 1
+            elif isinstance(item, BaseException):
+                _log.error("a streamed request failed after its first event: %s", item)
+                yield {**base, "choices": [], "error": error_body(str(item), "server_error")["error"]}
+                return
+            else:
+                yield {**base, "choices": [choice(index, item)]}
     finally:
-        worker.count(prompt_tokens, generated)
+        for task in tasks:
+            task.cancel()
+        for stream in streams:
+            await stream.aclose()
     if body.stream_options is not None and body.stream_options.include_usage:
-        total = prompt_tokens + generated
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": generated, "total_tokens": total}
+        prompt_tokens = streams[0].prompt_tokens
+        generated = sum(s.generated for s in streams)
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": generated,
+            "total_tokens": prompt_tokens + generated,
+        }
         yield {**base, "choices": [], "usage": usage}
-
-
-_METRICS = (
-    ("requests_total", "counter", "requests admitted", "requests"),
-    ("rejected_total", "counter", "requests answered 429 (queue full)", "rejected"),
-    ("requests_waiting", "gauge", "requests admitted and not started", "waiting"),
-    ("requests_running", "gauge", "requests running", "running"),
-    ("requests_completed_total", "counter", "requests finished (any outcome)", "completed"),
-    ("requests_cancelled_total", "counter", "streams whose client went away", "cancelled"),
-    ("prompt_tokens_total", "counter", "prompt tokens of finished requests", "prompt_tokens"),
-    ("generation_tokens_total", "counter", "tokens generated", "generated_tokens"),
-)
-
-
-def _prometheus(workers: Mapping[str, ModelWorker]) -> str:
-    """The counters of every model in Prometheus' text format."""
-    lines = []
-    for metric, kind, help_text, attr in _METRICS:
-        name = f"inference4py_{metric}"
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        lines += [f'{name}{{model="{model}"}} {getattr(w, attr)}' for model, w in workers.items()]
-    return "\n".join(lines) + "\n"

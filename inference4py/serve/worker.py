@@ -1,10 +1,11 @@
-"""One owner per model: a single thread runs every request of a model, in arrival order.
+"""One owner per model: HTTP handlers hand it requests and read chunks, never touching the model.
 
-HTTP handlers never touch a model. They hand the worker a job and await its result, or read its
-chunks through an asyncio queue. A stream whose client has gone away is closed between two
-tokens, so the model is free for the next request within one step. This first scheduler runs one
-request at a time. Continuous batching (one decode step over all active requests) replaces it
-behind the same two calls.
+A text generator is owned by a continuous-batching scheduler
+(:class:`~inference4py.tasks.batched.BatchedTextGenerator`): every running request shares one
+decode step.  Other models (Whisper, encoder-decoder tasks) run their jobs one at a time on the
+model's own thread.  Either way a request's chunks reach the event loop through an asyncio queue,
+and a consumer that leaves early (a client that disconnected) cancels its request, which frees its
+row before the next step.
 """
 
 from __future__ import annotations
@@ -13,135 +14,338 @@ import asyncio
 import contextlib
 import functools
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["ModelWorker", "QueueFull"]
+from inference4py.errors import QueueFullError, RequestTimeoutError
+from inference4py.generation.generate import collect
+from inference4py.generation.result import GenerationChunk, GenerationResult
+from inference4py.serve.metrics import Histogram
 
+__all__ = ["ChunkStream", "ModelWorker", "QueueFull"]
 
-class QueueFull(Exception):
-    """More requests wait for this model than its queue holds (the route answers 429)."""
-
+QueueFull = QueueFullError  # the name the routes used first
 
 T = TypeVar("T")
 _END = object()
 
 
-class ModelWorker:
-    """Runs one model's jobs on its own thread.
+class ChunkStream:
+    """A started request's chunks, as an async iterator; ``aclose()`` (or leaving early) cancels it.
 
-    Args:
-        name: The served model name (for the thread's name).
-        model: The loaded task object (``OnnxTextGenerator``...).
+    ``prompt_tokens`` and ``cached_tokens`` describe the prompt; ``finish`` parses tool calls out
+    of a collected result as the library's ``generate()`` does.
     """
 
-    def __init__(self, name: str, model: Any, *, max_queue: int = 256) -> None:
+    def __init__(
+        self,
+        worker: ModelWorker,
+        items: asyncio.Queue[Any],
+        cancel: Callable[[], None],
+        prompt_tokens: int,
+        finish: Callable[[GenerationResult], GenerationResult],
+        started: float,
+        cached: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self._worker = worker
+        self._items = items
+        self._cancel = cancel
+        self.prompt_tokens = prompt_tokens
+        self.finish = finish
+        self._started = started
+        self._cached = cached
+        self._first: GenerationChunk | None = None
+        self._last = started
+        self._done = False
+        self._counted = False
+        self.generated = 0
+
+    @property
+    def cached_tokens(self) -> int:
+        return self._cached()
+
+    async def _next(self) -> GenerationChunk | None:
+        if self._done:
+            return None
+        item = await self._items.get()
+        if item is _END:
+            self._end(cancelled=False)
+            return None
+        if isinstance(item, BaseException):
+            self._end(cancelled=False, error=item)
+            raise item
+        chunk: GenerationChunk = item
+        now = time.perf_counter()
+        if chunk.token_id is not None:
+            if self.generated == 0:
+                self._worker.ttft.observe(now - self._started)
+            else:
+                self._worker.itl.observe(now - self._last)
+            self._last = now
+            self.generated += 1
+        if chunk.finish_reason is not None:
+            self._end(cancelled=False)
+        return chunk
+
+    async def prime(self) -> None:
+        """Wait for the first chunk: an error raised before it is raised here (the route still answers a status)."""
+        self._first = await self._next()
+
+    def __aiter__(self) -> AsyncIterator[GenerationChunk]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[GenerationChunk]:
+        try:
+            if self._first is not None:
+                first, self._first = self._first, None
+                yield first
+            while True:
+                chunk = await self._next()
+                if chunk is None:
+                    return
+                yield chunk
+        finally:
+            if not self._done:
+                self._end(cancelled=True)
+
+    async def aclose(self) -> None:
+        if not self._done:
+            self._end(cancelled=True)
+
+    async def collect(self) -> GenerationResult:
+        """Every chunk, as one result (tool calls parsed)."""
+        chunks = [chunk async for chunk in self]
+        result = collect(chunks, prompt_tokens=self.prompt_tokens, started=self._started)
+        return self.finish(result)
+
+    def _end(self, *, cancelled: bool, error: BaseException | None = None) -> None:
+        self._done = True
+        if cancelled:
+            self._cancel()
+        if not self._counted:
+            self._counted = True
+            self._worker.finished(self, cancelled=cancelled, error=error)
+
+
+class ModelWorker:
+    """Owns one served model.
+
+    Args:
+        name: The served model name.
+        model: The loaded task object (``OnnxTextGenerator``, ``WhisperSpeechModel``...).
+        max_queue: Requests that may wait; one more is refused (:class:`QueueFullError`: a 429).
+        max_concurrent: Sequences a text generator decodes together.
+        prefix_cache_mb: Memory for a text generator's prefix cache (0: off).
+        timeout: Seconds a request may run (None: no limit).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        model: Any,
+        *,
+        max_queue: int = 256,
+        max_concurrent: int = 8,
+        prefix_cache_mb: float = 256,
+        timeout: float | None = None,
+    ) -> None:
+        from inference4py.tasks.text_generation import OnnxTextGenerator
+
         self.name = name
         self.model = model
         self.max_queue = max_queue
+        self.timeout = timeout
+        self.batched = (
+            model.batched(
+                max_concurrent=max_concurrent,
+                max_waiting=max_queue,
+                prefix_cache_mb=prefix_cache_mb,
+                timeout=timeout,
+                name=name,
+            )
+            if isinstance(model, OnnxTextGenerator)
+            else None
+        )
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"inference4py-{name}")
-        # counters for /metrics (read on the event loop; the thread only runs jobs)
-        self.requests = 0  # requests admitted
-        self.rejected = 0  # answered 429
-        self.waiting = 0  # admitted, not started
-        self.running = 0  # started, not finished (1 at most with one owner thread)
+        self._lock = threading.Lock()
+        # counted on the event loop, for /metrics
+        self.requests = 0
+        self.rejected = 0
         self.completed = 0
-        self.cancelled = 0  # streams whose client went away
+        self.cancelled = 0
         self.prompt_tokens = 0
         self.generated_tokens = 0
+        self._waiting = 0  # jobs of the model's own thread
+        self._running = 0
+        self._timed_out = 0
+        self.ttft = Histogram()
+        self.itl = Histogram()
+
+    # ------------------------------------------------------------------ numbers for /metrics
+    def _stat(self, name: str) -> int:
+        return int(getattr(self.batched.stats, name)) if self.batched is not None else 0
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting + (self.batched.waiting if self.batched is not None else 0)
+
+    @property
+    def running(self) -> int:
+        return self._running + (self.batched.running if self.batched is not None else 0)
+
+    @property
+    def timed_out(self) -> int:
+        return self._timed_out
+
+    @property
+    def prefilled_tokens(self) -> int:
+        return self._stat("prefilled_tokens")
+
+    @property
+    def steps(self) -> int:
+        return self._stat("steps")
+
+    @property
+    def step_rows(self) -> int:
+        return self._stat("step_rows")
+
+    @property
+    def prefix_hits(self) -> int:
+        return int(self.batched.prefix_cache.hits) if self.batched is not None else 0
+
+    @property
+    def prefix_reused_tokens(self) -> int:
+        return int(self.batched.prefix_cache.reused_tokens) if self.batched is not None else 0
+
+    @property
+    def prefix_bytes(self) -> int:
+        return int(self.batched.prefix_cache.nbytes) if self.batched is not None else 0
+
+    def count(self, prompt: int, generated: int) -> None:
+        """Count the tokens of a request run through :meth:`run`."""
+        self.prompt_tokens += prompt
+        self.generated_tokens += generated
+
+    def finished(self, stream: ChunkStream, *, cancelled: bool, error: BaseException | None) -> None:
+        self.completed += 1
+        self.cancelled += cancelled
+        self._timed_out += isinstance(error, RequestTimeoutError)
+        self.prompt_tokens += stream.prompt_tokens
+        self.generated_tokens += stream.generated
+
+    # ------------------------------------------------------------------ generation
+    async def open(self, prompt: Any, options: dict[str, Any]) -> ChunkStream:
+        """Start a generation and wait for its first chunk; errors before it are raised here.
+
+        Raises:
+            QueueFullError: the model's queue is full.
+            Inference4pyError: the request is invalid (the message says why).
+        """
+        loop = asyncio.get_running_loop()
+        items: asyncio.Queue[Any] = asyncio.Queue()
+        started = time.perf_counter()
+
+        def deliver(item: Any) -> None:  # called on the scheduler's or the model's thread
+            with contextlib.suppress(RuntimeError):  # the loop is gone: the server is shutting down
+                loop.call_soon_threadsafe(items.put_nowait, item)
+
+        if self.batched is not None:
+            batched = self.batched
+            try:
+                submission = await asyncio.to_thread(functools.partial(batched.submit, prompt, deliver, **options))
+            except QueueFullError:
+                self.rejected += 1
+                raise
+            self.requests += 1
+            stream = ChunkStream(
+                self,
+                items,
+                submission.cancel,
+                submission.prompt_tokens,
+                submission.finish,
+                started,
+                cached=lambda: submission.cached_tokens,
+            )
+        else:
+            stream = self._sequential(prompt, options, deliver, items, started)
+        await stream.prime()
+        return stream
+
+    def _sequential(
+        self,
+        prompt: Any,
+        options: dict[str, Any],
+        deliver: Callable[[Any], None],
+        items: asyncio.Queue[Any],
+        started: float,
+    ) -> ChunkStream:
+        """A model without a scheduler: its stream runs on the model's thread, one request at a time."""
+        self._admit()
+        stop = threading.Event()
+        model = self.model
+
+        def produce() -> None:
+            self._move(waiting=-1, running=1)
+            chunks: Iterator[GenerationChunk] | None = None
+            try:
+                if stop.is_set():
+                    return
+                chunks = model.stream_chunks(prompt, **options)
+                for chunk in chunks:
+                    deliver(chunk)
+                    if stop.is_set():
+                        break
+            except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+                deliver(exc)
+            finally:
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    close()
+                deliver(_END)
+                self._move(running=-1)
+
+        self._pool.submit(produce)
+        return ChunkStream(self, items, stop.set, 0, lambda r: r, started)
 
     def _admit(self) -> None:
         if self.waiting >= self.max_queue:
             self.rejected += 1
-            raise QueueFull(f"{self.waiting} requests already wait for {self.name!r}; retry shortly.")
+            raise QueueFullError(f"{self.waiting} requests already wait for {self.name!r}; retry shortly.")
         self.requests += 1
-        self.waiting += 1
+        self._move(waiting=1)
 
-    def _started(self) -> None:  # scheduled on the loop by the model's thread
-        self.waiting -= 1
-        self.running += 1
-
-    def _finished(self) -> None:  # idem, whatever became of the caller
-        self.running -= 1
-        self.completed += 1
-
-    @staticmethod
-    def _tell(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is gone: the server is shutting down
-            loop.call_soon_threadsafe(callback)
+    def _move(self, *, waiting: int = 0, running: int = 0) -> None:
+        """Change the own thread's gauges (from the loop or from that thread)."""
+        with self._lock:
+            self._waiting += waiting
+            self._running += running
 
     async def run(self, job: Callable[[], T]) -> T:
-        """Run ``job()`` on the model's thread and return its result (its exception is raised here).
+        """Run ``job()`` on the model's own thread (one job at a time) and return its result.
 
         Raises:
-            QueueFull: the model's queue is full.
+            QueueFullError: the model's queue is full.
         """
         loop = asyncio.get_running_loop()
         self._admit()
 
         def counted() -> T:
-            self._tell(loop, self._started)
+            self._move(waiting=-1, running=1)
             try:
                 return job()
             finally:
-                self._tell(loop, self._finished)
+                self._move(running=-1)
 
-        return await loop.run_in_executor(self._pool, counted)
-
-    def count(self, prompt: int, generated: int) -> None:
-        self.prompt_tokens += prompt
-        self.generated_tokens += generated
-
-    async def stream(self, open_stream: Callable[[], Iterator[T]]) -> AsyncGenerator[T, None]:
-        """Items of ``open_stream()``, produced on the model's thread, as they come.
-
-        Leaving early (a client that disconnected) stops the producer before its next item; the
-        iterator it opened is closed, which ends the engine loop, and the model is free.
-        """
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        stop = threading.Event()
-        self._admit()
-
-        def produce() -> None:
-            self._tell(loop, self._started)
-            items = None
-            try:
-                items = open_stream()
-                for item in items:
-                    self._tell(loop, functools.partial(queue.put_nowait, item))
-                    if stop.is_set():
-                        break
-            except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
-                self._tell(loop, functools.partial(queue.put_nowait, exc))
-            finally:
-                close = getattr(items, "close", None)
-                if close is not None:
-                    close()
-                self._tell(loop, functools.partial(queue.put_nowait, _END))
-                self._tell(loop, self._finished)
-
-        future = loop.run_in_executor(self._pool, produce)
-        finished = False
         try:
-            while True:
-                item = await queue.get()
-                if item is _END:
-                    finished = True
-                    break
-                if isinstance(item, BaseException):
-                    finished = True
-                    raise item
-                yield item
+            return await loop.run_in_executor(self._pool, counted)
         finally:
-            if not finished:
-                self.cancelled += 1  # the consumer left early: the client went away
-            stop.set()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(future)
+            self.completed += 1
 
     def close(self) -> None:
+        if self.batched is not None:
+            self.batched.close()
         self._pool.shutdown(wait=True)
         closer = getattr(self.model, "close", None)
         if closer is not None:
