@@ -51,8 +51,11 @@ def served_name(model: str) -> str:
 
 
 def load_models(models: Sequence[str], names: Sequence[str] = ()) -> dict[str, Any]:
-    """Load each model (a folder or a hub id), keyed by its served name: Whisper as ``WhisperSpeechModel``, the rest as ``OnnxTextGenerator``."""
-    from inference4py import OnnxTextGenerator
+    """Load each model (a folder or a hub id), keyed by its served name.
+
+    Whisper becomes a ``WhisperSpeechModel`` (the audio routes), another encoder-decoder model a
+    ``Seq2SeqTask`` (``/v1/completions``), anything else an ``OnnxTextGenerator``.
+    """
     from inference4py.serve.audio import load_speech_model
 
     if not models:
@@ -68,11 +71,25 @@ def load_models(models: Sequence[str], names: Sequence[str] = ()) -> dict[str, A
         if speech is not None:
             loaded[name] = speech
             continue
-        folder = Path(model).expanduser()
-        builder = OnnxTextGenerator.builder()
-        builder = builder.model_path(folder) if folder.is_dir() else builder.model_id(model)
-        loaded[name] = builder.build()
+        loaded[name] = _load_text_model(model)
     return loaded
+
+
+def _load_text_model(model: str) -> Any:
+    from inference4py import OnnxTextGenerator
+    from inference4py.engine.pipeline import load_pipeline
+    from inference4py.errors import Inference4pyError
+    from inference4py.hub import resolve_model_folder
+    from inference4py.tasks.seq2seq_base import Seq2SeqTask
+
+    folder = resolve_model_folder(model)
+    try:
+        preset = load_pipeline(folder).preset
+    except Inference4pyError:
+        preset = None  # the text generator's load says what is wrong with the folder
+    if preset == "encoder-decoder":
+        return Seq2SeqTask.builder().model_path(folder).build()
+    return OnnxTextGenerator.builder().model_path(folder).build()
 
 
 def serve(

@@ -148,7 +148,7 @@ def create_app(
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(body: ChatCompletionRequest, request: Request) -> Any:
-        worker = _worker(workers, body.model)
+        worker = _worker(workers, body.model, "chat")
         messages = [m.for_template() for m in body.messages]
         options = _options(body)
         if body.logprobs or body.top_logprobs:
@@ -168,7 +168,7 @@ def create_app(
 
     @app.post("/v1/completions", response_model=None)
     async def completions(body: CompletionRequest, request: Request) -> Any:
-        worker = _worker(workers, body.model)
+        worker = _worker(workers, body.model, "completions")
         options = _options(body)
         if body.logprobs is not None:
             options.update(logprobs=True, top_logprobs=body.logprobs)
@@ -184,7 +184,8 @@ def create_app(
 
 
 # ------------------------------------------------------------------------------- request -> options
-def _worker(workers: Mapping[str, ModelWorker], name: str) -> ModelWorker:
+def _worker(workers: Mapping[str, ModelWorker], name: str, route: str) -> ModelWorker:
+    """The worker of model ``name``, when it can answer ``route`` ("chat" or "completions")."""
     worker = workers.get(name)
     if worker is None:
         raise ApiError(
@@ -192,6 +193,20 @@ def _worker(workers: Mapping[str, ModelWorker], name: str) -> ModelWorker:
             f"The model {name!r} does not exist here. Served models: {', '.join(workers)}.",
             "model",
             kind="not_found_error",
+        )
+    if not hasattr(worker.model, "stream_chunks"):  # a speech model
+        raise ApiError(
+            400,
+            f"{name!r} is a speech model: send audio to /v1/audio/transcriptions or /v1/audio/translations.",
+            "model",
+        )
+    if route == "chat" and worker.batched is None:
+        texts = [n for n, w in workers.items() if w.batched is not None]
+        raise ApiError(
+            400,
+            f"{name!r} is an encoder-decoder model without a chat template: send its input as the prompt of "
+            f"/v1/completions. Chat models served here: {', '.join(texts) or 'none'}.",
+            "model",
         )
     return worker
 

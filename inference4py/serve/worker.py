@@ -269,7 +269,10 @@ class ModelWorker:
                 cached=lambda: submission.cached_tokens,
             )
         else:
-            stream = self._sequential(prompt, options, deliver, items, started)
+            # checks the input before the request is queued (an empty one is a 400) and counts it
+            encode = getattr(self.model, "encode_source", None)
+            prompt_tokens = len(await asyncio.to_thread(encode, prompt)) if encode is not None else 0
+            stream = self._sequential(prompt, options, deliver, items, started, prompt_tokens)
         await stream.prime()
         return stream
 
@@ -280,6 +283,7 @@ class ModelWorker:
         deliver: Callable[[Any], None],
         items: asyncio.Queue[Any],
         started: float,
+        prompt_tokens: int,
     ) -> ChunkStream:
         """A model without a scheduler: its stream runs on the model's thread, one request at a time."""
         self._admit()
@@ -307,7 +311,7 @@ class ModelWorker:
                 self._move(running=-1)
 
         self._pool.submit(produce)
-        return ChunkStream(self, items, stop.set, 0, lambda r: r, started)
+        return ChunkStream(self, items, stop.set, prompt_tokens, lambda r: r, started)
 
     def _admit(self) -> None:
         if self.waiting >= self.max_queue:

@@ -241,3 +241,27 @@ def test_rss_stays_flat_over_five_hundred_requests(library):
         grown = process.memory_info().rss - warm
         assert metrics(url)['inference4py_requests_completed_total{model="qwen2"}'] == 600
     assert grown < 40 << 20, f"RSS grew by {grown >> 20} MB over 500 requests"
+
+
+def test_an_encoder_decoder_model_is_served_through_completions():
+    from inference4py.serve import load_models
+    from inference4py.tasks.seq2seq_base import Seq2SeqTask
+
+    t5 = Seq2SeqTask.builder().model_path(MODELS / "t5").build()
+    want = t5.generate("translate English to German: The house is wonderful.", max_new_tokens=12, do_sample=False)
+    with running(create_app(load_models([str(MODELS / "t5"), str(MODELS / "whisper"), str(MODELS / "qwen2")]))) as url:
+        client = _client(url)
+        body = {"model": "t5", "prompt": "translate English to German: The house is wonderful.", "max_tokens": 12}
+        r = client.completions.create(**body, temperature=0)
+        assert r.choices[0].text == want.text and r.usage.prompt_tokens == want.prompt_tokens
+        streamed = "".join(c.choices[0].text for c in client.completions.create(**body, temperature=0, stream=True))
+        assert streamed == want.text
+        status, _, error = request(
+            url, "/v1/chat/completions", json.dumps({"model": "t5", "messages": [{"role": "user", "content": "Hi"}]})
+        )
+        assert status == 400 and "/v1/completions" in error["error"]["message"] and "qwen2" in error["error"]["message"]
+        status, _, error = request(url, "/v1/completions", json.dumps({"model": "whisper", "prompt": "Hi"}))
+        assert status == 400 and "/v1/audio/transcriptions" in error["error"]["message"]
+        status, _, error = request(url, "/v1/completions", json.dumps({"model": "t5", "prompt": ""}))
+        assert status == 400 and "empty" in error["error"]["message"]
+        assert request(url, "/health")[0] == 200
