@@ -37,6 +37,14 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="sequences a text model decodes together (continuous batching; default: 8)",
     )
     parser.add_argument(
+        "--kv-budget",
+        type=_positive_int,
+        default=None,
+        metavar="TOKENS",
+        help="positions (prompt + max_tokens, summed over running requests) a model's KV cache may reserve; "
+        "a request that does not fit waits (default: no limit beyond --max-concurrent)",
+    )
+    parser.add_argument(
         "--max-queue",
         type=_positive_int,
         default=256,
@@ -107,6 +115,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         port=args.port,
         log_level=args.log_level,
         max_concurrent=args.max_concurrent,
+        kv_budget=args.kv_budget,
         max_queue=args.max_queue,
         prefix_cache_mb=args.prefix_cache_mb,
         timeout=args.timeout,

@@ -42,6 +42,7 @@ def create_app(
     *,
     max_queue: int = 256,
     max_concurrent: int = 8,
+    kv_budget: int | None = None,
     prefix_cache_mb: float = 256,
     timeout: float | None = None,
     api_key: str | None = None,
@@ -54,6 +55,8 @@ def create_app(
         models: Served name -> loaded model (``OnnxTextGenerator``, ``WhisperSpeechModel``...).
         max_queue: Requests that may wait per model; one more is answered 429 with Retry-After.
         max_concurrent: Sequences a text generator decodes together (continuous batching).
+        kv_budget: Positions (prompt + max_tokens, summed over a model's running requests) its KV
+            cache may reserve; a request that does not fit waits. None: only ``max_concurrent`` bounds it.
         prefix_cache_mb: Memory per text generator for the automatic prefix cache (0: off).
         timeout: Seconds a request may run before it is stopped (408); None: no limit.
         api_key: When set, every route but /health and the chat page needs ``Authorization: Bearer KEY``.
@@ -66,6 +69,7 @@ def create_app(
             model,
             max_queue=max_queue,
             max_concurrent=max_concurrent,
+            kv_budget=kv_budget,
             prefix_cache_mb=prefix_cache_mb,
             timeout=timeout,
         )

@@ -137,6 +137,7 @@ class ModelWorker:
         model: The loaded task object (``OnnxTextGenerator``, ``WhisperSpeechModel``...).
         max_queue: Requests that may wait; one more is refused (:class:`QueueFullError`: a 429).
         max_concurrent: Sequences a text generator decodes together.
+        kv_budget: Positions a text generator's running requests may reserve together (None: no limit).
         prefix_cache_mb: Memory for a text generator's prefix cache (0: off).
         timeout: Seconds a request may run (None: no limit).
     """
@@ -148,6 +149,7 @@ class ModelWorker:
         *,
         max_queue: int = 256,
         max_concurrent: int = 8,
+        kv_budget: int | None = None,
         prefix_cache_mb: float = 256,
         timeout: float | None = None,
     ) -> None:
@@ -160,6 +162,7 @@ class ModelWorker:
         self.batched = (
             model.batched(
                 max_concurrent=max_concurrent,
+                kv_budget=kv_budget,
                 max_waiting=max_queue,
                 prefix_cache_mb=prefix_cache_mb,
                 timeout=timeout,

@@ -224,3 +224,17 @@ def test_row_batch_retires_rows_and_trims_padding(name):
         assert batch.length == len(short)  # the long row's padding columns were trimmed
     logits = batch.step(np.array([5, 5]))
     assert np.array_equal(logits[0], logits[1])  # two copies of one sequence stay identical
+
+
+def test_a_kv_budget_keeps_requests_that_do_not_fit_waiting():
+    model = _model("genai-llama")
+    options = [{"max_new_tokens": n, "do_sample": False} for n in MAX_NEW[:4]]
+    alone = [model.generate(p, **o).token_ids for p, o in zip(PROMPTS[:4], options)]
+    reserve = max(len(model.encode_prompt(p)) + o["max_new_tokens"] for p, o in zip(PROMPTS[:4], options))
+    with model.batched(max_concurrent=4, kv_budget=reserve) as batched:  # room for one request at a time
+        together = batched.generate_batch(PROMPTS[:4], max_new_tokens=MAX_NEW[3], do_sample=False)
+        stats = batched.stats
+    assert stats.steps == stats.step_rows  # never two rows in one step
+    want = [model.generate(p, max_new_tokens=MAX_NEW[3], do_sample=False).token_ids for p in PROMPTS[:4]]
+    assert [r.token_ids for r in together] == want
+    assert alone[3] == want[3]
