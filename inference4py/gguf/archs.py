@@ -1,0 +1,91 @@
+"""The GGUF architectures the graph builder knows: one small described entry each.
+
+Every entry says how its llama.cpp file differs from the shared decoder (pre-norm blocks,
+grouped-query attention with rotary positions, a gated MLP).  What a file shows by itself is
+not described here but read from it: q/k/v biases, q/k norms, post-attention / post-MLP norms,
+a separate output matrix and rotary frequency factors are used when their tensors are present.
+The rules are llama.cpp's (``src/llama-model.cpp``), which is what a GGUF file means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["ARCHITECTURES", "Architecture", "supported_architectures"]
+
+
+def _never(layer: int) -> bool:
+    return False
+
+
+def _even_layers(layer: int) -> bool:  # Gemma 2: local, global, local, global...
+    return layer % 2 == 0
+
+
+def _five_of_six(layer: int) -> bool:  # Gemma 3: five local layers, then one global
+    return (layer + 1) % 6 != 0
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """How one ``general.architecture`` maps onto the shared decoder graph.
+
+    Attributes:
+        name: GGUF architecture name (``general.architecture``).
+        model_type: transformers ``model_type`` written to config.json.
+        hf_class: transformers class name written to config.json's ``architectures``.
+        permuted_qk: llama.cpp's converter reorders the rows of attn_q / attn_k for interleaved
+            rotary pairs; they are put back in the half-split order GroupQueryAttention uses.
+        activation: the MLP gate's activation, ``"silu"`` or ``"gelu_tanh"``.
+        embed_scale: the embeddings are multiplied by sqrt(hidden_size) (Gemma).
+        sliding: which layers attend over the ``attention.sliding_window`` only (when the file has one).
+        local_rope_base: rotary base of the sliding layers (None: the file's ``rope.freq_base``).
+        softcapping: the file carries ``attn_logit_softcapping`` / ``final_logit_softcapping``.
+        big_query_scale_layers: block counts of the variants whose attention scale is
+            1/sqrt(hidden/heads) instead of 1/sqrt(head_dim) (Gemma 2 and 3 27B, as llama.cpp decides).
+    """
+
+    name: str
+    model_type: str
+    hf_class: str
+    permuted_qk: bool = False
+    activation: str = "silu"
+    embed_scale: bool = False
+    sliding: Callable[[int], bool] = _never
+    local_rope_base: float | None = None
+    softcapping: bool = False
+    big_query_scale_layers: tuple[int, ...] = ()
+
+
+_ENTRIES = (
+    Architecture("llama", "llama", "LlamaForCausalLM", permuted_qk=True),  # SmolLM2, TinyLlama, Llama 3
+    Architecture("mistral", "mistral", "MistralForCausalLM", permuted_qk=True),
+    Architecture("qwen2", "qwen2", "Qwen2ForCausalLM"),  # q/k/v biases: read from the file
+    Architecture("qwen3", "qwen3", "Qwen3ForCausalLM"),  # q/k norms: read from the file
+    Architecture(
+        "gemma2",
+        "gemma2",
+        "Gemma2ForCausalLM",
+        activation="gelu_tanh",
+        embed_scale=True,
+        sliding=_even_layers,
+        softcapping=True,
+        big_query_scale_layers=(46,),
+    ),
+    Architecture(
+        "gemma3",
+        "gemma3_text",
+        "Gemma3ForCausalLM",
+        activation="gelu_tanh",
+        embed_scale=True,
+        sliding=_five_of_six,
+        local_rope_base=10_000.0,
+        big_query_scale_layers=(62,),
+    ),
+)
+ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in _ENTRIES}
+
+
+def supported_architectures() -> tuple[str, ...]:
+    return tuple(ARCHITECTURES)
