@@ -33,6 +33,7 @@ BUILDERS = {
     "sliding": "tools.fixtures.sliding",  # genai-built Gemma-3-like / Mistral-like folders with a sliding window
     "tool_calls": "tools.fixtures.tool_calls",  # Qwen2.5's template rendered by transformers with tools= (text + ids)
     "logprobs": "tools.fixtures.logprobs",  # transformers' raw-logit log-probabilities (after decoder)
+    "gguf_tokenizers": "tools.fixtures.gguf_tokenizers",  # tokenizer-only GGUFs + transformers / llama.cpp refs
 }
 
 
