@@ -93,6 +93,11 @@ def read_hyper(gguf: GGUFFile) -> Hyper:
     head_dim = _int(gguf, ".attention.key_length", hidden // heads)
     if _int(gguf, ".attention.value_length", head_dim) != head_dim:
         raise UnsupportedModelError(f"{gguf.path}: keys and values of different sizes are not supported.")
+    if head_dim % 16:
+        raise UnsupportedModelError(
+            f"{gguf.path}: heads of {head_dim} values; onnxruntime's GroupQueryAttention, which the converted "
+            "graph uses, needs a multiple of 16. Use an ONNX export of this model instead (optimum-cli export onnx)."
+        )
     rotary_dim = _int(gguf, ".rope.dimension_count", head_dim)
     layers = _int(gguf, ".block_count")
     embed = gguf.info("token_embd.weight")

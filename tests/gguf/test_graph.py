@@ -1,0 +1,267 @@
+"""The GGUF graph builder (inference4py.gguf.graph): greedy parity with transformers on tiny GGUFs.
+
+tools/fixtures/gguf_models.py writes tiny llama / qwen2 / qwen3 / mistral / gemma3 decoders as
+llama.cpp files in F32, F16 and Q8_0 and records transformers' greedy ids on each (transformers
+loads the GGUF, dequantized).  Each file is converted here, saved as an ordinary model folder
+(model.onnx + external data, config.json, the fixture's tokenizer) and run through the library's
+normal load path; the ids must equal the reference up to its first near-tie (every case has none).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("gguf")
+onnx = pytest.importorskip("onnx")
+
+from inference4py import OnnxTextGenerator  # noqa: E402
+from inference4py.engine.pipeline import load_pipeline  # noqa: E402
+from inference4py.errors import ConfigurationError, UnsupportedModelError  # noqa: E402
+from inference4py.gguf.graph import build_decoder, unpermute  # noqa: E402
+from inference4py.gguf.reader import GGUFFile  # noqa: E402
+from tests.conftest import FIXTURES  # noqa: E402
+
+GGUF_DIR = FIXTURES / "gguf"
+REF = json.loads((GGUF_DIR / "graph-references.json").read_text(encoding="utf-8"))
+MODELS: dict[str, Any] = REF["models"]
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model")
+
+
+def write_folder(model: Any, config: dict[str, Any], folder: Path, entry: dict[str, Any]) -> Path:
+    """A model folder as the converter writes it: graph with external data, config, tokenizer."""
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(folder / "model.onnx"), save_as_external_data=True, location="model.onnx.data")
+    (folder / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    eos = entry["eos_token_id"]
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": eos, "pad_token_id": eos[0]}))
+    source = FIXTURES / entry["tokenizer_folder"]
+    for name in _TOKENIZER_FILES:
+        if (source / name).is_file():
+            shutil.copy(source / name, folder / name)
+    return folder
+
+
+_cache: dict[tuple[str, int], Path] = {}
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """``converted(file, bits)`` -> the folder of that conversion (built once per module)."""
+
+    def get(name: str, bits: int) -> Path:
+        key = (name, bits)
+        if key not in _cache:
+            model, config = build_decoder(GGUFFile(GGUF_DIR / name), bits)
+            _cache[key] = write_folder(model, config, tmp_path_factory.mktemp(f"{name}-{bits}"), MODELS[name])
+        return _cache[key]
+
+    return get
+
+
+_generators: dict[Path, OnnxTextGenerator] = {}
+
+
+def generator(folder: Path) -> OnnxTextGenerator:
+    if folder not in _generators:
+        _generators[folder] = OnnxTextGenerator.builder().model_path(folder).build()
+    return _generators[folder]
+
+
+def greedy(folder: Path, case: dict[str, Any]) -> list[int]:
+    result = generator(folder).generate(case["prompt_ids"], max_new_tokens=case["max_new_tokens"], do_sample=False)
+    return list(result.token_ids)
+
+
+def cases(types: tuple[str, ...] = ("F32", "F16", "Q8_0")):
+    for name, entry in MODELS.items():
+        if entry["type"] in types:
+            for case in entry["cases"]:
+                yield pytest.param(name, case, id=f"{name.removeprefix('model-').removesuffix('.gguf')}-{case['name']}")
+
+
+def test_the_fixtures_cover_every_architecture_and_type():
+    assert {(m["architecture"], m["type"]) for m in MODELS.values()} == {
+        (a, t) for a in ("llama", "qwen2", "qwen3", "mistral", "gemma3") for t in ("F32", "F16", "Q8_0")
+    }
+    for name, entry in MODELS.items():
+        assert (GGUF_DIR / name).stat().st_size < 500_000
+        for case in entry["cases"]:
+            assert case["stable_prefix"] == len(case["output_ids"]), f"{name} {case['name']} has a near-tie"
+    gemma = MODELS["model-gemma3-F32.gguf"]["cases"]
+    long = next(c for c in gemma if c["name"] == "long")
+    assert long["window_acts"] and long["full_attention_ids"] != long["output_ids"]
+
+
+@pytest.mark.parametrize("name,case", list(cases()))
+def test_bits32_greedy_ids_equal_transformers_on_the_gguf(converted, name, case):
+    assert greedy(converted(name, 32), case) == case["output_ids"]
+
+
+@pytest.mark.parametrize("name,case", list(cases(("F16",))))
+def test_bits16_of_an_f16_file_is_exact(converted, name, case):
+    assert greedy(converted(name, 16), case) == case["output_ids"]
+
+
+@pytest.mark.parametrize("name", [n for n, m in MODELS.items() if m["type"] == "F32"])
+def test_bits16_of_an_f32_file_stays_close(converted, name):
+    """float16 rounding of float32 weights: the same ids on these margins (>= 1e-3 each step)."""
+    for case in MODELS[name]["cases"]:
+        got = greedy(converted(name, 16), case)
+        assert got[:5] == case["output_ids"][:5], case["name"]
+
+
+def _agreement(folder: Path, entry: dict[str, Any]) -> float:
+    agree = total = 0
+    for case in entry["cases"]:
+        got, want = greedy(folder, case), case["output_ids"]
+        n = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+        agree, total = agree + n, total + len(want)
+    return agree / total
+
+
+def _last_logits(model: Any, prompt_ids: list[int]) -> np.ndarray:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ids = np.array([prompt_ids], dtype=np.int64)
+    feeds: dict[str, np.ndarray] = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    for i in session.get_inputs():
+        if i.name.startswith("past_key_values."):
+            feeds[i.name] = np.zeros((1, i.shape[1], 0, i.shape[3]), np.float32)
+    return session.run(["logits"], feeds)[0][0, -1]
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("name", [n for n, m in MODELS.items() if m["type"] == "F32"])
+def test_bits8_and_bits4_run_and_their_agreement_is_recorded(converted, name, bits, record_property):
+    """MatMulNBits (blocks of 32, requantized from the dequantized weights).
+
+    These tiny random models (weights of std 0.3, margins of 0.01-0.2 between the two best
+    tokens) amplify weight noise: 8 bits moves their logits by 2-5% of their range, 4 bits by far
+    more, so greedy ids are not compared step by step here (the real-tier test compares them on
+    real checkpoints).  Recorded: the share of reference steps agreeing before the first
+    difference.  8 bits must stay within 10% of the logits' range.
+    """
+    folder = converted(name, bits)
+    entry = MODELS[name]
+    rate = _agreement(folder, entry)
+    record_property(f"agreement_bits{bits}", rate)
+    if bits == 8:
+        gguf = GGUFFile(GGUF_DIR / name)
+        prompt = entry["cases"][0]["prompt_ids"]
+        exact = _last_logits(build_decoder(gguf, 32)[0], prompt)
+        approx = _last_logits(build_decoder(gguf, 8)[0], prompt)
+        assert np.abs(approx - exact).max() < 0.1 * np.abs(exact).max()
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_matmulnbits_weights_are_the_blocks_of_the_dequantized_matrix(bits):
+    """One linear layer at 4 / 8 bits equals x @ W_q.T, W_q unpacked from the graph's own blocks."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from inference4py.gguf.graph import _Builder
+
+    rng = np.random.default_rng(0)
+    weight = rng.normal(size=(48, 64)).astype(np.float32)  # [out, in]: 2 blocks of 32 per row
+    b = _Builder(bits)
+    y = b.linear("x", weight, "proj")
+    b.nodes[-1].output[0] = "y"
+    graph = helper.make_graph(
+        b.nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 48])],
+        initializer=b.initializers,
+    )
+    assert y.endswith("output_0")
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    )
+    model.ir_version = 10
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    packed, scales = inits[f"proj.weight_Q{bits}"], inits["proj.weight_scales"].reshape(48, 2)
+    if bits == 4:
+        q = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(48, 2, 32).astype(np.float32) - 8
+    else:
+        q = packed.reshape(48, 2, 32).astype(np.float32) - 128
+    dequantized = (q * scales[:, :, None]).reshape(48, 64)
+    assert np.abs(dequantized - weight).max() <= np.abs(weight).max() / (2 ** (bits - 1) - 1)
+    import onnxruntime as ort
+
+    x = rng.normal(size=(3, 64)).astype(np.float32)
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(["y"], {"x": x})[0]
+    want = x @ dequantized.T
+    assert np.abs(got - want).max() < 0.02 * np.abs(want).max()  # accuracy level 4: int8 activations
+
+
+def test_the_folder_loads_as_a_shared_buffer_genai_layout(converted):
+    folder = converted("model-gemma3-F32.gguf", 32)
+    spec = load_pipeline(folder)
+    assert spec.has("decoder")
+    runtime = generator(folder)._runtime
+    assert runtime.shared_kv  # GroupQueryAttention: one pre-allocated past/present buffer
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    names = [i.name for i in graph.graph.input]
+    assert names[:2] == ["input_ids", "attention_mask"] and "past_key_values.5.value" in names
+    gqa = [n for n in graph.graph.node if n.op_type == "GroupQueryAttention"]
+    windows = [next(a.i for a in n.attribute if a.name == "local_window_size") for n in gqa]
+    assert windows == [48, 48, 48, 48, 48, -1]  # llama.cpp's Gemma 3: five local layers, one global
+    caches = [n.input[7] for n in gqa]
+    assert caches == ["cos_cache_local"] * 5 + ["cos_cache"]
+
+
+def test_config_describes_the_graph():
+    _, config = build_decoder(GGUFFile(GGUF_DIR / "model-gemma3-Q8_0.gguf"), 32)
+    assert config["model_type"] == "gemma3_text" and config["architectures"] == ["Gemma3ForCausalLM"]
+    assert (config["num_hidden_layers"], config["num_attention_heads"], config["num_key_value_heads"]) == (6, 2, 1)
+    assert (config["head_dim"], config["sliding_window"], config["tie_word_embeddings"]) == (16, 48, True)
+    assert config["rope_local_base_freq"] == 10_000.0 and config["query_pre_attn_scalar"] == 16
+    _, config = build_decoder(GGUFFile(GGUF_DIR / "model-qwen2-F32.gguf"), 32)
+    assert config["model_type"] == "qwen2" and config["tie_word_embeddings"] is False
+    assert config["vocab_size"] == GGUFFile(GGUF_DIR / "model-qwen2-F32.gguf").info("token_embd.weight").shape[0]
+
+
+def test_int4_graph_uses_matmulnbits_and_keeps_the_embedding_float():
+    model, _ = build_decoder(GGUFFile(GGUF_DIR / "model-llama-Q8_0.gguf"), 4)
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("MatMulNBits") == 5 * 2 + 1  # qkv, o_proj, gate, up, down in each of 2 layers + lm_head
+    assert "MatMul" not in ops
+    embed = next(t for t in model.graph.initializer if t.name == "model.embed_tokens.weight")
+    assert embed.data_type == onnx.TensorProto.FLOAT
+
+
+def test_unpermute_inverts_llama_cpps_permutation():
+    w = np.arange(2 * 8 * 3, dtype=np.float32).reshape(16, 3)
+    heads = 2
+    permuted = w.reshape(heads, 2, 16 // heads // 2, 3).swapaxes(1, 2).reshape(w.shape)
+    assert np.array_equal(unpermute(permuted, heads), w)
+
+
+def _tiny_gguf(path: Path, arch: str) -> Path:
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_block_count(1)
+    writer.add_embedding_length(4)
+    writer.add_tensor("token_embd.weight", np.zeros((8, 4), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_an_unsupported_architecture_names_the_supported_ones(tmp_path):
+    with pytest.raises(UnsupportedModelError, match="llama, mistral, qwen2, qwen3, gemma2, gemma3"):
+        build_decoder(GGUFFile(_tiny_gguf(tmp_path / "gpt2.gguf", "gpt2")))
+
+
+def test_bits_must_be_4_8_16_or_32():
+    with pytest.raises(ConfigurationError, match="bits=3"):
+        build_decoder(GGUFFile(GGUF_DIR / "model-llama-F32.gguf"), 3)
