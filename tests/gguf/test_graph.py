@@ -87,15 +87,15 @@ def cases(types: tuple[str, ...] = ("F32", "F16", "Q8_0")):
 
 def test_the_fixtures_cover_every_architecture_and_type():
     assert {(m["architecture"], m["type"]) for m in MODELS.values()} == {
-        (a, t) for a in ("llama", "qwen2", "qwen3", "mistral", "gemma3") for t in ("F32", "F16", "Q8_0")
+        (a, t) for a in ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3") for t in ("F32", "F16", "Q8_0")
     }
     for name, entry in MODELS.items():
         assert (GGUF_DIR / name).stat().st_size < 500_000
         for case in entry["cases"]:
             assert case["stable_prefix"] == len(case["output_ids"]), f"{name} {case['name']} has a near-tie"
-    gemma = MODELS["model-gemma3-F32.gguf"]["cases"]
-    long = next(c for c in gemma if c["name"] == "long")
-    assert long["window_acts"] and long["full_attention_ids"] != long["output_ids"]
+    for gemma in ("model-gemma2-F32.gguf", "model-gemma3-F32.gguf"):
+        long = next(c for c in MODELS[gemma]["cases"] if c["name"] == "long")
+        assert long["window_acts"] and long["full_attention_ids"] != long["output_ids"]
 
 
 @pytest.mark.parametrize("name,case", list(cases()))
@@ -214,6 +214,16 @@ def test_the_folder_loads_as_a_shared_buffer_genai_layout(converted):
     assert windows == [48, 48, 48, 48, 48, -1]  # llama.cpp's Gemma 3: five local layers, one global
     caches = [n.input[7] for n in gqa]
     assert caches == ["cos_cache_local"] * 5 + ["cos_cache"]
+
+
+def test_gemma2_soft_caps_attention_and_logits():
+    model, config = build_decoder(GGUFFile(GGUF_DIR / "model-gemma2-F32.gguf"), 32)
+    assert (config["attn_logit_softcapping"], config["final_logit_softcapping"]) == (50.0, 30.0)
+    gqa = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
+    assert [next(a.f for a in n.attribute if a.name == "softcap") for n in gqa] == [50.0] * 4
+    assert [next(a.i for a in n.attribute if a.name == "local_window_size") for n in gqa] == [48, -1, 48, -1]
+    assert [n.op_type for n in model.graph.node][-3:] == ["Div", "Tanh", "Mul"]
+    assert model.graph.node[-1].output[0] == "logits"
 
 
 def test_config_describes_the_graph():
