@@ -3,7 +3,8 @@
 Every entry says how its llama.cpp file differs from the shared decoder (pre-norm blocks,
 grouped-query attention with rotary positions, a gated MLP).  What a file shows by itself is
 not described here but read from it: q/k/v biases, q/k norms, post-attention / post-MLP norms,
-a separate output matrix and rotary frequency factors are used when their tensors are present.
+fused qkv or gate+up matrices, a separate output matrix and rotary frequency factors are used
+when their tensors are present.
 The rules are llama.cpp's (``src/llama-model.cpp``), which is what a GGUF file means.
 """
 
@@ -63,6 +64,8 @@ _ENTRIES = (
     Architecture("mistral", "mistral", "MistralForCausalLM", permuted_qk=True),
     Architecture("qwen2", "qwen2", "Qwen2ForCausalLM"),  # q/k/v biases: read from the file
     Architecture("qwen3", "qwen3", "Qwen3ForCausalLM"),  # q/k norms: read from the file
+    # fused attn_qkv and gate+up (ffn_up) matrices: read from the file; llama.cpp ignores Phi-3's window
+    Architecture("phi3", "phi3", "Phi3ForCausalLM"),
     Architecture(
         "gemma2",
         "gemma2",

@@ -110,6 +110,11 @@ def read_hyper(gguf: GGUFFile) -> Hyper:
             f"{gguf.path} uses {scaling!r} rotary scaling; the converter supports none and linear "
             "(Llama 3's frequency factors come from the rope_freqs tensor and are supported)."
         )
+    if "rope_factors_long.weight" in gguf:
+        raise UnsupportedModelError(
+            f"{gguf.path} uses long-context rotary factors (rope_factors_long / rope_factors_short, Phi-3 128k); "
+            "the converter supports plain, linear and Llama 3 rotary positions. Use a 4k-context variant."
+        )
     window = gguf.get(".attention.sliding_window")
     window = int(window) if window else None
     if window is not None and not any(arch.sliding(i) for i in range(layers)):
@@ -209,6 +214,22 @@ def unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
     rows = weight.shape[0]
     half = rows // heads // 2
     return weight.reshape(heads, half, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
+def _qkv_weight(gguf: GGUFFile, hp: Hyper, prefix: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """Layer ``prefix``'s ``[q + k + v, hidden]`` projection (q/k rows in half-split rotary order) and bias."""
+    if f"{prefix}attn_qkv.weight" in gguf:  # Phi-3 stores it fused, unpermuted
+        bias = gguf.tensor(f"{prefix}attn_qkv.bias") if f"{prefix}attn_qkv.bias" in gguf else None
+        return gguf.tensor(f"{prefix}attn_qkv.weight"), bias
+    q, k, v = (gguf.tensor(f"{prefix}attn_{t}.weight") for t in "qkv")
+    if hp.arch.permuted_qk:
+        q, k = unpermute(q, hp.heads), unpermute(k, hp.kv_heads)
+    if f"{prefix}attn_q.bias" not in gguf:
+        return np.concatenate([q, k, v], axis=0), None
+    if hp.arch.permuted_qk:  # llama.cpp would have permuted these too; no such file is known
+        raise UnsupportedModelError(f"{gguf.path}: q/k biases on a permuted {hp.arch.name} layout are not supported.")
+    bias = np.concatenate([gguf.tensor(f"{prefix}attn_{t}.bias").reshape(-1) for t in "qkv"])
+    return np.concatenate([q, k, v], axis=0), bias
 
 
 class _Builder:
@@ -408,18 +429,9 @@ def build_decoder(gguf: GGUFFile, bits: int = 32) -> tuple[Any, dict[str, Any]]:
     residual = x
     for i in range(hp.layers):
         p, n = f"blk.{i}.", f"model.layers.{i}"
-        q_w, k_w, v_w = (gguf.tensor(f"{p}attn_{t}.weight") for t in "qkv")
-        if hp.arch.permuted_qk:
-            q_w, k_w = unpermute(q_w, hp.heads), unpermute(k_w, hp.kv_heads)
-        bias = None
-        if f"{p}attn_q.bias" in gguf:
-            bias = np.concatenate([gguf.tensor(f"{p}attn_{t}.bias").reshape(-1) for t in "qkv"])
-            if hp.arch.permuted_qk:  # never seen in practice; kept consistent with the weights
-                raise UnsupportedModelError(
-                    f"{gguf.path}: q/k biases on a permuted {hp.arch.name} layout are not supported."
-                )
-        qkv = b.linear(h, np.concatenate([q_w, k_w, v_w], axis=0), f"{n}.attn.qkv_proj", bias)
-        del q_w, k_w, v_w
+        qkv_w, qkv_b = _qkv_weight(gguf, hp, p)
+        qkv = b.linear(h, qkv_w, f"{n}.attn.qkv_proj", qkv_b)
+        del qkv_w
         if f"{p}attn_q_norm.weight" in gguf:  # Qwen3, Gemma 3: RMS norm of each head's query and key
             q, k, v = b.node(
                 "Split", [qkv, b.ints([q_size, kv_size, kv_size])], f"/{n}/attn/qkv_split", outputs=3, axis=-1
@@ -459,8 +471,13 @@ def build_decoder(gguf: GGUFFile, bits: int = 32) -> tuple[Any, dict[str, Any]]:
             residual, a, gguf.tensor(f"{p}ffn_norm.weight"), f"{n}.pre_feedforward_layernorm", hp.eps
         )
 
-        gate = b.linear(h, gguf.tensor(f"{p}ffn_gate.weight"), f"{n}.mlp.gate_proj")
-        up = b.linear(h, gguf.tensor(f"{p}ffn_up.weight"), f"{n}.mlp.up_proj")
+        if f"{p}ffn_gate.weight" in gguf:
+            gate_w, up_w = gguf.tensor(f"{p}ffn_gate.weight"), gguf.tensor(f"{p}ffn_up.weight")
+        else:  # Phi-3: one [2 * intermediate, hidden] matrix, the gate's rows first
+            gate_w, up_w = np.split(gguf.tensor(f"{p}ffn_up.weight"), 2, axis=0)
+        gate = b.linear(h, gate_w, f"{n}.mlp.gate_proj")
+        up = b.linear(h, up_w, f"{n}.mlp.up_proj")
+        del gate_w, up_w
         if hp.arch.activation == "gelu_tanh":
             act = b.one("Gelu", [gate], f"/{n}/mlp/act_fn/Gelu", approximate="tanh")
         else:

@@ -87,7 +87,9 @@ def cases(types: tuple[str, ...] = ("F32", "F16", "Q8_0")):
 
 def test_the_fixtures_cover_every_architecture_and_type():
     assert {(m["architecture"], m["type"]) for m in MODELS.values()} == {
-        (a, t) for a in ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3") for t in ("F32", "F16", "Q8_0")
+        (a, t)
+        for a in ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3")
+        for t in ("F32", "F16", "Q8_0")
     }
     for name, entry in MODELS.items():
         assert (GGUF_DIR / name).stat().st_size < 500_000
@@ -268,7 +270,7 @@ def _tiny_gguf(path: Path, arch: str) -> Path:
 
 
 def test_an_unsupported_architecture_names_the_supported_ones(tmp_path):
-    with pytest.raises(UnsupportedModelError, match="llama, mistral, qwen2, qwen3, gemma2, gemma3"):
+    with pytest.raises(UnsupportedModelError, match="llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3"):
         build_decoder(GGUFFile(_tiny_gguf(tmp_path / "gpt2.gguf", "gpt2")))
 
 
