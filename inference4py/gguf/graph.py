@@ -163,7 +163,7 @@ def hf_config(hp: Hyper, gguf: GGUFFile) -> dict[str, Any]:
         "head_dim": hp.head_dim,
         "intermediate_size": hp.intermediate,
         "vocab_size": hp.vocab,
-        "max_position_embeddings": hp.context,
+        "max_position_embeddings": min(hp.context, _MAX_ROPE_POSITIONS),  # the rotary caches' length
         "rms_norm_eps": hp.eps,
         "rope_theta": hp.rope_base,
         "hidden_act": "gelu_pytorch_tanh" if hp.arch.activation == "gelu_tanh" else "silu",
@@ -377,7 +377,12 @@ def build_decoder(gguf: GGUFFile, bits: int = 32) -> tuple[Any, dict[str, Any]]:
     """
     if bits not in BITS:
         raise ConfigurationError(f"bits={bits} is not supported: use one of {', '.join(map(str, BITS))}.")
-    from onnx import TensorProto, helper
+    try:
+        from onnx import TensorProto, helper
+    except ImportError as exc:
+        raise ConfigurationError(
+            'Converting a GGUF file needs the onnx package: pip install "inference4py[gguf]".'
+        ) from exc
 
     hp = read_hyper(gguf)
     b = _Builder(bits)
