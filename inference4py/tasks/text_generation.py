@@ -43,6 +43,63 @@ class TextGeneratorBuilder(ChatOptions, GenerationBuilder["OnnxTextGenerator"]):
         super().__init__(preset=preset, model_id=model_id, use_chat_template=use_chat_template or None)
         self._init_chat(chat_template, use_chat_template)
         self._fuse: bool = False
+        self._gguf_file: str | None = None
+        self._gguf_bits: int | None = None
+
+    def gguf_file(self, filename: str) -> TextGeneratorBuilder:
+        """With ``model_id``: the GGUF file of that Hub repo to run (transformers' ``gguf_file``).
+
+        The file is downloaded into the Hugging Face cache, converted once to an ONNX folder
+        (docs/gguf.md) and loaded.  ``model_path("model.gguf")`` and ``model_path("pip:NAME")``
+        take a local file or a GGUF published as a pip package instead.
+        """
+        if not isinstance(filename, str) or not filename.lower().endswith(".gguf"):
+            raise ConfigurationError(f"gguf_file takes the name of a .gguf file in the repo, got {filename!r}.")
+        self._gguf_file = filename
+        return self
+
+    def gguf_bits(self, bits: int) -> TextGeneratorBuilder:
+        """Weights of a GGUF conversion: 32 (float32, exact), 16, 8 or 4 (default: 32 for float files, else 4)."""
+        from inference4py.gguf.convert import BITS
+
+        if bits not in BITS:
+            raise ConfigurationError(f"gguf_bits takes one of {', '.join(map(str, BITS))}, got {bits!r}.")
+        self._gguf_bits = int(bits)
+        return self
+
+    def resolve_folder(self) -> Path:
+        """The local model folder; a GGUF source (file, ``pip:`` package, ``gguf_file``) is converted first."""
+        source = self._gguf_source()
+        if source is None:
+            return super().resolve_folder()
+        from inference4py.gguf.convert import gguf_folder
+
+        return gguf_folder(source, bits=self._gguf_bits)
+
+    def _gguf_source(self) -> Path | None:
+        from inference4py.gguf.sources import PIP_PREFIX, gguf_from_hub, gguf_from_pip, is_gguf_source
+
+        if self._model_id is not None and self._gguf_file is not None:
+            return gguf_from_hub(
+                self._model_id,
+                self._gguf_file,
+                revision=self._revision,
+                token=self._token,
+                local_files_only=self._local_files_only,
+            )
+        if self._gguf_file is not None:
+            raise ConfigurationError("gguf_file names a file of a Hub repo: call model_id('org/name') as well.")
+        where = self._model_path if self._model_path is not None else self._model_id
+        if where is None or not is_gguf_source(where):
+            return None
+        if where.startswith(PIP_PREFIX):
+            return gguf_from_pip(where)
+        path = Path(where).expanduser()
+        if not path.is_file():
+            from inference4py.errors import ModelNotFoundError
+
+            raise ModelNotFoundError(f"GGUF file '{where}' does not exist (resolved to '{path.absolute()}').")
+        return path
 
     def fuse_attention(self, value: bool = True) -> TextGeneratorBuilder:
         """Run a fused copy of the model (``inference4py optimize``), made on first use and cached.
@@ -136,8 +193,10 @@ class OnnxTextGenerator(ClosableTask):
         """
         from pathlib import Path as _P
 
+        from inference4py.gguf.sources import is_gguf_source
+
         b = cls.builder()
-        b = b.model_path(model) if _P(model).is_dir() else b.model_id(model)
+        b = b.model_path(model) if _P(model).is_dir() or is_gguf_source(model) else b.model_id(model)
         for name, value in options.items():
             method = getattr(b, name, None)
             if (

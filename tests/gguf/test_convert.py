@@ -1,0 +1,170 @@
+"""A GGUF file to a model folder, end to end: the cache, the builder, the CLI, the Hub and bad files.
+
+The tiny model GGUFs carry weights and no vocabulary, the tokenizer GGUFs the reverse; a test
+file joins one of each (same vocabulary size) into a complete llama.cpp file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+pytest.importorskip("onnx")
+
+from inference4py import OnnxTextGenerator  # noqa: E402
+from inference4py.cli import main  # noqa: E402
+from inference4py.errors import ConfigurationError, ModelLoadError, UnsupportedModelError  # noqa: E402
+from inference4py.gguf import convert as convert_module  # noqa: E402
+from inference4py.gguf.convert import convert_gguf, gguf_folder  # noqa: E402
+from inference4py.gguf.reader import GGUFFile  # noqa: E402
+from tests.conftest import FIXTURES  # noqa: E402
+
+GGUF_DIR = FIXTURES / "gguf"
+REF = json.loads((GGUF_DIR / "graph-references.json").read_text(encoding="utf-8"))["models"]
+
+
+def _kind(value: Any) -> tuple[Any, Any]:
+    t = gguf.GGUFValueType
+    if isinstance(value, bool):
+        return t.BOOL, None
+    if isinstance(value, int):
+        return t.INT64 if value > 2**31 - 1 else t.INT32, None
+    if isinstance(value, float):
+        return t.FLOAT32, None
+    if isinstance(value, str):
+        return t.STRING, None
+    first = value[0] if value else ""
+    return t.ARRAY, _kind(first)[0]
+
+
+def write_gguf(path: Path, model: str, tokenizer: str, *, architecture: str | None = None) -> Path:
+    """``model``'s weights and metadata with ``tokenizer``'s vocabulary, as one F32 GGUF file."""
+    weights, vocab = GGUFFile(GGUF_DIR / model), GGUFFile(GGUF_DIR / tokenizer)
+    writer = gguf.GGUFWriter(str(path), architecture or weights.architecture)
+    merged = {**weights.metadata, **{k: v for k, v in vocab.metadata.items() if k.startswith("tokenizer.")}}
+    for key, value in merged.items():
+        if key == "general.architecture":
+            continue
+        kind, sub = _kind(value)
+        writer.add_key_value(key, value, kind, sub_type=sub)
+    for info in weights.tensors():
+        writer.add_tensor(info.name, np.ascontiguousarray(weights.tensor(info.name), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("INFERENCE4PY_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture()
+def llama_gguf(tmp_path) -> Path:
+    return write_gguf(tmp_path / "tiny-llama.gguf", "model-llama-F32.gguf", "tokenizer-llama.gguf")
+
+
+def _reference(name: str) -> dict[str, Any]:
+    return REF[name]["cases"][0]
+
+
+def test_a_converted_file_runs_through_the_builder_and_equals_transformers(llama_gguf, cache):
+    case = _reference("model-llama-F32.gguf")
+    with OnnxTextGenerator.builder().model_path(llama_gguf).gguf_bits(32).build() as model:
+        result = model.generate(case["prompt_ids"], max_new_tokens=case["max_new_tokens"], do_sample=False)
+        assert list(result.token_ids) == case["output_ids"][: len(result.token_ids)]
+        assert len(result.token_ids) == len(case["output_ids"]) or result.finish_reason == "eos"
+        assert model.tokenizer.decode(model.tokenizer.encode("hello world")) == "hello world"
+    entries = list((cache / "gguf").iterdir())
+    assert len(entries) == 1 and entries[0].name.endswith("-32bit")
+    assert json.loads((entries[0] / "inference4py-gguf.json").read_text())["architecture"] == "llama"
+
+
+def test_the_cache_is_reused_and_a_damaged_entry_is_rebuilt(llama_gguf, cache):
+    first = gguf_folder(llama_gguf, bits=32)
+    stamp = (first / "model.onnx").stat().st_mtime_ns
+    assert gguf_folder(llama_gguf, bits=32) == first and (first / "model.onnx").stat().st_mtime_ns == stamp
+    (first / "inference4py-gguf.json").unlink()  # as if a conversion was cut short by an older version
+    (first / "model.onnx").write_bytes(b"garbage")
+    again = gguf_folder(llama_gguf, bits=32)
+    assert again == first and (again / "inference4py-gguf.json").is_file()
+    OnnxTextGenerator.builder().model_path(again).build().close()  # the rebuilt graph loads
+
+
+def test_an_interrupted_conversion_leaves_nothing_behind(llama_gguf, cache, monkeypatch):
+    real_dump = convert_module._dump
+
+    def interrupted(path: Path, content: Any) -> None:
+        if path.name == "generation_config.json":  # the graph is written already: Ctrl-C mid-way
+            raise KeyboardInterrupt
+        real_dump(path, content)
+
+    monkeypatch.setattr(convert_module, "_dump", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        gguf_folder(llama_gguf, bits=32)
+    assert list((cache / "gguf").iterdir()) == []  # no folder, no temporary one
+    monkeypatch.setattr(convert_module, "_dump", real_dump)
+    assert (gguf_folder(llama_gguf, bits=32) / "inference4py-gguf.json").is_file()
+
+
+def test_convert_writes_a_shareable_folder_and_refuses_to_overwrite(llama_gguf, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["convert", str(llama_gguf), str(out), "--bits", "16"]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    assert oct(out.stat().st_mode & 0o777) != oct(0o700)  # not mkdtemp's private mode
+    assert json.loads((out / "inference4py-gguf.json").read_text())["bits"] == 16
+    assert main(["convert", str(llama_gguf), str(out)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    with pytest.raises(ConfigurationError, match="already exists"):
+        convert_gguf(llama_gguf, out)
+
+
+def test_a_truncated_file_is_a_clear_error_and_caches_nothing(llama_gguf, cache, tmp_path):
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(llama_gguf.read_bytes()[: llama_gguf.stat().st_size // 2])
+    with pytest.raises(ModelLoadError, match="truncated"):
+        gguf_folder(cut)
+    assert not (cache / "gguf").exists() or not any((cache / "gguf").iterdir())
+
+
+def test_an_unsupported_architecture_lists_the_supported_ones(tmp_path, cache):
+    odd = write_gguf(tmp_path / "odd.gguf", "model-llama-F32.gguf", "tokenizer-llama.gguf", architecture="mamba")
+    with pytest.raises(UnsupportedModelError, match=r"llama.*qwen2"):
+        gguf_folder(odd)
+    assert not (cache / "gguf").exists() or not any((cache / "gguf").iterdir())
+
+
+def test_a_gguf_file_from_the_hub_cache_offline(llama_gguf, cache, tmp_path, monkeypatch):
+    from tests.hubserver import populate_cache
+
+    hub = tmp_path / "hf"
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    populate_cache(hub, "org/tiny-GGUF", {"tiny-q8.gguf": llama_gguf.read_bytes(), "README.md": b"hi"})
+    builder = OnnxTextGenerator.builder().model_id("org/tiny-GGUF").gguf_file("tiny-q8.gguf").gguf_bits(32)
+    case = _reference("model-llama-F32.gguf")
+    with builder.build() as model:
+        ids = model.generate(case["prompt_ids"], max_new_tokens=5, do_sample=False).token_ids
+    assert list(ids) == case["output_ids"][:5]
+    from inference4py.errors import HubError
+
+    with pytest.raises(HubError, match="not in the local Hugging Face cache"):
+        OnnxTextGenerator.builder().model_id("org/tiny-GGUF").gguf_file("other.gguf").build()
+    with pytest.raises(ConfigurationError, match="model_id"):
+        OnnxTextGenerator.builder().gguf_file("tiny-q8.gguf").build()
+
+
+def test_default_width_is_exact_for_float_files_and_int4_for_quantized_ones():
+    assert convert_module.default_bits(GGUFFile(GGUF_DIR / "model-llama-F32.gguf")) == 32
+    assert convert_module.default_bits(GGUFFile(GGUF_DIR / "model-llama-F16.gguf")) == 32
+    assert convert_module.default_bits(GGUFFile(GGUF_DIR / "model-llama-Q8_0.gguf")) == 4
+    assert os.fspath(GGUF_DIR)  # the fixtures exist
