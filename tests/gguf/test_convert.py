@@ -168,3 +168,17 @@ def test_default_width_is_exact_for_float_files_and_int4_for_quantized_ones():
     assert convert_module.default_bits(GGUFFile(GGUF_DIR / "model-llama-F16.gguf")) == 32
     assert convert_module.default_bits(GGUFFile(GGUF_DIR / "model-llama-Q8_0.gguf")) == 4
     assert os.fspath(GGUF_DIR)  # the fixtures exist
+
+
+def test_an_unsupported_tensor_type_names_the_supported_ones(tmp_path, cache):
+    path = tmp_path / "iq2.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    kind = gguf.GGMLQuantizationType.IQ2_XXS
+    block, size = gguf.GGML_QUANT_SIZES[kind]
+    writer.add_tensor("blk.0.attn_q.weight", np.zeros((4, 256 // block * size), dtype=np.uint8), raw_dtype=kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(UnsupportedModelError, match=r"IQ2_XXS.*Q4_K.*Q6_K"):
+        GGUFFile(path).tensor("blk.0.attn_q.weight")
