@@ -314,8 +314,8 @@ class _Builder:
                 )
             except ImportError as exc:
                 raise ConfigurationError(
-                    f"Converting with bits={self.bits} needs onnxruntime's quantization tools: "
-                    'pip install "inference4py[quantize]".'
+                    f"Converting with bits={self.bits} needs onnxruntime's quantization tools (onnx_ir): "
+                    'pip install "inference4py[gguf]".'
                 ) from exc
             config = DefaultWeightOnlyQuantConfig(
                 block_size=BLOCK_SIZE, is_symmetric=True, accuracy_level=ACCURACY_LEVEL, bits=self.bits
