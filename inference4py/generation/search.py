@@ -115,17 +115,10 @@ def generate_step(
     rng: np.random.Generator,
     recorder: LogprobRecorder | None = None,
 ) -> Iterator[int]:
-    """Yield generated token ids one at a time (batch of one).
+    """Yield generated token ids one at a time (batch of one) from a fresh ``model`` (its cache empty).
 
-    Args:
-        model: a fresh step model (its cache is empty).
-        prompt_ids: the tokens fed first (decoder-only: the prompt; encoder-decoder:
-            the decoder start tokens).
-        config: max_new_tokens and eos ids are read from it.
-        processors: logits processors, applied in order to ``(ids, scores)``.
-        sampler: picks the next token from the processed scores.
-        rng: random generator handed to the sampler.
-        recorder: with logprobs on, sees each step's raw logits before the processors and the chosen token.
+    ``prompt_ids`` are fed first (decoder-only: the prompt; encoder-decoder: the decoder start
+    tokens); the other arguments are :class:`TokenChooser`'s.
     """
     from inference4py.generation.generate import run_chooser
 

@@ -27,7 +27,15 @@ from inference4py.serve.audio import add_audio_routes
 from inference4py.serve.guard import Guard
 from inference4py.serve.metrics import prometheus
 from inference4py.serve.page import add_page_route
-from inference4py.serve.protocol import ApiError, ChatCompletionRequest, CompletionRequest, error_body, new_id, now
+from inference4py.serve.protocol import (
+    ApiError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    error_body,
+    new_id,
+    now,
+    unknown_model,
+)
 from inference4py.serve.worker import ChunkStream, ModelWorker
 
 __all__ = ["create_app"]
@@ -192,12 +200,7 @@ def _worker(workers: Mapping[str, ModelWorker], name: str, route: str) -> ModelW
     """The worker of model ``name``, when it can answer ``route`` ("chat" or "completions")."""
     worker = workers.get(name)
     if worker is None:
-        raise ApiError(
-            404,
-            f"The model {name!r} does not exist here. Served models: {', '.join(workers)}.",
-            "model",
-            kind="not_found_error",
-        )
+        raise unknown_model(name, workers)
     if not hasattr(worker.model, "stream_chunks"):  # a speech model
         raise ApiError(
             400,

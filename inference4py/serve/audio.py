@@ -31,7 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from inference4py import audio as _audio
 from inference4py.engine.pipeline import GENAI_CONFIG, load_pipeline
 from inference4py.errors import AudioError, ConfigurationError, Inference4pyError
-from inference4py.serve.protocol import ApiError
+from inference4py.serve.protocol import ApiError, unknown_model
 from inference4py.serve.worker import ModelWorker
 from inference4py.tasks.whisper import WHISPER_LANGUAGES, Transcription, WhisperSpeechModel, language_code
 
@@ -239,12 +239,7 @@ def _check_granularities(granularities: list[str], response_format: str) -> None
 def _speech_worker(workers: Mapping[str, ModelWorker], name: str, task: str) -> ModelWorker:
     worker = workers.get(name)
     if worker is None:
-        raise ApiError(
-            404,
-            f"The model {name!r} does not exist here. Served models: {', '.join(workers)}.",
-            "model",
-            kind="not_found_error",
-        )
+        raise unknown_model(name, workers)
     if not isinstance(worker.model, WhisperSpeechModel):
         speech = [n for n, w in workers.items() if isinstance(w.model, WhisperSpeechModel)]
         served = (

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,6 +22,7 @@ __all__ = [
     "StreamOptions",
     "error_body",
     "new_id",
+    "unknown_model",
 ]
 
 # Library options accepted as extra body fields, as vLLM does; any other unknown field is a 400.
@@ -40,6 +42,13 @@ class ApiError(Exception):
     ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.kind, self.code = status, message, param, kind, code
+
+
+def unknown_model(name: str, served: Iterable[str]) -> ApiError:
+    """The 404 for a ``model`` field that names no served model."""
+    return ApiError(
+        404, f"The model {name!r} does not exist here. Served models: {', '.join(served)}.", "model", "not_found_error"
+    )
 
 
 class StreamOptions(BaseModel):

@@ -7,10 +7,6 @@ real-checkpoint cache, built by ``python tools/build_real.py --only whisper``.
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
-
 import pytest
 
 from tests.real.conftest import REAL, not_built
@@ -51,21 +47,11 @@ def models():
 @pytest.fixture(scope="module")
 def client():
     from inference4py.serve import create_app, load_models
+    from tests.serve.support import running
 
     app = create_app(load_models([str(_folder(BASE)), str(_folder(TINY_EN))]))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 60
-    while not srv.started and time.time() < deadline:
-        time.sleep(0.05)
-    assert srv.started, "the server did not start"
-    yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=600)
-    srv.should_exit = True
-    thread.join(timeout=60)
+    with running(app) as url:
+        yield openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=600)
 
 
 def _segments(answer):

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
-import threading
-import time
 import wave
 from pathlib import Path
 
@@ -29,6 +26,7 @@ from inference4py.serve import create_app, load_models  # noqa: E402
 from inference4py.serve.audio import RESPONSE_FORMATS, load_speech_model  # noqa: E402
 from inference4py.tasks.whisper import WHISPER_LANGUAGES  # noqa: E402
 from tests.conftest import MODELS, load_reference  # noqa: E402
+from tests.serve.support import running  # noqa: E402
 
 # openai's client marks its translations method deprecated; the route is what is tested here
 pytestmark = pytest.mark.filterwarnings("ignore:deprecated:DeprecationWarning")
@@ -36,12 +34,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:deprecated:DeprecationWarning")
 WHISPER = MODELS / "whisper"
 QWEN = MODELS / "qwen2"
 TIMESTAMPED = ("srt", "vtt", "verbose_json")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _write_wav(path: Path, *, rate: int, seconds: float) -> Path:
@@ -76,17 +68,8 @@ def wav(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(folders):
     app = create_app(load_models([str(folders["whisper"]), str(QWEN), str(folders["whisper-en"])]))
-    port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not srv.started and time.time() < deadline:
-        time.sleep(0.05)
-    assert srv.started, "the server did not start"
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(timeout=30)
+    with running(app) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,6 @@ unchanged) so that streaming and stopping can be watched without racing a tiny, 
 from __future__ import annotations
 
 import shutil
-import socket
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -30,6 +28,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 from inference4py import OnnxTextGenerator  # noqa: E402
 from inference4py.serve import create_app, served_name  # noqa: E402
 from tests.conftest import FIXTURES  # noqa: E402
+from tests.serve.support import metrics, running  # noqa: E402
 
 QWEN = FIXTURES / "models" / "qwen2"
 NAME = served_name(str(QWEN))  # "qwen2", as `inference4py serve --model` names it
@@ -49,12 +48,6 @@ def _paced(ids: Any, scores: Any) -> Any:
     return scores
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def library() -> OnnxTextGenerator:
     return OnnxTextGenerator.builder().model_path(QWEN).build()
@@ -72,17 +65,8 @@ def server() -> Iterator[Server]:
             authorizations.append(dict(scope["headers"]).get(b"authorization"))
         await app(scope, receive, send)
 
-    port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(recording, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not srv.started and time.time() < deadline:
-        time.sleep(0.05)
-    assert srv.started, "the server did not start"
-    yield f"http://127.0.0.1:{port}", authorizations
-    srv.should_exit = True
-    thread.join(timeout=30)
+    with running(recording) as url:
+        yield url, authorizations
 
 
 @pytest.fixture(scope="module")
@@ -140,12 +124,6 @@ def _ask(driver: webdriver.Chrome, n: int, text: str, *, max_tokens: int, system
     return answer
 
 
-def _metrics(base: str) -> dict[str, float]:
-    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as response:
-        lines = response.read().decode().splitlines()
-    return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in lines if line and not line.startswith("#"))}
-
-
 def test_the_page_lists_the_served_models_under_its_own_policy(server: Server, page: webdriver.Chrome) -> None:
     assert [o.text for o in Select(page.find_element(By.ID, "model")).options] == [NAME]
     with urllib.request.urlopen(f"{server[0]}/", timeout=10) as response:
@@ -184,7 +162,7 @@ def test_stop_ends_the_answer_and_cancels_the_request(
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a long story"}]
     full = library.generate(messages, max_new_tokens=90, do_sample=False)
     assert full.generated_tokens >= 40  # otherwise there would be nothing to stop (~1.2 s of tokens at 30 ms)
-    before = _metrics(base)
+    before = metrics(base)
 
     _send(page, "Tell me a long story", max_tokens=90, system="Be brief.")
     WebDriverWait(page, 10).until(lambda d: _answer(d, 1))  # the first pieces are shown
@@ -199,10 +177,10 @@ def test_stop_ends_the_answer_and_cancels_the_request(
     cancelled = f'inference4py_requests_cancelled_total{{model="{NAME}"}}'
     generated = f'inference4py_generation_tokens_total{{model="{NAME}"}}'
     deadline = time.time() + 10
-    after = _metrics(base)
+    after = metrics(base)
     while (after[cancelled] == before[cancelled] or after[generated] == before[generated]) and time.time() < deadline:
         time.sleep(0.1)  # the stream's tokens are counted as it closes
-        after = _metrics(base)
+        after = metrics(base)
     assert after[cancelled] == before[cancelled] + 1  # the server noticed the disconnect
     assert 0 < after[generated] - before[generated] < full.generated_tokens  # and stopped generating
 

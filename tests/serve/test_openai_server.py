@@ -7,8 +7,6 @@ requests must get OpenAI error objects with the right status, and the server mus
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -22,31 +20,16 @@ openai = pytest.importorskip("openai")
 from inference4py import OnnxTextGenerator  # noqa: E402
 from inference4py.serve import create_app, load_models, served_name  # noqa: E402
 from tests.conftest import FIXTURES  # noqa: E402
+from tests.serve.support import metrics, request, running  # noqa: E402
 
 QWEN = FIXTURES / "models" / "qwen2"
 GPT2 = FIXTURES / "models" / "gpt2"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server():
-    app = create_app(load_models([str(QWEN), str(GPT2)]))
-    port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not srv.started and time.time() < deadline:
-        time.sleep(0.05)
-    assert srv.started, "the server did not start"
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(timeout=30)
+    with running(create_app(load_models([str(QWEN), str(GPT2)]))) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -60,13 +43,8 @@ def qwen():
 
 
 def _post(server: str, path: str, body: bytes | str) -> tuple[int, dict]:
-    data = body.encode() if isinstance(body, str) else body
-    request = urllib.request.Request(f"{server}{path}", data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
+    status, _, payload = request(server, path, body)
+    return status, payload
 
 
 def test_models_are_listed_under_their_folder_names(client):
@@ -223,31 +201,10 @@ def test_a_negative_seed_samples_reproducibly(client):
     assert a.choices[0].message.content == b.choices[0].message.content
 
 
-def _metrics(server: str) -> dict[str, float]:
-    with urllib.request.urlopen(f"{server}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    values = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, value = line.rsplit(" ", 1)
-            values[key] = float(value)
-    return values
-
-
-def _start(app) -> tuple[str, object, threading.Thread]:
-    port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    while not srv.started:
-        time.sleep(0.05)
-    return f"http://127.0.0.1:{port}", srv, thread
-
-
 def test_metrics_count_requests_and_tokens(server, client):
-    before = _metrics(server)
+    before = metrics(server)
     r = client.chat.completions.create(model="qwen2", messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
-    after = _metrics(server)
+    after = metrics(server)
     key = 'inference4py_requests_total{model="qwen2"}'
     assert after[key] == before[key] + 1
     tokens = 'inference4py_generation_tokens_total{model="qwen2"}'
@@ -263,8 +220,7 @@ def test_a_dropped_stream_frees_the_model():
         return scores
 
     gen = OnnxTextGenerator.builder().model_path(GPT2).logits_processor(slow).build()
-    base, srv, thread = _start(create_app({"slow": gen}))
-    try:
+    with running(create_app({"slow": gen})) as base:
         port = int(base.rsplit(":", 1)[1])
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         body = {"model": "slow", "prompt": "Hi", "max_tokens": 100, "stream": True}
@@ -276,14 +232,14 @@ def test_a_dropped_stream_frees_the_model():
         conn.close()
         deadline = time.time() + 20
         while time.time() < deadline:
-            m = _metrics(base)
+            m = metrics(base)
             if (
                 m['inference4py_requests_cancelled_total{model="slow"}'] == 1
                 and not m['inference4py_requests_running{model="slow"}']
             ):
                 break
             time.sleep(0.1)
-        m = _metrics(base)
+        m = metrics(base)
         assert m['inference4py_requests_cancelled_total{model="slow"}'] == 1
         assert m['inference4py_requests_running{model="slow"}'] == 0
         assert m['inference4py_generation_tokens_total{model="slow"}'] < 100  # stopped early
@@ -291,16 +247,12 @@ def test_a_dropped_stream_frees_the_model():
             model="slow", prompt="Hi", max_tokens=3
         )
         assert ok.choices[0].finish_reason in ("length", "stop")
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=30)
 
 
 def test_a_full_queue_answers_429_and_nothing_else_fails():
     import concurrent.futures
 
-    base, srv, thread = _start(create_app(load_models([str(QWEN)]), max_queue=2, max_concurrent=1))
-    try:
+    with running(create_app(load_models([str(QWEN)]), max_queue=2, max_concurrent=1)) as base:
         body = json.dumps({"model": "qwen2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 40})
         with concurrent.futures.ThreadPoolExecutor(12) as pool:
             answers = list(pool.map(lambda _: _post(base, "/v1/chat/completions", body), range(12)))
@@ -309,9 +261,6 @@ def test_a_full_queue_answers_429_and_nothing_else_fails():
         for code, payload in answers:
             if code == 429:
                 assert payload["error"]["type"] == "rate_limit_error"
-        m = _metrics(base)
+        m = metrics(base)
         assert m['inference4py_rejected_total{model="qwen2"}'] == codes.count(429)
         assert m['inference4py_requests_waiting{model="qwen2"}'] == 0
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=30)
