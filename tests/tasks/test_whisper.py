@@ -69,8 +69,10 @@ def _check(result: Transcription, pieces: list[str], case: dict) -> None:
     assert "".join(pieces) == result.text  # streaming gives exactly the final text
     assert len(result.segments) == len(case["segments"])
     for got, want in zip(result.segments, case["segments"]):
-        assert got.start == pytest.approx(want["start"], abs=1e-6)
-        assert got.end == pytest.approx(want["end"], abs=1e-6)
+        # transformers' times, clipped to the audio: its segments may end past it (a 30 s window, a late timestamp)
+        assert got.start == pytest.approx(min(want["start"], result.duration), abs=1e-6)
+        assert got.end == pytest.approx(min(want["end"], result.duration), abs=1e-6)
+        assert got.end <= result.duration
         assert list(got.token_ids) == want["token_ids"]
         assert got.text == want["text"]
     expected_language = case["language"] if case.get("generation_config") != "english_only" else "en"
@@ -187,7 +189,7 @@ def test_features_method(asr):
 
 
 def _rules(begin=4, max_initial=50):
-    return WhisperTimestampRules(IDS["notimestamps"], IDS["eot"], begin, max_initial)
+    return WhisperTimestampRules(IDS["notimestamps"], IDS["eot"], begin, max_initial, timestamp_begin=TB)
 
 
 def _scores(vocab=TB + 1501, fill=0.0):

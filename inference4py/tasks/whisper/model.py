@@ -341,7 +341,15 @@ class WhisperSpeechModel(ClosableTask):
         sampler = make_sampler(config)
         rng = make_rng(config.seed)
         detok = IncrementalDetokenizer(self.tokenizer, skip_special_tokens=True)
-        tb = v.timestamp_begin
+        duration = samples.size / self._features["sample_rate"]
+        # The tokenizer's <|0.00|> ... when timestamps are on; none otherwise (every id is then text or special).
+        stamps = v.timestamp_range if want_ts else None
+        tb = None if stamps is None else stamps.start
+        te = None if stamps is None else stamps.stop
+
+        def is_stamp(t: int) -> bool:
+            return stamps is not None and t in stamps
+
         segments: list[Segment] = []
         kept: list[int] = []
         total = feats.shape[1]
@@ -359,22 +367,23 @@ class WhisperSpeechModel(ClosableTask):
             for token in self._decode_window(context, ids, config, want_ts, sampler, rng):
                 out.append(token)
                 n = len(out)
-                if n >= 2 and out[-1] >= tb and out[-2] >= tb:  # a closed segment: everything so far is kept
-                    piece = detok.add_many(t for t in out[final:n] if t < tb)
+                if n >= 2 and is_stamp(out[-1]) and is_stamp(out[-2]):  # a closed segment: all so far is kept
+                    piece = detok.add_many(t for t in out[final:n] if not is_stamp(t))
                     final = n
                     if piece:
                         yield "text", piece
             if out and out[-1] in config.eos_token_id:
                 out.pop()
-            raw, advance = split_segments(out, timestamp_begin=tb, seek=seek, window_frames=frames)
+            raw, advance = split_segments(out, timestamp_begin=tb, timestamp_end=te, seek=seek, window_frames=frames)
             n_kept = sum(len(s.tokens) for s in raw)
-            piece = detok.add_many(t for t in out[final:n_kept] if t < tb)
+            piece = detok.add_many(t for t in out[final:n_kept] if not is_stamp(t))
             if piece:
                 yield "text", piece
             kept.extend(out[:n_kept])
             for s in raw:
-                text = self.tokenizer.decode([t for t in s.tokens if t < tb], skip_special_tokens=True)
-                segments.append(Segment(s.start, s.end, text, s.tokens))
+                text = self.tokenizer.decode([t for t in s.tokens if not is_stamp(t)], skip_special_tokens=True)
+                # a window ends with the audio, and a predicted time may lie past it: no segment ends after the audio
+                segments.append(Segment(min(s.start, duration), min(s.end, duration), text, s.tokens))
             # A window that does not move on would repeat forever (only possible without the timestamp rules).
             seek += advance if advance > 0 else frames
         tail = detok.finish()
@@ -391,7 +400,7 @@ class WhisperSpeechModel(ClosableTask):
                 tuple(segments),
                 language_out,
                 tuple(kept),
-                duration=samples.size / self._features["sample_rate"],
+                duration=duration,
                 elapsed=time.perf_counter() - started,
             ),
         )
@@ -427,8 +436,20 @@ class WhisperSpeechModel(ClosableTask):
             extra.append(SuppressTokensAtBegin(v.begin_suppress_tokens, prompt_length))
         if v.suppress_tokens:
             extra.append(SuppressTokens(v.suppress_tokens))
-        if timestamps and v.no_timestamps is not None:  # transcribe() refuses timestamps without the token
-            extra.append(WhisperTimestampRules(v.no_timestamps, v.eot, prompt_length, v.max_initial_timestamp_index))
+        stamps = v.timestamp_range
+        # transcribe() refuses timestamps without <|notimestamps|> or without the tokenizer's timestamp tokens
+        if timestamps and v.no_timestamps is not None and stamps is not None:
+            extra.append(
+                WhisperTimestampRules(
+                    v.no_timestamps,
+                    v.eot,
+                    prompt_length,
+                    v.max_initial_timestamp_index,
+                    timestamp_begin=stamps.start,
+                    timestamp_end=stamps.stop,
+                    special_ids=v.special_ids,
+                )
+            )
         return extra
 
     def _window_processors(

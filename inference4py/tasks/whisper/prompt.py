@@ -20,7 +20,8 @@ def check_request(vocab: _WhisperVocab, folder: Path, language: str | None, task
 
     Raises:
         UnsupportedModelError: an English-only model asked for another language or translation; a
-            language or task without its token; timestamps without ``<|notimestamps|>``.
+            language or task without its token; timestamps without ``<|notimestamps|>`` or without
+            the tokenizer's timestamp tokens (``<|0.00|>``, ``<|0.02|>``, ...).
     """
     if not vocab.is_multilingual:
         if language not in (None, "en") or task not in (None, "transcribe"):
@@ -40,6 +41,12 @@ def check_request(vocab: _WhisperVocab, folder: Path, language: str | None, task
         raise UnsupportedModelError(
             f"{folder} does not say which token is <|notimestamps|> (no_timestamps_token_id in "
             "generation_config.json), so timestamps cannot be predicted. Add it, or transcribe without timestamps."
+        )
+    if timestamps and vocab.timestamp_tokens is None:
+        raise UnsupportedModelError(
+            f"The tokenizer of {folder} has no timestamp tokens (<|0.00|>, <|0.02|>, ...), so timestamps cannot be "
+            "predicted. Transcribe with timestamps=False (builder: .timestamps(False)), or use a tokenizer.json "
+            "that has Whisper's timestamp tokens."
         )
 
 

@@ -4,7 +4,9 @@
   or English name (``"fr"``, ``"french"``, ``"<|fr|>"``, a :class:`Language`);
 * :class:`_WhisperVocab`: ``<|startoftranscript|>``, ``<|endoftext|>``, ``<|notimestamps|>``,
   the language and task tokens and the suppress lists, read from generation_config.json and
-  the tokenizer, the way transformers' ``WhisperForConditionalGeneration.generate`` finds them.
+  the tokenizer, the way transformers' ``WhisperForConditionalGeneration.generate`` finds them;
+  and the timestamp tokens, found by their text (:func:`_timestamp_tokens`): a vocabulary may put
+  its special tokens anywhere, so no id is assumed to follow ``<|notimestamps|>``.
 """
 
 from __future__ import annotations
@@ -166,6 +168,22 @@ def language_code(value: Language | str) -> str:
     )
 
 
+def _timestamp_tokens(tokenizer: Tokenizer) -> tuple[int, int] | None:
+    """The tokenizer's timestamp tokens: (id of ``<|0.00|>``, how many of ``<|0.00|>``, ``<|0.02|>``, ... follow it).
+
+    Only the run of consecutive ids counts (Whisper's 1501 tokens, ``<|0.00|>`` to ``<|30.00|>``);
+    None when the tokenizer has no ``<|0.00|>``.
+    """
+    first = tokenizer.token_to_id("<|0.00|>")
+    if first is None:
+        return None
+    count = 1
+    # <|k * 0.02|> written from integers (no float rounding): k = 50 * seconds + hundredths / 2
+    while tokenizer.token_to_id(f"<|{count // 50}.{count % 50 * 2:02d}|>") == first + count:
+        count += 1
+    return first, count
+
+
 @dataclass(frozen=True)
 class _WhisperVocab:
     """The special ids and generation settings of one Whisper model folder."""
@@ -180,10 +198,18 @@ class _WhisperVocab:
     max_initial_timestamp_index: int | None
     suppress_tokens: tuple[int, ...]
     begin_suppress_tokens: tuple[int, ...]
+    #: (id of ``<|0.00|>``, number of timestamp tokens) from the tokenizer, or None when it has none
+    timestamp_tokens: tuple[int, int] | None = None
+    #: ids of the special tokens (neither text nor timestamps): the tokenizer's and the ones above
+    special_ids: frozenset[int] = frozenset()
 
     @property
-    def timestamp_begin(self) -> int:
-        return self.no_timestamps + 1 if self.no_timestamps is not None else 1 << 62
+    def timestamp_range(self) -> range | None:
+        """The ids of the timestamp tokens (``<|0.00|>`` first), or None when the vocabulary has none."""
+        if self.timestamp_tokens is None:
+            return None
+        first, count = self.timestamp_tokens
+        return range(first, first + count)
 
     @classmethod
     def read(
@@ -226,6 +252,12 @@ class _WhisperVocab:
             multilingual = vocab_size >= 51865 if vocab_size and 51000 < vocab_size < 52000 else bool(langs)
         forced = tuple((int(p), None if t is None else int(t)) for p, t in (gen.get("forced_decoder_ids") or ()))
         mit = gen.get("max_initial_timestamp_index")
+        specials = {int(sot), int(eot), *langs.values(), *tasks.values(), *tokenizer.all_special_ids}
+        if no_ts is not None:
+            specials.add(int(no_ts))
+        stamps = _timestamp_tokens(tokenizer)
+        if stamps is not None:
+            specials.difference_update(range(stamps[0], stamps[0] + stamps[1]))
         return cls(
             sot=int(sot),
             eot=int(eot),
@@ -239,6 +271,8 @@ class _WhisperVocab:
             begin_suppress_tokens=tuple(
                 int(t) for t in gen.get("begin_suppress_tokens") or config.get("begin_suppress_tokens") or ()
             ),
+            timestamp_tokens=stamps,
+            special_ids=frozenset(specials),
         )
 
     def most_likely_language(self, logits: np.ndarray) -> int:
