@@ -226,9 +226,9 @@ def test_ids_match_transformers(layout, name):
     if case["language"] is not None:
         assert result.language == case["language"]
     assert [list(s.token_ids) for s in result.segments] == [s["token_ids"] for s in case["segments"]]
-    for seg, ref in zip(result.segments, case["segments"]):
-        assert seg.start == pytest.approx(ref["start"], abs=1e-6)
-        assert seg.end == pytest.approx(ref["end"], abs=1e-6)
+    for seg, ref in zip(result.segments, case["segments"]):  # transformers' times may pass the audio's end
+        assert seg.start == pytest.approx(min(ref["start"], result.duration), abs=1e-6)
+        assert seg.end == pytest.approx(min(ref["end"], result.duration), abs=1e-6)
         assert seg.text == ref["text"]
 
 

@@ -248,3 +248,26 @@ def test_split_segments_without_timestamps_and_with_a_bounded_range():
         [50, 1700, 100, 100, 1800, 200], timestamp_begin=0, timestamp_end=1501, seek=0, window_frames=3000
     )
     assert [(s.start, s.end) for s in segs] == [(1.0, 2.0), (2.0, 4.0)] and advance == 3000
+
+
+def test_a_tokenizer_that_does_not_list_the_timestamps_keeps_openais_layout(tmp_path):
+    # Many exports (CTranslate2's, older HF ones) leave <|0.00|>... out of tokenizer.json: the ids after
+    # <|notimestamps|> up to the model's vocabulary are then timestamps the tokenizer does not know.
+    folder = tmp_path / "unlisted"
+    shutil.copytree(MODELS / "whisper", folder)
+    tok = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    tok["added_tokens"] = [t for t in tok["added_tokens"] if t["id"] < IDS["timestamp_begin"]]
+    (folder / "tokenizer.json").write_text(json.dumps(tok), encoding="utf-8")
+    for name in ("vocab.json", "merges.txt", "added_tokens.json", "tokenizer_config.json"):
+        (folder / name).unlink()
+    tokenizer = load_tokenizer(folder)
+    assert _timestamp_tokens(tokenizer) is None and tokenizer.id_to_token(IDS["timestamp_begin"]) is None
+    audio = (clips()["tone"], SAMPLE_RATE)
+    with WhisperSpeechModel.builder().model_path(MODELS / "whisper").build() as listed:
+        want = listed.transcribe(audio, language="en", timestamps=True, max_new_tokens=12)
+    with WhisperSpeechModel.builder().model_path(folder).build() as unlisted:
+        got = unlisted.transcribe(audio, language="en", timestamps=True, max_new_tokens=12)
+    assert list(got.token_ids) == list(want.token_ids)
+    assert [(s.start, s.end, s.token_ids) for s in got.segments] == [
+        (s.start, s.end, s.token_ids) for s in want.segments
+    ]

@@ -256,6 +256,10 @@ class _WhisperVocab:
         if no_ts is not None:
             specials.add(int(no_ts))
         stamps = _timestamp_tokens(tokenizer)
+        if stamps is None and no_ts is not None and vocab_size and tokenizer.id_to_token(int(no_ts) + 1) is None:
+            # openai's layout when the tokenizer lists no <|0.00|>...: the ids after <|notimestamps|>, up to the
+            # model's vocabulary size, are timestamps that the tokenizer does not even know (never text)
+            stamps = (int(no_ts) + 1, int(vocab_size) - int(no_ts) - 1)
         if stamps is not None:
             specials.difference_update(range(stamps[0], stamps[0] + stamps[1]))
         return cls(
