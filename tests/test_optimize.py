@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import onnx
 import pytest
 
@@ -226,3 +227,30 @@ def test_cli_generate_with_fused_attention(tmp_path, monkeypatch, capsys):
     assert main([*args[:1], "--fuse-attention", *args[1:]]) == 0
     assert capsys.readouterr().out == plain
     assert any((tmp_path / "cache" / "fused").iterdir())
+
+
+def test_graphs_past_the_in_memory_limit_fuse_through_temporary_files(tmp_path, monkeypatch):
+    # Past ~2 GB a graph cannot be serialized in memory (protobuf's limit): its weights go to a
+    # temporary file for each check session. Lowering the threshold sends a fixture down that path;
+    # the weights must come back into the model (issue 23: the Qwen2.5-0.5B export failed here).
+    from onnx import numpy_helper
+
+    from inference4py.optimize import onnx_io
+
+    monkeypatch.setattr(onnx_io, "_EXTERNAL_DATA_BYTES", 1)
+    model = onnx.load(str(MODELS / "llama" / "model.onnx"))
+    before = {t.name: numpy_helper.to_array(t).copy() for t in model.graph.initializer}
+    onnx_io._session(model)
+    monkeypatch.chdir(tmp_path)  # to_array must not need the (deleted) temporary folder
+    assert all(t.data_location == onnx.TensorProto.DEFAULT for t in model.graph.initializer)
+    assert all(np.array_equal(numpy_helper.to_array(t), before[t.name]) for t in model.graph.initializer)
+    report = optimize_folder(MODELS / "llama", tmp_path / "fused")
+    assert report.layers > 0
+    prompt = [1, 280, 499, 511]
+    with (
+        OnnxTextGenerator.builder().model_path(MODELS / "llama").build() as plain,
+        OnnxTextGenerator.builder().model_path(tmp_path / "fused").build() as fused,
+    ):
+        assert fused.generate(prompt, max_new_tokens=8, do_sample=False).token_ids == (
+            plain.generate(prompt, max_new_tokens=8, do_sample=False).token_ids
+        )

@@ -31,23 +31,36 @@ def _session(model: Any) -> Any:
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 4
-    if model.ByteSize() < _EXTERNAL_DATA_BYTES:
+    # summed per initializer: model.ByteSize() itself fails past 2 GB ("Failed to serialize proto")
+    if _weight_bytes(model) < _EXTERNAL_DATA_BYTES:
         return ort.InferenceSession(model.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"])
+    onnx = _import_onnx()
+    from onnx.external_data_helper import load_external_data_for_model
+
     with tempfile.TemporaryDirectory(prefix="inference4py-fuse-") as tmp:
         path = Path(tmp) / "model.onnx"
-        _import_onnx().save(
+        onnx.save(
             model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="model.onnx_data"
         )
-        # external data files are read when the session loads; the folder can go afterwards
-        opts.add_session_config_entry("session.use_device_allocator_for_initializers", "1")
-        return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+        try:
+            # external data files are read when the session loads; the folder can go afterwards
+            opts.add_session_config_entry("session.use_device_allocator_for_initializers", "1")
+            return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+        finally:
+            # onnx.save moved the weights out of ``model`` into the temporary file: bring them back,
+            # or the caller's model would point at a file about to be deleted
+            load_external_data_for_model(model, tmp)
+
+
+def _weight_bytes(model: Any) -> int:
+    """The serialized size of the graph's initializers (each is below 2 GB, unlike the whole model)."""
+    return sum(t.ByteSize() for t in model.graph.initializer)
 
 
 def _save(model: Any, path: Path) -> None:
     onnx = _import_onnx()
     path.parent.mkdir(parents=True, exist_ok=True)
-    size = sum(t.ByteSize() for t in model.graph.initializer)
-    if size > _EXTERNAL_DATA_BYTES:
+    if _weight_bytes(model) > _EXTERNAL_DATA_BYTES:
         data = path.name + "_data"
         (path.parent / data).unlink(missing_ok=True)
         onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data)
