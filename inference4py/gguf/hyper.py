@@ -1,0 +1,174 @@
+"""The shape of a GGUF decoder, read from its metadata, and the config.json that describes it.
+
+:class:`Hyper` gathers what the graph builder needs (sizes, rotary settings, sliding windows,
+soft-capping) from the file's ``<arch>.*`` keys and the architecture's entry in
+:mod:`~inference4py.gguf.archs`; :func:`hf_config` writes it back with transformers' names.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from inference4py.errors import UnsupportedModelError
+from inference4py.gguf.archs import ARCHITECTURES, Architecture, supported_architectures
+from inference4py.gguf.reader import GGUFFile
+
+__all__ = ["MAX_ROPE_POSITIONS", "Hyper", "hf_config", "read_hyper"]
+
+MAX_ROPE_POSITIONS = 131_072  # cos/sin caches beyond this would only cost memory
+
+
+@dataclass(frozen=True)
+class Hyper:
+    """The decoder's shape and constants, read from the GGUF metadata."""
+
+    arch: Architecture
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    rotary_dim: int
+    vocab: int
+    context: int
+    eps: float
+    rope_base: float
+    rope_linear_factor: float
+    sliding_window: int | None
+    attn_softcap: float
+    final_softcap: float
+    scale: float
+    tied: bool
+
+    def is_sliding(self, layer: int) -> bool:
+        return self.sliding_window is not None and self.arch.sliding(layer)
+
+
+def _int(gguf: GGUFFile, key: str, default: int | None = None) -> int:
+    value = gguf.get(key, default) if default is not None else gguf.require(key)
+    if isinstance(value, (list, tuple)):  # per-layer values (some files): all must agree here
+        if len(set(value)) != 1:
+            raise UnsupportedModelError(
+                f"{gguf.path}: {gguf.architecture}{key} differs between layers ({sorted(set(value))[:4]}); "
+                "the converter builds decoders whose layers share one shape."
+            )
+        value = value[0]
+    return int(value)
+
+
+def read_hyper(gguf: GGUFFile) -> Hyper:
+    """The decoder's hyper-parameters; UnsupportedModelError for architectures or features not handled."""
+    name = gguf.architecture
+    arch = ARCHITECTURES.get(name)
+    if arch is None:
+        raise UnsupportedModelError(
+            f"{gguf.path} holds a {name!r} model; the GGUF converter builds {', '.join(supported_architectures())}. "
+            "Use an ONNX export of this model instead (optimum-cli export onnx, or onnxruntime-genai's builder)."
+        )
+    hidden = _int(gguf, ".embedding_length")
+    heads = _int(gguf, ".attention.head_count")
+    kv_heads = _int(gguf, ".attention.head_count_kv", heads)
+    head_dim = _int(gguf, ".attention.key_length", hidden // heads)
+    if _int(gguf, ".attention.value_length", head_dim) != head_dim:
+        raise UnsupportedModelError(f"{gguf.path}: keys and values of different sizes are not supported.")
+    if head_dim % 16:
+        raise UnsupportedModelError(
+            f"{gguf.path}: heads of {head_dim} values; onnxruntime's GroupQueryAttention, which the converted "
+            "graph uses, needs a multiple of 16. Use an ONNX export of this model instead (optimum-cli export onnx)."
+        )
+    rotary_dim = _int(gguf, ".rope.dimension_count", head_dim)
+    layers = _int(gguf, ".block_count")
+    embed = gguf.info("token_embd.weight")
+    scaling = gguf.get(".rope.scaling.type")
+    factor = float(gguf.get(".rope.scaling.factor", 1.0) or 1.0)
+    if scaling in (None, "none", ""):
+        factor = 1.0
+    elif scaling != "linear":
+        raise UnsupportedModelError(
+            f"{gguf.path} uses {scaling!r} rotary scaling; the converter supports none and linear "
+            "(Llama 3's frequency factors come from the rope_freqs tensor and are supported)."
+        )
+    if "rope_factors_long.weight" in gguf:
+        raise UnsupportedModelError(
+            f"{gguf.path} uses long-context rotary factors (rope_factors_long / rope_factors_short, Phi-3 128k); "
+            "the converter supports plain, linear and Llama 3 rotary positions. Use a 4k-context variant."
+        )
+    window = gguf.get(".attention.sliding_window")
+    window = int(window) if window else None
+    if window is not None and not any(arch.sliding(i) for i in range(layers)):
+        window = None
+    # llama.cpp: 1/sqrt(head_dim), except the 27B Gemmas that scale by 1/sqrt(hidden / heads)
+    scale_dim = hidden / heads if layers in arch.big_query_scale_layers else head_dim
+    softcaps = (
+        (
+            float(gguf.get(".attn_logit_softcapping", 0.0) or 0.0),
+            float(gguf.get(".final_logit_softcapping", 0.0) or 0.0),
+        )
+        if arch.softcapping
+        else (0.0, 0.0)
+    )
+    return Hyper(
+        arch=arch,
+        layers=layers,
+        hidden=hidden,
+        intermediate=_int(gguf, ".feed_forward_length"),
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        rotary_dim=rotary_dim,
+        vocab=embed.shape[0],
+        context=_int(gguf, ".context_length", 2048),
+        eps=float(gguf.get(".attention.layer_norm_rms_epsilon", 1e-6)),
+        rope_base=float(gguf.get(".rope.freq_base", 10_000.0)),
+        rope_linear_factor=factor,
+        sliding_window=window,
+        attn_softcap=softcaps[0],
+        final_softcap=softcaps[1],
+        scale=1.0 / math.sqrt(scale_dim),
+        tied="output.weight" not in gguf,
+    )
+
+
+def hf_config(hp: Hyper, gguf: GGUFFile) -> dict[str, Any]:
+    """config.json (transformers' names) describing the graph."""
+    config: dict[str, Any] = {
+        "model_type": hp.arch.model_type,
+        "architectures": [hp.arch.hf_class],
+        "hidden_size": hp.hidden,
+        "num_hidden_layers": hp.layers,
+        "num_attention_heads": hp.heads,
+        "num_key_value_heads": hp.kv_heads,
+        "head_dim": hp.head_dim,
+        "intermediate_size": hp.intermediate,
+        "vocab_size": hp.vocab,
+        "max_position_embeddings": min(hp.context, MAX_ROPE_POSITIONS),  # the rotary caches' length
+        "rms_norm_eps": hp.eps,
+        "rope_theta": hp.rope_base,
+        "hidden_act": "gelu_pytorch_tanh" if hp.arch.activation == "gelu_tanh" else "silu",
+        "tie_word_embeddings": hp.tied,
+        "sliding_window": hp.sliding_window,
+        "torch_dtype": "float32",
+    }
+    if hp.rope_linear_factor != 1.0:
+        config["rope_scaling"] = {"rope_type": "linear", "factor": hp.rope_linear_factor}
+    if hp.arch.local_rope_base is not None:
+        config["rope_local_base_freq"] = hp.arch.local_rope_base
+    if hp.sliding_window is not None:
+        config["layer_types"] = [
+            "sliding_attention" if hp.is_sliding(i) else "full_attention" for i in range(hp.layers)
+        ]
+    if hp.arch.name.startswith("gemma"):
+        config["query_pre_attn_scalar"] = round(1.0 / hp.scale**2)
+    if hp.arch.softcapping:
+        config["attn_logit_softcapping"] = hp.attn_softcap or None
+        config["final_logit_softcapping"] = hp.final_softcap or None
+    for key, field in (
+        ("bos_token_id", "tokenizer.ggml.bos_token_id"),
+        ("eos_token_id", "tokenizer.ggml.eos_token_id"),
+    ):
+        if gguf.get(field) is not None:
+            config[key] = int(gguf.get(field))
+    return config
