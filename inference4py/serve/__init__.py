@@ -56,8 +56,6 @@ def load_models(models: Sequence[str], names: Sequence[str] = ()) -> dict[str, A
     Whisper becomes a ``WhisperSpeechModel`` (the audio routes), another encoder-decoder model a
     ``Seq2SeqTask`` (``/v1/completions``), anything else an ``OnnxTextGenerator``.
     """
-    from inference4py.serve.audio import load_speech_model
-
     if not models:
         raise ConfigurationError("Give at least one model to serve: --model FOLDER_OR_REPO_ID.")
     if names and len(names) != len(models):
@@ -67,27 +65,27 @@ def load_models(models: Sequence[str], names: Sequence[str] = ()) -> dict[str, A
         name = names[i] if names else served_name(model)
         if name in loaded:
             raise ConfigurationError(f"Two models are served as {name!r}: give each one --served-model-name.")
-        speech = load_speech_model(model)
-        if speech is not None:
-            loaded[name] = speech
-            continue
-        loaded[name] = _load_text_model(model)
+        loaded[name] = _load_model(model)
     return loaded
 
 
-def _load_text_model(model: str) -> Any:
+def _load_model(model: str) -> Any:
+    """The task object of one ``--model``: its folder is resolved and its pipeline detected once."""
     from inference4py import OnnxTextGenerator
     from inference4py.engine.pipeline import load_pipeline
     from inference4py.errors import Inference4pyError
     from inference4py.hub import resolve_model_folder
+    from inference4py.serve.audio import speech_model
     from inference4py.tasks.seq2seq_base import Seq2SeqTask
 
     folder = resolve_model_folder(model)
     try:
-        preset = load_pipeline(folder).preset
+        spec = load_pipeline(folder)
     except Inference4pyError:
-        preset = None  # the text generator's load says what is wrong with the folder
-    if preset == "encoder-decoder":
+        spec = None  # the text generator's load says what is wrong with the folder
+    if spec is not None and spec.preset == "speech-seq2seq":
+        return speech_model(model, folder, spec)
+    if spec is not None and spec.preset == "encoder-decoder":
         return Seq2SeqTask.builder().model_path(folder).build()
     return OnnxTextGenerator.builder().model_path(folder).build()
 

@@ -29,13 +29,13 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inference4py import audio as _audio
-from inference4py.engine.pipeline import GENAI_CONFIG, load_pipeline
+from inference4py.engine.pipeline import GENAI_CONFIG, PipelineSpec, load_pipeline
 from inference4py.errors import AudioError, ConfigurationError, Inference4pyError
 from inference4py.serve.protocol import ApiError, unknown_model
 from inference4py.serve.worker import ModelWorker
 from inference4py.tasks.whisper import WHISPER_LANGUAGES, Transcription, WhisperSpeechModel, language_code
 
-__all__ = ["RESPONSE_FORMATS", "add_audio_routes", "load_speech_model"]
+__all__ = ["RESPONSE_FORMATS", "add_audio_routes", "load_speech_model", "speech_model"]
 
 RESPONSE_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
 _TIMESTAMPED = frozenset({"srt", "vtt", "verbose_json"})  # the formats that need segment times
@@ -75,8 +75,15 @@ def load_speech_model(model: str) -> WhisperSpeechModel | None:
         spec = load_pipeline(folder)
     except Inference4pyError:
         return None  # not a layout the pipeline knows: the text loader says what is wrong with it
-    if spec.preset != "speech-seq2seq":
-        return None
+    return speech_model(model, folder, spec) if spec.preset == "speech-seq2seq" else None
+
+
+def speech_model(model: str, folder: Path, spec: PipelineSpec) -> WhisperSpeechModel:
+    """The :class:`WhisperSpeechModel` of a folder whose pipeline is a speech encoder-decoder.
+
+    Raises:
+        ConfigurationError: an onnxruntime-genai Whisper export, which the native engine does not run.
+    """
     if spec.source == GENAI_CONFIG:
         raise ConfigurationError(
             f"{model} is an onnxruntime-genai Whisper export; the server runs Whisper on the native engine. "
