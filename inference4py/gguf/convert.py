@@ -21,7 +21,7 @@ from typing import Any
 
 from inference4py import _env
 from inference4py.errors import ConfigurationError
-from inference4py.gguf.reader import GGUFFile
+from inference4py.gguf.reader import GGUFFile, check_header
 
 __all__ = ["BITS", "convert_gguf", "default_bits", "file_digest", "gguf_folder"]
 
@@ -35,10 +35,7 @@ _FLOAT_TYPES = frozenset({"F32", "F16", "BF16"})
 
 def default_bits(gguf: GGUFFile) -> int:
     """32 for a float file (exact), else 4: a quantized file stays small and fast (MatMulNBits)."""
-    counts = gguf.types()
-    weights = sum(n for kind, n in counts.items() if kind not in ("F32",))
-    floats = sum(n for kind, n in counts.items() if kind in _FLOAT_TYPES and kind != "F32")
-    return 32 if weights == floats else 4
+    return 32 if set(gguf.types()) <= _FLOAT_TYPES else 4
 
 
 def _check_bits(bits: int | None) -> None:
@@ -84,32 +81,45 @@ def gguf_folder(path: str | os.PathLike[str], *, bits: int | None = None) -> Pat
 
     The cache lives in ``$INFERENCE4PY_CACHE/gguf/<sha256 of the file>-<bits>bit``; an entry
     without its marker (an interrupted conversion from an older version) is rebuilt, never trusted.
+    A cached entry is found from the file's hash alone: the file is parsed only to convert it.
     """
     _check_bits(bits)
     source = Path(path).expanduser()
-    gguf = GGUFFile(source)
-    width = bits if bits is not None else default_bits(gguf)
+    check_header(source)
     started = time.perf_counter()
     digest = file_digest(source)
-    folder = _env.inference4py_cache() / "gguf" / f"{digest[:32]}-{width}bit"
-    marker = folder / _MARKER
-    if marker.is_file():
-        try:
-            recorded = json.loads(marker.read_text())
-        except (OSError, ValueError):
-            recorded = {}
-        if recorded.get("sha256") == digest and recorded.get("converter") == CONVERTER_VERSION:
-            return folder
+    root = _env.inference4py_cache() / "gguf"
+    widths = BITS if bits is None else (bits,)
+    for width in widths:
+        recorded = _marker(root / f"{digest[:32]}-{width}bit")
+        # with no width asked for, only an entry that was converted at the default width answers
+        if recorded.get("sha256") == digest and (bits is not None or recorded.get("default_width")):
+            return root / f"{digest[:32]}-{width}bit"
+    gguf = GGUFFile(source)
+    width = bits if bits is not None else default_bits(gguf)
+    folder = root / f"{digest[:32]}-{width}bit"
+    recorded = _marker(folder)
+    if recorded.get("sha256") == digest:  # converted before at this width, asked for explicitly then
+        return folder
     if folder.exists():
         _log.warning("rebuilding the conversion of %s: the cached folder %s is incomplete or outdated", source, folder)
         shutil.rmtree(folder, ignore_errors=True)
     _log.warning("converting %s to an ONNX folder (%d-bit), once: %s", source.name, width, folder)
-    _write(gguf, folder, width, digest=digest)
+    _write(gguf, folder, width, digest=digest, default_width=bits is None)
     _log.info("converted %s in %.1f s", source.name, time.perf_counter() - started)
     return folder
 
 
-def _write(gguf: GGUFFile, target: Path, bits: int, *, digest: str | None) -> Path:
+def _marker(folder: Path) -> dict[str, Any]:
+    """The provenance of a cached folder written by this converter version, or {} (missing, damaged, older)."""
+    try:
+        recorded = json.loads((folder / _MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+    return recorded if isinstance(recorded, dict) and recorded.get("converter") == CONVERTER_VERSION else {}
+
+
+def _write(gguf: GGUFFile, target: Path, bits: int, *, digest: str | None, default_width: bool = False) -> Path:
     import onnx
 
     from inference4py.gguf.graph import build_decoder
@@ -136,6 +146,7 @@ def _write(gguf: GGUFFile, target: Path, bits: int, *, digest: str | None) -> Pa
             "source": str(gguf.path),
             "sha256": digest,
             "bits": bits,
+            "default_width": default_width,  # chosen by default_bits(): what a load without bits reuses
             "architecture": gguf.architecture,
             "name": gguf.get("general.name"),
             "tensor_types": dict(gguf.types()),

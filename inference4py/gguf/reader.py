@@ -17,7 +17,7 @@ import numpy as np
 
 from inference4py.errors import ConfigurationError, ModelLoadError, UnsupportedModelError
 
-__all__ = ["GGUFFile", "TensorInfo", "SUPPORTED_TYPES", "require_gguf"]
+__all__ = ["GGUFFile", "TensorInfo", "SUPPORTED_TYPES", "check_header", "require_gguf"]
 
 _INSTALL = 'pip install "inference4py[gguf]"'
 # ggml block types the converter reads (the gguf package dequantizes them; these are the ones tested)
@@ -43,6 +43,19 @@ class TensorInfo:
     type: str
 
 
+def check_header(path: Path) -> None:
+    """Raise ModelLoadError unless ``path`` is a file that starts like a GGUF file (reads 4 bytes)."""
+    if not path.is_file():
+        raise ModelLoadError(f"{path} does not exist or is not a file. Give the path of a .gguf file.")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != _MAGIC:
+        raise ModelLoadError(
+            f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'). Give a llama.cpp .gguf file; "
+            "a split model (*-00001-of-0000N.gguf) must be merged first with llama.cpp's gguf-split --merge."
+        )
+
+
 class GGUFFile:
     """A GGUF file opened for conversion (memory-mapped: nothing is read until asked for).
 
@@ -56,15 +69,7 @@ class GGUFFile:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        if not self.path.is_file():
-            raise ModelLoadError(f"{self.path} does not exist or is not a file. Give the path of a .gguf file.")
-        with open(self.path, "rb") as f:
-            magic = f.read(4)
-        if magic != _MAGIC:
-            raise ModelLoadError(
-                f"{self.path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'). Give a llama.cpp .gguf file; "
-                "a split model (*-00001-of-0000N.gguf) must be merged first with llama.cpp's gguf-split --merge."
-            )
+        check_header(self.path)
         gguf = require_gguf()
         try:
             self._reader = gguf.GGUFReader(str(self.path))

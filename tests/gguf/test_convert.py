@@ -93,6 +93,9 @@ def test_the_cache_is_reused_and_a_damaged_entry_is_rebuilt(llama_gguf, cache):
     first = gguf_folder(llama_gguf, bits=32)
     stamp = (first / "model.onnx").stat().st_mtime_ns
     assert gguf_folder(llama_gguf, bits=32) == first and (first / "model.onnx").stat().st_mtime_ns == stamp
+    with pytest.MonkeyPatch.context() as patch:  # a cached entry is found from the file's hash alone
+        patch.setattr(convert_module, "GGUFFile", None)
+        assert gguf_folder(llama_gguf, bits=32) == first
     (first / "inference4py-gguf.json").unlink()  # as if a conversion was cut short by an older version
     (first / "model.onnx").write_bytes(b"garbage")
     again = gguf_folder(llama_gguf, bits=32)
@@ -161,6 +164,14 @@ def test_a_gguf_file_from_the_hub_cache_offline(llama_gguf, cache, tmp_path, mon
         OnnxTextGenerator.builder().model_id("org/tiny-GGUF").gguf_file("other.gguf").build()
     with pytest.raises(ConfigurationError, match="model_id"):
         OnnxTextGenerator.builder().gguf_file("tiny-q8.gguf").build()
+
+
+def test_a_load_without_a_width_reuses_the_default_conversion_only(llama_gguf, cache, monkeypatch):
+    default = gguf_folder(llama_gguf)  # an F32 file: 32 bits by default
+    explicit16 = gguf_folder(llama_gguf, bits=16)
+    assert default.name.endswith("-32bit") and explicit16 != default
+    monkeypatch.setattr(convert_module, "GGUFFile", None)  # both answered from the cache, nothing parsed
+    assert gguf_folder(llama_gguf) == default and gguf_folder(llama_gguf, bits=16) == explicit16
 
 
 def test_default_width_is_exact_for_float_files_and_int4_for_quantized_ones():
