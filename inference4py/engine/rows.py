@@ -283,12 +283,11 @@ class RowBatch(DecoderState):
     def row_cache(self, row: int) -> KVPrefix:
         """A copy of row ``row``'s cache: every token fed to it so far."""
         entries = self.rt.layout.self_entries
+        n = self.row_length(row)
         if self.shared_buffer:
-            n = int(self._valid[row])
             arrays = tuple(self._store[e.input][row : row + 1, :, :n].copy() for e in entries)
             return KVPrefix(n, arrays, tuple(2 for _ in entries))
         assert self._past is not None
-        n = int(self._maskbuf[row, : self.length].sum())
         out = []
         for entry, value in zip(entries, self._past):
             arr = np.asarray(value.numpy())

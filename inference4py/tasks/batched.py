@@ -156,22 +156,23 @@ class BatchedTextGenerator:
         ticket = self._scheduler.submit(ids, config, chooser, deliver, all_logits=all_logits)
         return Submission(ticket, control)
 
-    def stream_chunks(self, prompt: Prompt, **overrides: Any) -> Iterator[GenerationChunk]:
-        """The request's chunks as they come; closing the iterator early cancels the request."""
+    def _open(self, prompt: Prompt, overrides: dict[str, Any]) -> tuple[Submission, Iterator[GenerationChunk]]:
+        """Submit, and the iterator of the request's chunks (read on the caller's thread)."""
         items: queue.SimpleQueue[GenerationChunk | BaseException] = queue.SimpleQueue()
         submission = self.submit(prompt, items.put, **overrides)
-        return _chunks(items, submission)
+        return submission, _chunks(items, submission)
+
+    def stream_chunks(self, prompt: Prompt, **overrides: Any) -> Iterator[GenerationChunk]:
+        """The request's chunks as they come; closing the iterator early cancels the request."""
+        return self._open(prompt, overrides)[1]
 
     def generate(
         self, prompt: Prompt, on_token: Callable[[str], None] | None = None, **overrides: Any
     ) -> GenerationResult:
         """As the model's ``generate()``, run in the shared batch (blocks this thread until done)."""
         started = time.perf_counter()
-        items: queue.SimpleQueue[GenerationChunk | BaseException] = queue.SimpleQueue()
-        submission = self.submit(prompt, items.put, **overrides)
-        result = collect(
-            _chunks(items, submission), prompt_tokens=submission.prompt_tokens, started=started, on_token=on_token
-        )
+        submission, chunks = self._open(prompt, overrides)
+        result = collect(chunks, prompt_tokens=submission.prompt_tokens, started=started, on_token=on_token)
         return submission.finish(result)
 
     def generate_batch(self, prompts: Sequence[Prompt], **overrides: Any) -> list[GenerationResult]:
@@ -179,15 +180,11 @@ class BatchedTextGenerator:
         if not isinstance(prompts, (list, tuple)) or not prompts:
             raise InvalidInputError("generate_batch needs a non-empty list of prompts.")
         started = time.perf_counter()
-        pending = []
-        for prompt in prompts:
-            items: queue.SimpleQueue[GenerationChunk | BaseException] = queue.SimpleQueue()
-            pending.append((items, self.submit(prompt, items.put, **overrides)))
-        results = []
-        for items, submission in pending:
-            result = collect(_chunks(items, submission), prompt_tokens=submission.prompt_tokens, started=started)
-            results.append(submission.finish(result))
-        return results
+        pending = [self._open(prompt, overrides) for prompt in prompts]  # all submitted before any is read
+        return [
+            submission.finish(collect(chunks, prompt_tokens=submission.prompt_tokens, started=started))
+            for submission, chunks in pending
+        ]
 
 
 def _chunks(
