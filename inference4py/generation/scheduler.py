@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,6 +38,9 @@ from inference4py.generation.generate import stream_generate
 from inference4py.generation.prefix_cache import PrefixCache
 from inference4py.generation.result import GenerationChunk
 from inference4py.generation.search import TokenChooser
+
+if TYPE_CHECKING:
+    from inference4py.tokenization import Tokenizer
 
 __all__ = ["Deliver", "Scheduler", "SchedulerStats", "Ticket"]
 
@@ -136,7 +140,7 @@ class Scheduler:
     def __init__(
         self,
         runtime: DecoderRuntime,
-        tokenizer: object,
+        tokenizer: Tokenizer,
         *,
         max_rows: int = 8,
         max_waiting: int = 256,
@@ -202,7 +206,7 @@ class Scheduler:
             all_logits=all_logits,
             deadline=time.perf_counter() + limit if limit else None,
         )
-        ticket._chunks = stream_generate(ticket._mailbox, self.tokenizer, config, recorder=chooser.recorder)  # type: ignore[arg-type]
+        ticket._chunks = stream_generate(ticket._mailbox, self.tokenizer, config, recorder=chooser.recorder)
         ticket._wake = self._wake
         with self._cond:
             if self._closed:

@@ -24,9 +24,7 @@ from inference4py.generation.generate import collect
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.serve.metrics import Histogram
 
-__all__ = ["ChunkStream", "ModelWorker", "QueueFull"]
-
-QueueFull = QueueFullError  # the name the routes used first
+__all__ = ["ChunkStream", "ModelWorker"]
 
 T = TypeVar("T")
 _END = object()
