@@ -270,9 +270,12 @@ class ModelWorker:
                 cached=lambda: submission.cached_tokens,
             )
         else:
-            # checks the input before the request is queued (an empty one is a 400) and counts it
+            # encoded (and checked: an empty input is a 400) before the request is queued; the encoder
+            # token ids are what the model then runs, as stream_chunks takes them as they are
             encode = getattr(self.model, "encode_source", None)
-            prompt_tokens = len(await asyncio.to_thread(encode, prompt)) if encode is not None else 0
+            if encode is not None:
+                prompt = await asyncio.to_thread(encode, prompt)
+            prompt_tokens = len(prompt) if encode is not None else 0
             stream = self._sequential(prompt, options, deliver, items, started, prompt_tokens)
         await stream.prime()
         return stream
