@@ -109,8 +109,8 @@ def create_app(
         where = ".".join(parts)
         message = f"{where}: {first.get('msg', 'invalid value')}" if where else str(first.get("msg", "invalid request"))
         kind = first.get("type")
-        if kind == "json_invalid":
-            message = "The request body is not valid JSON. Send a JSON object."
+        if kind == "json_invalid":  # its location is a character offset, not a field
+            message, where = "The request body is not valid JSON. Send a JSON object.", ""
         elif not where and kind in ("model_attributes_type", "dict_type", "missing"):
             message = "The request body must be a JSON object with the request's fields (model, messages or prompt...)."
         return JSONResponse(error_body(message, param=where or None), status_code=400)

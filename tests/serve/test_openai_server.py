@@ -157,6 +157,11 @@ def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(server, cli
     assert client.chat.completions.create(model="qwen2", messages=[{"role": "user", "content": "ok"}], max_tokens=2)
 
 
+def test_malformed_json_names_no_field(server):
+    code, payload = _post(server, "/v1/chat/completions", '{"model": "qwen2", "messages": [{"role": "user"')
+    assert code == 400 and payload["error"]["param"] is None  # pydantic locates it at a character offset
+
+
 def test_the_openai_client_raises_its_own_errors(client):
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="absent", messages=[{"role": "user", "content": "Hi"}])
