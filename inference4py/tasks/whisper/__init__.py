@@ -24,6 +24,7 @@ One idea per module:
 
 - ``vocab``: Whisper's languages and tasks, and the special ids of a model folder;
 - ``features``: the log-mel settings of a folder and the features of audio;
+- ``decoding``: the long-form policy (temperature fallback, silent windows, previous-text context);
 - ``prompt``: the decoder prompt (language / task / ``<|notimestamps|>``) and what a model refuses;
 - ``timestamps``: the timestamp logits rules;
 - ``longform``: 30 s windows, and a window's output cut into segments;
@@ -35,6 +36,8 @@ from __future__ import annotations
 
 # Re-exported one by one (``X as X``): every name importable from here before the split, private ones included
 # (inference4py_genai.whisper uses _WhisperVocab and _read_json_object).
+from inference4py.tasks.whisper.decoding import FALLBACK_TEMPERATURES as FALLBACK_TEMPERATURES
+from inference4py.tasks.whisper.decoding import LongformOptions as LongformOptions
 from inference4py.tasks.whisper.features import _read_json_object as _read_json_object
 from inference4py.tasks.whisper.longform import FRAME_SECONDS as FRAME_SECONDS
 from inference4py.tasks.whisper.longform import TIME_PRECISION as TIME_PRECISION
@@ -44,6 +47,7 @@ from inference4py.tasks.whisper.model import WhisperBuilder as WhisperBuilder
 from inference4py.tasks.whisper.model import WhisperSpeechModel as WhisperSpeechModel
 from inference4py.tasks.whisper.results import Segment as Segment
 from inference4py.tasks.whisper.results import Transcription as Transcription
+from inference4py.tasks.whisper.results import Word as Word
 from inference4py.tasks.whisper.results import _clock as _clock
 from inference4py.tasks.whisper.timestamps import WhisperTimestampRules as WhisperTimestampRules
 from inference4py.tasks.whisper.timestamps import _logsumexp as _logsumexp
@@ -58,6 +62,9 @@ __all__ = [
     "WhisperBuilder",
     "Transcription",
     "Segment",
+    "Word",
+    "FALLBACK_TEMPERATURES",
+    "LongformOptions",
     "WhisperTimestampRules",
     "WHISPER_LANGUAGES",
     "split_segments",

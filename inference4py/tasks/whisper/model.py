@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import numpy as np
 from inference4py import audio as _audio
 from inference4py.engine.pipeline import load_pipeline, read_model_config
 from inference4py.engine.seq2seq import Seq2SeqRuntime, Seq2SeqState
-from inference4py.errors import ConfigurationError, UnsupportedModelError
+from inference4py.errors import ConfigurationError, PromptTooLongError, UnsupportedModelError
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.processors import (
     LogitsProcessor,
@@ -36,6 +37,17 @@ from inference4py.generation.search import generate_step
 from inference4py.generation.streaming import IncrementalDetokenizer
 from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
 from inference4py.tasks.languages import Language
+from inference4py.tasks.whisper.decoding import (
+    LongformOptions,
+    WindowResult,
+    WindowScorer,
+    compression_ratio,
+    is_silence,
+    needs_fallback,
+    no_speech_probability,
+    previous_context,
+    temperatures_of,
+)
 from inference4py.tasks.whisper.features import feature_settings, log_mel
 from inference4py.tasks.whisper.longform import cut_window, split_segments
 from inference4py.tasks.whisper.prompt import check_request, decoder_prompt
@@ -271,9 +283,23 @@ class WhisperSpeechModel(ClosableTask):
         task: str | None = None,
         timestamps: bool | None = None,
         on_token: Callable[[str], None] | None = None,
+        temperature: float | Sequence[float] | None = None,
+        compression_ratio_threshold: float | None = 2.4,
+        logprob_threshold: float | None = -1.0,
+        no_speech_threshold: float | None = 0.6,
+        condition_on_previous_text: bool = False,
+        initial_prompt: str | None = None,
+        prompt_ids: Sequence[int] | None = None,
         **overrides: Any,
     ) -> Transcription:
         """Transcribe (or translate to English) an audio file or array.
+
+        Long audio is decoded 30 s window by window, as openai-whisper's ``transcribe()`` and
+        transformers' long-form ``generate()`` do it: a window whose text is a loop (compression
+        ratio above ``compression_ratio_threshold``) or unlikely (average log-probability below
+        ``logprob_threshold``) is decoded again at the next of several ``temperature`` values; a
+        window that is silence (``<|nospeech|>`` probability above ``no_speech_threshold`` and a
+        low log-probability) gives no text.
 
         Args:
             audio: a path (wav, flac, mp3, ogg, ...), a ``(samples, sample_rate)`` pair, or a
@@ -284,9 +310,24 @@ class WhisperSpeechModel(ClosableTask):
             task: ``"transcribe"`` or ``"translate"`` (default: the builder's, else the model's default).
             timestamps: predict timestamp tokens and time each segment (default: the builder's setting).
             on_token: called with each piece of text as soon as it is final (with timestamps, a
-                piece is final once its segment is closed).
+                piece is final once its segment is closed; with several temperatures or a window
+                that may be silence, once its window is judged).
+            temperature: one temperature (0: greedy), or several tried in turn when a window fails
+                a threshold, e.g. :data:`FALLBACK_TEMPERATURES` ``(0.0, 0.2, ..., 1.0)``.  None: the
+                builder's sampling settings.
+            compression_ratio_threshold: retry a window whose text's zlib compression ratio is above
+                this (openai-whisper's 2.4; None: never).
+            logprob_threshold: retry a window whose average log-probability is below this (-1.0; None: never).
+            no_speech_threshold: skip a window whose ``<|nospeech|>`` probability is above this
+                while its log-probability is below ``logprob_threshold`` (0.6; None: never).
+            condition_on_previous_text: feed the text of the windows so far as ``<|startofprev|>``
+                context (transformers' ``condition_on_prev_tokens``); it starts afresh after a window
+                decoded at a temperature above 0.5.
+            initial_prompt: text given as context to the first window (and kept in the context
+                with ``condition_on_previous_text``): spellings, names, a glossary.
+            prompt_ids: the same as token ids (without ``<|startofprev|>``); not with ``initial_prompt``.
             **overrides: generation options for this call (``max_new_tokens`` counts per 30 s window,
-                ``temperature``, ``num_beams``, ...).
+                ``num_beams``, ``seed``, ...).
 
         Returns:
             A :class:`Transcription` (text, segments, language, token ids).
@@ -296,8 +337,17 @@ class WhisperSpeechModel(ClosableTask):
             UnsupportedModelError: a language / task / timestamps the model cannot do.
             ConfigurationError: invalid options.
         """
+        options = self._longform_options(
+            temperature=temperature,
+            compression_ratio_threshold=compression_ratio_threshold,
+            logprob_threshold=logprob_threshold,
+            no_speech_threshold=no_speech_threshold,
+            condition_on_previous_text=condition_on_previous_text,
+            initial_prompt=initial_prompt,
+            prompt_ids=prompt_ids,
+        )
         result = None
-        for kind, value in self._events(audio, sample_rate, language, task, timestamps, overrides):
+        for kind, value in self._events(audio, sample_rate, language, task, timestamps, overrides, options):
             if kind == "text":
                 if on_token is not None:
                     on_token(value)
@@ -311,9 +361,82 @@ class WhisperSpeechModel(ClosableTask):
         language = kwargs.pop("language", None)
         task = kwargs.pop("task", None)
         timestamps = kwargs.pop("timestamps", None)
-        for kind, value in self._events(audio, sample_rate, language, task, timestamps, kwargs):
+        policy = {k: kwargs.pop(k) for k in _POLICY_ARGUMENTS if k in kwargs}
+        options = self._longform_options(**policy)
+        for kind, value in self._events(audio, sample_rate, language, task, timestamps, kwargs, options):
             if kind == "text":
                 yield value
+
+    def _longform_options(
+        self,
+        *,
+        temperature: float | Sequence[float] | None = None,
+        compression_ratio_threshold: float | None = 2.4,
+        logprob_threshold: float | None = -1.0,
+        no_speech_threshold: float | None = 0.6,
+        condition_on_previous_text: bool = False,
+        initial_prompt: str | None = None,
+        prompt_ids: Sequence[int] | None = None,
+    ) -> _CallPolicy:
+        if initial_prompt is not None and prompt_ids is not None:
+            raise ConfigurationError("Pass initial_prompt or prompt_ids, not both.")
+        ids: tuple[int, ...] = ()
+        if initial_prompt is not None:
+            if not isinstance(initial_prompt, str):
+                raise ConfigurationError(f"initial_prompt must be a str, got {type(initial_prompt).__name__}.")
+            if initial_prompt.strip():
+                # openai-whisper and transformers' get_prompt_ids: one leading space, no special tokens
+                ids = tuple(self.tokenizer.encode(" " + initial_prompt.strip(), add_special_tokens=False))
+        elif prompt_ids is not None:
+            ids = tuple(int(t) for t in prompt_ids)
+            if ids and self._vocab.prev_sot is not None and ids[0] == self._vocab.prev_sot:
+                ids = ids[1:]  # transformers' get_prompt_ids starts with <|startofprev|>
+        if ids and self._vocab.prev_sot is None:
+            raise UnsupportedModelError(
+                f"{self.folder} has no <|startofprev|> token (prev_sot_token_id in generation_config.json), so it "
+                "cannot take a prompt. Drop initial_prompt / prompt_ids, or add the token id to generation_config.json."
+            )
+        specials = self._vocab.special_ids | set(self._vocab.timestamp_range or ())
+        if any(t in specials for t in ids):
+            raise ConfigurationError("prompt_ids must be text tokens: drop the special and timestamp tokens from it.")
+        if condition_on_previous_text and self._vocab.prev_sot is None:
+            raise UnsupportedModelError(
+                f"{self.folder} has no <|startofprev|> token, so condition_on_previous_text cannot be used. "
+                "Call with condition_on_previous_text=False."
+            )
+        explicit = temperature is not None
+        temps = temperatures_of(temperature, 0.0)
+        return _CallPolicy(
+            LongformOptions(
+                temperatures=temps,
+                compression_ratio_threshold=compression_ratio_threshold,
+                logprob_threshold=logprob_threshold,
+                no_speech_threshold=no_speech_threshold,
+                condition_on_previous_text=bool(condition_on_previous_text),
+                prompt_ids=ids,
+            ),
+            explicit_temperature=explicit,
+        )
+
+    def _attempt_config(
+        self, prompt_len: int, overrides: Mapping[str, Any], temperature: float, policy: _CallPolicy, context: bool
+    ) -> GenerationConfig:
+        """The generation settings of one decoding attempt of a window (its prompt may hold context)."""
+        changes = dict(overrides)
+        if policy.explicit_temperature:
+            if temperature > 0:
+                changes.update(do_sample=True, temperature=temperature, num_beams=1)
+            else:
+                changes.update(do_sample=False)
+                changes.pop("temperature", None)
+        try:
+            return self._planner.for_call(prompt_len, changes)
+        except PromptTooLongError:
+            room = (self._planner.context or 0) - prompt_len
+            if not context or room < 1:
+                raise
+            # transformers: the previous text may leave less room than max_new_tokens; fewer new tokens then
+            return self._planner.for_call(prompt_len, {**changes, "max_new_tokens": room})
 
     def _events(
         self,
@@ -323,9 +446,12 @@ class WhisperSpeechModel(ClosableTask):
         task: str | None,
         timestamps: bool | None,
         overrides: Mapping[str, Any],
+        policy: _CallPolicy | None = None,
     ) -> Iterator[tuple[str, Any]]:
         started = time.perf_counter()
         self._check_open()
+        policy = policy if policy is not None else _CallPolicy(LongformOptions(), explicit_temperature=False)
+        options = policy.options
         lang = language_code(language) if language is not None else self._language
         task_name = task if task is not None else self._task_name
         if task_name is not None and task_name not in TASKS:
@@ -337,9 +463,8 @@ class WhisperSpeechModel(ClosableTask):
         feats = self._features_of(samples)  # [n_mels, frames]
         v = self._vocab
         prompt, detect_at = self._prompt(lang, task_name, want_ts)
-        config = self._planner.for_call(len(prompt), overrides)
-        sampler = make_sampler(config)
-        rng = make_rng(config.seed)
+        self._attempt_config(len(prompt), overrides, options.temperatures[0], policy, False)  # refuse bad options now
+        rng = make_rng(self._planner.for_call(len(prompt), overrides).seed)
         detok = IncrementalDetokenizer(self.tokenizer, skip_special_tokens=True)
         duration = samples.size / self._features["sample_rate"]
         # The tokenizer's <|0.00|> ... when timestamps are on; none otherwise (every id is then text or special).
@@ -350,6 +475,8 @@ class WhisperSpeechModel(ClosableTask):
         def is_stamp(t: int) -> bool:
             return stamps is not None and t in stamps
 
+        limit = int(self._runtime_context() or 448) // 2 - 1  # transformers' cut_off_length
+        history: list[tuple[int, ...]] = [options.prompt_ids] if options.prompt_ids else []
         segments: list[Segment] = []
         kept: list[int] = []
         total = feats.shape[1]
@@ -361,19 +488,47 @@ class WhisperSpeechModel(ClosableTask):
             if first and detect_at is not None:
                 prompt[detect_at] = self._detect_in(context)  # detected once, on the first window
             first = False
-            ids = [int(t) for t in prompt if t is not None]
-            out: list[int] = []
-            final = 0  # tokens of `out` known to be kept (up to the last closed pair of timestamps)
-            for token in self._decode_window(context, ids, config, want_ts, sampler, rng):
-                out.append(token)
-                n = len(out)
-                if n >= 2 and is_stamp(out[-1]) and is_stamp(out[-2]):  # a closed segment: all so far is kept
-                    piece = detok.add_many(t for t in out[final:n] if not is_stamp(t))
-                    final = n
-                    if piece:
-                        yield "text", piece
-            if out and out[-1] in config.eos_token_id:
-                out.pop()
+            init = [int(t) for t in prompt if t is not None]
+            prev: list[int] = []
+            if history and v.prev_sot is not None:  # a prompt or condition_on_previous_text (both need the token)
+                prev = previous_context(history, startofprev=v.prev_sot, limit=limit, is_stamp=is_stamp)
+            ids = prev + init
+            several = len(options.temperatures) > 1
+            for attempt, temp in enumerate(options.temperatures):
+                config = self._attempt_config(len(ids), overrides, temp, policy, bool(prev))
+                scorer = WindowScorer(make_sampler(config))
+                out: list[int] = []
+                final = 0  # tokens of `out` known to be kept (up to the last closed pair of timestamps)
+                live: bool | None = None  # streamed while decoding: nothing can discard this window's text
+                for token in self._decode_window(context, ids, config, want_ts, scorer, rng):
+                    if live is None:
+                        thr = options.no_speech_threshold
+                        maybe_silent = (
+                            thr is not None and scorer.no_speech_prob is not None and scorer.no_speech_prob > thr
+                        )
+                        live = not several and not maybe_silent
+                    out.append(token)
+                    n = len(out)
+                    if live and n >= 2 and is_stamp(out[-1]) and is_stamp(out[-2]):  # a closed segment: kept
+                        piece = detok.add_many(t for t in out[final:n] if not is_stamp(t))
+                        final = n
+                        if piece:
+                            yield "text", piece
+                if out and out[-1] in config.eos_token_id:
+                    out.pop()
+                text = self.tokenizer.decode([t for t in out if not is_stamp(t)], skip_special_tokens=True)
+                result = WindowResult(
+                    tokens=tuple(out),
+                    temperature=float(config.temperature) if config.sampling else 0.0,
+                    avg_logprob=scorer.avg_logprob,
+                    no_speech_prob=scorer.no_speech_prob,
+                    compression_ratio=compression_ratio(text.strip()),
+                )
+                if attempt == len(options.temperatures) - 1 or not needs_fallback(result, options):
+                    break
+            if is_silence(result, options):  # nothing of this window is kept; the next one starts after it
+                seek += frames
+                continue
             raw, advance = split_segments(out, timestamp_begin=tb, timestamp_end=te, seek=seek, window_frames=frames)
             n_kept = sum(len(s.tokens) for s in raw)
             piece = detok.add_many(t for t in out[final:n_kept] if not is_stamp(t))
@@ -381,9 +536,23 @@ class WhisperSpeechModel(ClosableTask):
                 yield "text", piece
             kept.extend(out[:n_kept])
             for s in raw:
-                text = self.tokenizer.decode([t for t in s.tokens if not is_stamp(t)], skip_special_tokens=True)
+                seg_text = self.tokenizer.decode([t for t in s.tokens if not is_stamp(t)], skip_special_tokens=True)
                 # a window ends with the audio, and a predicted time may lie past it: no segment ends after the audio
-                segments.append(Segment(min(s.start, duration), min(s.end, duration), text, s.tokens))
+                segments.append(
+                    Segment(
+                        min(s.start, duration),
+                        min(s.end, duration),
+                        seg_text,
+                        s.tokens,
+                        avg_logprob=result.avg_logprob,
+                        no_speech_prob=result.no_speech_prob,
+                        compression_ratio=result.compression_ratio,
+                        temperature=result.temperature,
+                    )
+                )
+                history.append(s.tokens)
+            if not options.condition_on_previous_text or result.temperature > 0.5:
+                history = []  # openai-whisper's prompt_reset_since: later windows start without context
             # A window that does not move on would repeat forever (only possible without the timestamp rules).
             seek += advance if advance > 0 else frames
         tail = detok.finish()
@@ -405,6 +574,10 @@ class WhisperSpeechModel(ClosableTask):
             ),
         )
 
+    def _runtime_context(self) -> int | None:
+        """The decoder's positions (``max_target_positions``)."""
+        return self._planner.context
+
     # -- the hooks of the window loop: a backend (here the native engine) encodes and decodes one window
     def _encode_window(self, window: np.ndarray) -> Any:
         """What the window's decoding needs from the encoder: (hidden states, mask)."""
@@ -423,10 +596,26 @@ class WhisperSpeechModel(ClosableTask):
         sampler: Any,
         rng: np.random.Generator,
     ) -> Iterator[int]:
-        """The tokens generated for one window after the prompt ``ids``."""
-        state = Seq2SeqState(self._runtime, *context)
+        """The tokens generated for one window after the prompt ``ids``.
+
+        A :class:`WindowScorer` as ``sampler`` also receives the ``<|nospeech|>`` probability
+        (the raw logits at ``<|startoftranscript|>``) and, for beam search, the best beam's score.
+        """
+        state: Any = self._new_state(context)
         processors = self._window_processors(config, len(ids), timestamps)
+        v = self._vocab
+        if isinstance(sampler, WindowScorer) and v.no_speech is not None and v.sot in ids:
+            sot_at = ids.index(v.sot)
+            if config.num_beams > 1:  # beam search reorders its state: probe on a state of its own
+                logits = self._new_state(context).prefill(np.asarray([ids[: sot_at + 1]], dtype=np.int64))
+                sampler.set_no_speech(no_speech_probability(logits[0], v.no_speech))
+            else:
+                state = _NoSpeechProbe(state, sot_at, v.no_speech, sampler)
         yield from self._window_tokens(state, ids, config, processors, sampler, rng)
+
+    def _new_state(self, context: Any) -> Seq2SeqState:
+        """A fresh decoding state attending to an encoded window."""
+        return Seq2SeqState(self._runtime, *context)
 
     def _whisper_processors(self, prompt_length: int, timestamps: bool) -> list[LogitsProcessor]:
         """Whisper's own rules, in transformers' order: begin-suppress, suppress, timestamps."""
@@ -474,6 +663,51 @@ class WhisperSpeechModel(ClosableTask):
             best = generate_sequences(
                 state, ids, config.replace(num_return_sequences=1), processors=processors, sampler=sampler, rng=rng
             )[0]
+            if isinstance(sampler, WindowScorer):
+                sampler.set_sequence_score(best.score)  # transformers judges a beam by its sequences_scores
             yield from best.token_ids
             return
         yield from generate_step(state, ids, config, processors=processors, sampler=sampler, rng=rng)
+
+
+_POLICY_ARGUMENTS = (
+    "temperature",
+    "compression_ratio_threshold",
+    "logprob_threshold",
+    "no_speech_threshold",
+    "condition_on_previous_text",
+    "initial_prompt",
+    "prompt_ids",
+)
+
+
+@dataclass(frozen=True)
+class _CallPolicy:
+    """The long-form options of one call, and whether the temperature was given (else the builder's sampling)."""
+
+    options: LongformOptions
+    explicit_temperature: bool
+
+
+class _NoSpeechProbe:
+    """A decoding state whose prefill stops once at ``<|startoftranscript|>`` to read the ``<|nospeech|>`` probability.
+
+    The prompt is fed in two runs (up to ``<|startoftranscript|>``, then the rest), which gives
+    openai-whisper's ``probs_at_sot`` without a separate decoder run.
+    """
+
+    def __init__(self, state: Seq2SeqState, sot_at: int, no_speech: int, scorer: WindowScorer) -> None:
+        self._state = state
+        self._sot_at = sot_at
+        self._no_speech = no_speech
+        self._scorer = scorer
+
+    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray:
+        ids = np.asarray(input_ids, dtype=np.int64).reshape(1, -1)
+        cut = self._sot_at + 1
+        at_sot = self._state.prefill(ids[:, :cut])  # [1, vocab]: what follows <|startoftranscript|>
+        self._scorer.set_no_speech(no_speech_probability(at_sot[0], self._no_speech))
+        return self._state.prefill(ids[:, cut:]) if ids.shape[1] > cut else at_sot
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        return self._state.step(tokens)

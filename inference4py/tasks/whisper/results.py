@@ -7,6 +7,23 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class Word:
+    """One word of a segment with its time span (``word_timestamps=True``).
+
+    Attributes:
+        start: Start time in seconds from the beginning of the audio.
+        end: End time in seconds.
+        word: The word's text as decoded, with its leading space and attached punctuation.
+        probability: The mean probability of the word's tokens under the decoder.
+    """
+
+    start: float
+    end: float
+    word: str
+    probability: float
+
+
+@dataclass(frozen=True)
 class Segment:
     """A stretch of the transcription with its time span.
 
@@ -15,12 +32,23 @@ class Segment:
         end: End time in seconds.
         text: The segment's text (timestamp and special tokens removed).
         token_ids: The segment's generated ids, timestamp tokens included.
+        avg_logprob: Average log-probability of the tokens of the segment's window (None when the
+            backend does not report scores).
+        no_speech_prob: Probability of ``<|nospeech|>`` at the window's ``<|startoftranscript|>``.
+        compression_ratio: zlib compression ratio of the window's text (openai-whisper's measure).
+        temperature: Temperature the window was decoded at (0: greedy).
+        words: The segment's words with their times (empty unless ``word_timestamps=True``).
     """
 
     start: float
     end: float
     text: str
     token_ids: tuple[int, ...] = ()
+    avg_logprob: float | None = None
+    no_speech_prob: float | None = None
+    compression_ratio: float | None = None
+    temperature: float | None = None
+    words: tuple[Word, ...] = ()
 
 
 @dataclass(frozen=True)

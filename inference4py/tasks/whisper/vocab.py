@@ -202,6 +202,11 @@ class _WhisperVocab:
     timestamp_tokens: tuple[int, int] | None = None
     #: ids of the special tokens (neither text nor timestamps): the tokenizer's and the ones above
     special_ids: frozenset[int] = frozenset()
+    #: ``<|startofprev|>`` (generation_config ``prev_sot_token_id``), the context marker; None when absent
+    prev_sot: int | None = None
+    #: ``<|nospeech|>`` (``<|nocaptions|>`` in older vocabularies; else the id before ``<|notimestamps|>``,
+    #: as transformers takes it); None when unknown
+    no_speech: int | None = None
 
     @property
     def timestamp_range(self) -> range | None:
@@ -262,6 +267,12 @@ class _WhisperVocab:
             stamps = (int(no_ts) + 1, int(vocab_size) - int(no_ts) - 1)
         if stamps is not None:
             specials.difference_update(range(stamps[0], stamps[0] + stamps[1]))
+        prev_sot = first_id(gen.get("prev_sot_token_id"))
+        prev_sot = prev_sot if prev_sot is not None else token("<|startofprev|>")
+        no_speech = token("<|nospeech|>")
+        no_speech = no_speech if no_speech is not None else token("<|nocaptions|>")
+        if no_speech is None and no_ts is not None:
+            no_speech = int(no_ts) - 1
         return cls(
             sot=int(sot),
             eot=int(eot),
@@ -277,6 +288,8 @@ class _WhisperVocab:
             ),
             timestamp_tokens=stamps,
             special_ids=frozenset(specials),
+            prev_sot=None if prev_sot is None else int(prev_sot),
+            no_speech=None if no_speech is None else int(no_speech),
         )
 
     def most_likely_language(self, logits: np.ndarray) -> int:

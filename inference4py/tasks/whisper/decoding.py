@@ -1,0 +1,216 @@
+"""Long-form decoding policy: temperature fallback, silent windows, and the previous text as context.
+
+openai-whisper's ``transcribe()`` (and transformers' ``generate_with_fallback``) decode each 30 s
+window, then judge the result:
+
+* **fallback**: a window whose text compresses too well (zlib ratio above
+  ``compression_ratio_threshold``, a loop of repeated text) or whose average log-probability is
+  below ``logprob_threshold`` is decoded again at the next temperature of ``temperatures``;
+* **silence**: a window whose ``<|nospeech|>`` probability (read at ``<|startoftranscript|>``)
+  is above ``no_speech_threshold`` while its average log-probability is below
+  ``logprob_threshold`` is skipped: no text, the next window starts 30 s later;
+* **context**: with ``condition_on_previous_text``, the text of the windows so far (after the
+  ``initial_prompt``) is fed before ``<|startoftranscript|>`` behind ``<|startofprev|>``, cut
+  to the decoder's last ``max_target_positions // 2 - 1`` tokens; a window decoded at a
+  temperature above 0.5 starts the context afresh.
+
+The numbers here are pure functions and small objects so the policy can be tested apart from
+any model: :class:`WindowScorer` wraps the sampler to add up the chosen tokens'
+log-probabilities (of the processed scores, as transformers' ``_retrieve_avg_logprobs``) and
+receives the ``<|nospeech|>`` probability from the decoding backend.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from inference4py.errors import ConfigurationError
+from inference4py.generation.sampling import Sampler
+
+#: openai-whisper's default temperatures: 0 (greedy) first, then sampling ever hotter
+FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+@dataclass(frozen=True)
+class LongformOptions:
+    """How a transcription judges and retries its windows (openai-whisper's ``transcribe()`` settings).
+
+    Attributes:
+        temperatures: decoding temperatures in order; the next one is tried when a window fails a
+            threshold.  One temperature: no fallback.
+        compression_ratio_threshold: a window whose text's zlib compression ratio is above it is
+            decoded again (None: never).
+        logprob_threshold: a window whose average token log-probability is below it is decoded
+            again (None: never).
+        no_speech_threshold: a window whose ``<|nospeech|>`` probability is above it, and whose
+            average log-probability is below ``logprob_threshold``, is silence: skipped (None: never).
+        condition_on_previous_text: feed the text so far as ``<|startofprev|>`` context.
+        prompt_ids: text tokens of the initial prompt (without ``<|startofprev|>``), the context
+            of the first window.
+    """
+
+    temperatures: tuple[float, ...] = (0.0,)
+    compression_ratio_threshold: float | None = 2.4
+    logprob_threshold: float | None = -1.0
+    no_speech_threshold: float | None = 0.6
+    condition_on_previous_text: bool = False
+    prompt_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.temperatures:
+            raise ConfigurationError("temperature must be a number or a non-empty list of numbers, e.g. (0.0, 0.2).")
+        for t in self.temperatures:
+            if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0.0 <= float(t) <= 100.0:
+                raise ConfigurationError(f"Each temperature must be a number from 0 to 100, got {t!r}.")
+        if self.no_speech_threshold is not None and not 0.0 <= self.no_speech_threshold <= 1.0:
+            raise ConfigurationError(
+                f"no_speech_threshold is a probability from 0 to 1 (or None), got {self.no_speech_threshold!r}."
+            )
+        if self.compression_ratio_threshold is not None and self.compression_ratio_threshold <= 0:
+            raise ConfigurationError(
+                f"compression_ratio_threshold must be positive (or None), got {self.compression_ratio_threshold!r}."
+            )
+
+    @property
+    def can_skip(self) -> bool:
+        """Whether a window may be judged silent (no-speech and log-probability thresholds both set)."""
+        return self.no_speech_threshold is not None and self.logprob_threshold is not None
+
+
+def temperatures_of(value: float | Sequence[float] | None, default: float) -> tuple[float, ...]:
+    """A call's ``temperature`` argument as a tuple (a sequence means fallback)."""
+    if value is None:
+        return (float(default),)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (float(value),)
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ConfigurationError(f"temperature must be a number or a list of numbers, got {value!r}.")
+    return tuple(value)  # LongformOptions checks each item
+
+
+def compression_ratio(text: str) -> float:
+    """openai-whisper's ``get_compression_ratio``: UTF-8 bytes over zlib-compressed bytes (0 for no text)."""
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    """One decoding attempt of a window and the numbers it is judged by."""
+
+    tokens: tuple[int, ...]  # generated ids, <|endoftext|> removed
+    temperature: float
+    avg_logprob: float | None
+    no_speech_prob: float | None
+    compression_ratio: float
+
+
+def needs_fallback(result: WindowResult, options: LongformOptions) -> bool:
+    """openai-whisper's rule: too compressible or too unlikely, unless the window is silence."""
+    retry = False
+    if (
+        options.compression_ratio_threshold is not None
+        and result.compression_ratio > options.compression_ratio_threshold
+    ):
+        retry = True
+    if _below_logprob(result, options):
+        retry = True
+    if is_silence(result, options):
+        retry = False  # silence: decoding again would not help
+    return retry
+
+
+def is_silence(result: WindowResult, options: LongformOptions) -> bool:
+    """``<|nospeech|>`` probability above its threshold and average log-probability below its own."""
+    if options.no_speech_threshold is None or result.no_speech_prob is None:
+        return False
+    if result.no_speech_prob <= options.no_speech_threshold:
+        return False
+    return options.logprob_threshold is None or _below_logprob(result, options)
+
+
+def _below_logprob(result: WindowResult, options: LongformOptions) -> bool:
+    return (
+        options.logprob_threshold is not None
+        and result.avg_logprob is not None
+        and result.avg_logprob < options.logprob_threshold
+    )
+
+
+def previous_context(
+    pieces: Sequence[Sequence[int]], *, startofprev: int, limit: int, is_stamp: Callable[[int], bool]
+) -> list[int]:
+    """The ``<|startofprev|>`` context from the pieces kept so far (transformers' ``_pad_to_max_length``).
+
+    A piece ending in two timestamps loses the last one (transformers PR 35750; openai's segment
+    slices end there too); the whole is cut to its last ``limit`` tokens.  Nothing kept: no context.
+
+    Args:
+        pieces: the initial prompt's ids and each kept segment's ids, in order.
+        startofprev: id of ``<|startofprev|>``.
+        limit: most context tokens after ``<|startofprev|>`` (``max_target_positions // 2 - 1``).
+        is_stamp: whether an id is a timestamp token.
+    """
+    tokens: list[int] = []
+    for piece in pieces:
+        ends_with_pair = len(piece) > 2 and is_stamp(piece[-2])
+        tokens.extend(piece[:-1] if ends_with_pair else piece)
+    if not tokens:
+        return []
+    return [startofprev, *tokens[-limit:]] if limit > 0 else [startofprev]
+
+
+class WindowScorer:
+    """A sampler wrapper that adds up the log-probabilities of the chosen tokens of one decoding attempt.
+
+    The log-probability of a token is read from the scores the sampler sees (after every logits
+    processor, before temperature), like transformers' ``_retrieve_avg_logprobs``; the average
+    counts ``<|endoftext|>``.  The backend reports the ``<|nospeech|>`` probability with
+    :meth:`set_no_speech`, and a beam search its length-normalised score with :meth:`set_sequence_score`.
+    """
+
+    __slots__ = ("_inner", "_sum", "_count", "no_speech_prob", "sequence_score")
+
+    def __init__(self, inner: Sampler) -> None:
+        self._inner = inner
+        self._sum = 0.0
+        self._count = 0
+        self.no_speech_prob: float | None = None
+        self.sequence_score: float | None = None
+
+    def __call__(self, scores: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        tokens = self._inner(scores, rng)
+        row = scores[0]
+        top = row.max()
+        if np.isfinite(top):
+            lse = float(top) + float(np.log(np.exp(row - top, dtype=np.float32).sum(dtype=np.float32)))
+            self._sum += float(row[int(tokens[0])]) - lse
+        else:
+            self._sum += float("-inf")
+        self._count += 1
+        return tokens
+
+    def set_no_speech(self, prob: float) -> None:
+        self.no_speech_prob = float(prob)
+
+    def set_sequence_score(self, score: float | None) -> None:
+        self.sequence_score = None if score is None else float(score)
+
+    @property
+    def avg_logprob(self) -> float | None:
+        """The average log-probability of the chosen tokens (a beam search: its sequence score)."""
+        if self.sequence_score is not None:
+            return self.sequence_score
+        return self._sum / self._count if self._count else None
+
+
+def no_speech_probability(logits: np.ndarray, token: int) -> float:
+    """``softmax(logits)[token]`` of one row of raw logits (``[vocab]``), computed in float32 like torch."""
+    row = np.asarray(logits, dtype=np.float32)
+    top = row.max()
+    e = np.exp(row - top, dtype=np.float32)
+    return float(e[token] / e.sum(dtype=np.float32))
