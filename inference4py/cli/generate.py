@@ -8,7 +8,9 @@ tokens to stdout.  The library is imported inside the handlers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +127,18 @@ def _add_generate_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="after the text, print each token's log-probability and its N likeliest alternatives (0-20) to stderr",
     )
+    speculate = parser.add_mutually_exclusive_group()
+    speculate.add_argument(
+        "--speculative",
+        choices=("prompt_lookup",),
+        help="draft tokens from the prompt and the text so far, verify several per pass (same output, faster "
+        "when the answer copies its input)",
+    )
+    speculate.add_argument(
+        "--draft-model",
+        metavar="ID_OR_PATH",
+        help="draft tokens with this smaller model of the same tokenizer, verify several per pass (same output)",
+    )
     parser.add_argument("prompt", nargs="?", help="the prompt; read from stdin when omitted")
 
 
@@ -149,13 +163,34 @@ def _run_generate(args: argparse.Namespace) -> int:
         options["regex"] = args.regex
     if args.grammar is not None:
         options["grammar"] = _read_text(args.grammar, "--grammar")
-    with _build_generator(args) as generator:
+    if args.speculative is not None:
+        options["speculative"] = args.speculative
+    with _build_generator(args) as generator, _draft_model(args.draft_model) as draft:
+        if draft is not None:
+            from inference4py.generation.speculative import DraftModel
+
+            options["speculative"] = DraftModel(draft)
         result = generator.generate(request, on_token=echo, **options)
     echo.end_line()
     for entry in (result.logprobs or ()) if args.logprobs is not None else ():
         alternatives = "  ".join(f"{t.token!r} {t.logprob:.4f}" for t in entry.top_logprobs)
         print(f"{entry.token_id}\t{entry.token!r}\t{entry.logprob:.4f}\t{alternatives}".rstrip(), file=sys.stderr)
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _draft_model(source: str | None) -> Iterator[Any]:
+    """The ``--draft-model`` generator (closed afterwards), or None."""
+    if source is None:
+        yield None
+        return
+    from inference4py import OnnxTextGenerator
+
+    folder = Path(source).expanduser()
+    builder = OnnxTextGenerator.builder()
+    builder = builder.model_path(folder) if folder.is_dir() else builder.model_id(source)
+    with builder.build() as draft:
+        yield draft
 
 
 def _add_chat_arguments(parser: argparse.ArgumentParser) -> None:

@@ -124,8 +124,10 @@ def collect(
             reason = chunk.finish_reason
     end = time.perf_counter()
     text = "".join(pieces)
-    # A CandidateStream streams its best candidate and carries all of them.
+    # A CandidateStream streams its best candidate and carries all of them; a speculative
+    # stream (generation/speculative.py) carries its draft counts.
     candidates = getattr(chunks, "candidates", None) or (Candidate(text, tuple(ids), None, reason),)
+    speculative = getattr(chunks, "speculative", None)
     return GenerationResult(
         text=text,
         token_ids=tuple(ids),
@@ -137,6 +139,7 @@ def collect(
         candidates=tuple(candidates),
         logprobs=tuple(logprobs) if logprobs else None,
         prompt_logprobs=prompt_logprobs,
+        speculative=speculative,
     )
 
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from inference4py.generation.logprobs import TokenLogprob
 
-__all__ = ["GenerationResult", "GenerationChunk", "Candidate", "FinishReason", "ToolCall"]
+__all__ = ["GenerationResult", "GenerationChunk", "Candidate", "FinishReason", "ToolCall", "SpeculativeStats"]
 
 FinishReason = Literal["eos", "length", "stop", "tool_calls"]
 
@@ -64,6 +64,28 @@ class GenerationChunk:
 
 
 @dataclass(frozen=True)
+class SpeculativeStats:
+    """How speculative decoding went in one call (``result.speculative``).
+
+    Attributes:
+        method: ``"prompt_lookup"`` or ``"draft_model"``.
+        drafted_tokens: Tokens proposed and sent to the target model for verification.
+        accepted_tokens: Drafted tokens the target kept (each one a token gained over one step per token).
+        target_passes: Forward passes of the target model after the prompt (with or without drafts).
+    """
+
+    method: str
+    drafted_tokens: int
+    accepted_tokens: int
+    target_passes: int
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / drafted tokens (0.0 when nothing was drafted)."""
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+
+@dataclass(frozen=True)
 class GenerationResult:
     """What one generation call produced.
 
@@ -83,6 +105,7 @@ class GenerationResult:
             what remains around them).
         prompt_logprobs: With ``prompt_logprobs=True`` (OpenAI's ``echo``), one entry per prompt
             token; the first is None (nothing predicts it).
+        speculative: With ``speculative=...``, the drafted and accepted token counts; else None.
     """
 
     text: str
@@ -96,6 +119,7 @@ class GenerationResult:
     logprobs: tuple[TokenLogprob, ...] | None = None
     tool_calls: tuple[ToolCall, ...] = field(default=())
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
+    speculative: SpeculativeStats | None = None
 
     @property
     def tokens_per_second(self) -> float:

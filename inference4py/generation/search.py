@@ -64,8 +64,8 @@ class TokenChooser:
         self._ids[0, :n] = prompt_ids
         self._eos = frozenset(config.eos_token_id)
         self._processors = tuple(processors)
-        self._sampler = sampler
-        self._rng = rng
+        self.sampler = sampler
+        self.rng = rng
         self.recorder = recorder
         self.generated = 0
         self.finished = False  # after an EOS token or max_new_tokens
@@ -80,12 +80,30 @@ class TokenChooser:
         """The prompt's ids, ``[1, n]`` (a view)."""
         return self._ids[:, : self.prompt_length]
 
+    @property
+    def ids(self) -> np.ndarray:
+        """The prompt and every token chosen so far, ``[prompt + generated]`` (a view: read only)."""
+        return self._ids[0, : self.prompt_length + self.generated]
+
     def sequence(self) -> list[int]:
         """The prompt and every token chosen so far."""
         return self._ids[0, : self.prompt_length + self.generated].tolist()
 
     def choose(self, logits: np.ndarray) -> int:
         """The next token from ``logits`` ``[1, vocab]`` (processed in place: pass a copy to keep them)."""
+        scores = self.scores(logits)
+        token = int(self.sampler(scores, self.rng)[0])
+        if scores[0, token] != scores[0, token]:  # NaN: argmax and the samplers pick NaN scores first
+            raise nan_logits_error(self.generated)
+        return self.append(token)
+
+    def scores(self, logits: np.ndarray) -> np.ndarray:
+        """The next token's scores: ``logits`` ``[1, vocab]`` through the processors (in place).
+
+        The processors see the sequence so far.  With logprobs on, the recorder observes the raw
+        logits first, so each call must be followed by :meth:`append` of the token taken from them
+        (speculative decoding verifies a drafted token this way instead of sampling one).
+        """
         cur = self.prompt_length + self.generated
         scores = logits
         if self.recorder is not None:
@@ -94,10 +112,11 @@ class TokenChooser:
             seen = self._ids[:, :cur]
             for proc in self._processors:
                 scores = proc(seen, scores)
-        token = int(self._sampler(scores, self._rng)[0])
-        if scores[0, token] != scores[0, token]:  # NaN: argmax and the samplers pick NaN scores first
-            raise nan_logits_error(self.generated)
-        self._ids[0, cur] = token
+        return scores
+
+    def append(self, token: int) -> int:
+        """Add ``token`` as the next one of the sequence (see :meth:`scores`); returns it."""
+        self._ids[0, self.prompt_length + self.generated] = token
         if self.recorder is not None:
             self.recorder.choose(token)
         self.generated += 1

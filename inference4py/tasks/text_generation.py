@@ -17,6 +17,7 @@ from inference4py.generation.generator import Generator
 from inference4py.generation.processors import make_logits_processors
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.generation.sampling import make_rng, make_sampler
+from inference4py.generation.speculative import DraftModel, Speculation, check_same_vocabulary, resolve_speculative
 from inference4py.tasks import chat_templates
 from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
 from inference4py.tasks.output_control import OutputControl, output_control, split_control
@@ -272,16 +273,23 @@ class OnnxTextGenerator(ClosableTask):
 
         Takes the same options as :meth:`generate`; with ``tools`` the chunks carry the raw
         text (tool-call markup included): parse it with ``tools.parse_tool_calls`` or use generate().
+        With ``speculative``, the returned stream's ``speculative`` attribute holds the draft counts.
         """
         self._check_open()
+        speculation, overrides = _split_speculative(overrides)
         ids, config, control = self._prepare(prompt, overrides)
-        return self._chunks(ids, config, control)
+        return self._chunks(ids, config, control, speculation)
 
     def _prepare(
         self, prompt: Prompt, overrides: Mapping[str, Any]
     ) -> tuple[list[int], GenerationConfig, OutputControl]:
         """The prompt's ids, the call's config and its output control, all checked before any token."""
-        rest, control = self._control(overrides)
+        if overrides.get("speculative") is not None:  # generate() and stream_chunks() take it out first
+            raise ConfigurationError(
+                "speculative decoding runs in generate(), stream() and stream_chunks() of one sequence; "
+                "continuous batching (batched(), the server) does not draft: drop speculative here."
+            )
+        rest, control = self._control({k: v for k, v in overrides.items() if k != "speculative"})
         ids = self._prompts.encode(prompt, tools=control.tools)
         return ids, self._planner.for_call(len(ids), rest), control
 
@@ -294,10 +302,40 @@ class OnnxTextGenerator(ClosableTask):
             options, template=self._prompts.tool_template, token_to_id=self.tokenizer.token_to_id
         )
 
-    def _chunks(self, ids: list[int], config: GenerationConfig, control: OutputControl) -> Iterator[GenerationChunk]:
-        state = self._runtime.new_state(1, capacity=len(ids) + config.max_new_tokens)
+    def _chunks(
+        self,
+        ids: list[int],
+        config: GenerationConfig,
+        control: OutputControl,
+        speculation: Speculation | None = None,
+    ) -> Iterator[GenerationChunk]:
+        capacity = len(ids) + config.max_new_tokens
+        state = self._runtime.new_state(1, capacity=capacity)
         extra = control.processors(self.tokenizer, config.eos_token_id, self._processors)
-        return generate_chunks(state, ids, config, self.tokenizer, extra_processors=extra)
+        if speculation is None:
+            return generate_chunks(state, ids, config, self.tokenizer, extra_processors=extra)
+        from inference4py.generation.speculative import speculative_chunks
+
+        draft_state = None
+        if isinstance(speculation, DraftModel):
+            draft = speculation.model
+            if not isinstance(draft, OnnxTextGenerator):
+                raise ConfigurationError(
+                    f"DraftModel takes a loaded OnnxTextGenerator, got {type(draft).__name__}: "
+                    "DraftModel(OnnxTextGenerator.builder().model_path(...).build())."
+                )
+            draft._check_open()
+            check_same_vocabulary(self.tokenizer, draft.tokenizer)
+            draft_state = draft._runtime.new_state(1, capacity=capacity)
+        return speculative_chunks(
+            state,
+            ids,
+            config,
+            self.tokenizer,
+            speculation=speculation,
+            draft_state=draft_state,
+            extra_processors=extra,
+        )
 
     def generate(
         self, prompt: Prompt, on_token: Callable[[str], None] | None = None, **overrides: Any
@@ -311,10 +349,13 @@ class OnnxTextGenerator(ClosableTask):
                 ``logprobs=True``...), and what the output may be (docs/structured-output.md):
                 ``json_schema``, ``response_format``, ``regex``, ``grammar``, ``choices`` (one of them), and
                 ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` (OpenAI's forms).
+                ``speculative="prompt_lookup"`` or ``speculative=DraftModel(smaller_generator)`` drafts
+                tokens and verifies them several per forward pass, with the same output (docs/speculative.md).
 
         Returns:
             GenerationResult with the text, generated ids, counts and timings; with tools, the
-            parsed ``tool_calls`` and ``finish_reason="tool_calls"`` when the model called one.
+            parsed ``tool_calls`` and ``finish_reason="tool_calls"`` when the model called one;
+            with speculative, the drafted and accepted counts in ``result.speculative``.
 
         Raises:
             InvalidInputError: empty or malformed prompt, bad tools or tool_choice.
@@ -324,8 +365,10 @@ class OnnxTextGenerator(ClosableTask):
         """
         started = time.perf_counter()
         self._check_open()
+        speculation, overrides = _split_speculative(overrides)
         ids, config, control = self._prepare(prompt, overrides)
-        result = collect(self._chunks(ids, config, control), prompt_tokens=len(ids), started=started, on_token=on_token)
+        chunks = self._chunks(ids, config, control, speculation)
+        result = collect(chunks, prompt_tokens=len(ids), started=started, on_token=on_token)
         return control.finish(result)
 
     def generate_batch(self, prompts: Sequence[Prompt], **overrides: Any) -> list[GenerationResult]:
@@ -338,7 +381,12 @@ class OnnxTextGenerator(ClosableTask):
         self._check_open()
         if not isinstance(prompts, (list, tuple)) or not prompts:
             raise InvalidInputError("generate_batch needs a non-empty list of prompts.")
-        rest, control = self._control(overrides)
+        if overrides.get("speculative") is not None:
+            raise ConfigurationError(
+                "generate_batch does not draft tokens (speculative decoding runs one sequence): drop speculative, "
+                "or call generate(prompt, speculative=...) per prompt."
+            )
+        rest, control = self._control({k: v for k, v in overrides.items() if k != "speculative"})
         rows = [self._prompts.encode(p, tools=control.tools) for p in prompts]
         config = self._planner.for_call(max(len(r) for r in rows), rest)
         if config.num_beams > 1 or config.num_return_sequences > 1:
@@ -399,6 +447,12 @@ class OnnxTextGenerator(ClosableTask):
         for chunk in self.stream_chunks(prompt, **overrides):
             if chunk.text:
                 yield chunk.text
+
+
+def _split_speculative(overrides: Mapping[str, Any]) -> tuple[Speculation | None, dict[str, Any]]:
+    """``(the call's speculative setting, the other overrides)``; the setting is checked here."""
+    rest = dict(overrides)
+    return resolve_speculative(rest.pop("speculative", None)), rest
 
 
 def _already_fused(folder: Path) -> bool:

@@ -1,0 +1,572 @@
+"""Speculative decoding: draft several tokens cheaply, verify them in one forward pass of the model.
+
+Decoding on a CPU is bound by reading the weights, and a forward pass over k+1 tokens reads
+them once.  A proposer guesses the next tokens; the model scores ``[last token, d_1 .. d_k]``
+on top of its KV cache in one pass, which gives the logits of every position; the longest
+prefix of the draft the model agrees with is kept, plus one token of the model's own (the
+correction at the first disagreement, or a bonus token after a full match), and the cache is
+rewound past the rejected drafts.
+
+Two proposers:
+
+* :class:`PromptLookup` copies from the context (no second model): the last n tokens (n from
+  ``max_ngram`` down to ``min_ngram``) are looked up earlier in the prompt and the text so far,
+  and the tokens that followed become the draft (transformers' ``prompt_lookup_num_tokens``,
+  vLLM's n-gram proposer).  Pays off when the output copies its input: summaries, answers
+  from a passage, code edits.
+* :class:`DraftModel` asks a smaller model with the same tokenizer.
+
+The output is exactly what plain decoding gives: greedy keeps a draft token only when it is
+the argmax, so the ids are the plain greedy ids; sampling keeps draft token d with probability
+``min(1, p(d) / q(d))`` and otherwise draws from ``norm(max(0, p - q))`` (Leviathan et al. 2023;
+Chen et al. 2023), so every token has the plain distribution p.  ``p`` is the distribution the
+plain loop samples from at that position: the logits processors (penalties, constraints...)
+with the position's own token history, then the sampler's temperature, top-k, top-p, min-p.
+A prompt-lookup draft is deterministic: ``q`` is a point mass.
+
+Layers: :func:`speculative_tokens` is a token iterator for :func:`~inference4py.generation.generate.stream_generate`
+(so streaming, stop strings, EOS and max_new_tokens work as in the plain loop), and
+:class:`SpeculativeStream` wraps the chunk stream so ``collect`` records the draft counts.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from inference4py.errors import ConfigurationError, UnsupportedModelError
+from inference4py.generation.config import GenerationConfig
+from inference4py.generation.processors import LogitsProcessor, make_logits_processors
+from inference4py.generation.result import GenerationChunk, SpeculativeStats
+from inference4py.generation.sampling import make_sampler, nan_logits_error
+from inference4py.generation.search import TokenChooser
+
+if TYPE_CHECKING:
+    from inference4py.engine.decoder import DecoderState
+    from inference4py.tokenization import Tokenizer
+
+__all__ = [
+    "PromptLookup",
+    "DraftModel",
+    "Speculation",
+    "resolve_speculative",
+    "PromptLookupProposer",
+    "DraftModelProposer",
+    "DraftLength",
+    "speculative_tokens",
+    "SpeculativeStream",
+    "check_same_vocabulary",
+    "speculative_chunks",
+]
+
+_MAX_DRAFT_LIMIT = 64
+
+
+def _check_lengths(num_draft_tokens: int, max_draft_tokens: int) -> None:
+    for name, value in (("num_draft_tokens", num_draft_tokens), ("max_draft_tokens", max_draft_tokens)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_DRAFT_LIMIT:
+            raise ConfigurationError(
+                f"{name}={value!r} is invalid: {name} must be an integer from 1 to {_MAX_DRAFT_LIMIT}."
+            )
+    if num_draft_tokens > max_draft_tokens:
+        raise ConfigurationError(
+            f"num_draft_tokens={num_draft_tokens} is larger than max_draft_tokens={max_draft_tokens}: "
+            "the first draft length must fit the bound. Raise max_draft_tokens or lower num_draft_tokens."
+        )
+
+
+@dataclass(frozen=True)
+class PromptLookup:
+    """Drafts copied from the context: ``generate(..., speculative=PromptLookup(...))``.
+
+    ``speculative="prompt_lookup"`` is this with its defaults.
+
+    Args:
+        max_ngram: Longest suffix of the sequence looked up in the earlier context (tried first).
+        min_ngram: Shortest suffix tried when no longer one matches (1 to ``max_ngram``).
+        num_draft_tokens: Draft length to start with.
+        max_draft_tokens: Bound on the draft length, which grows by 2 after a fully accepted
+            draft and shrinks by 1 after a rejection (never below 1).
+
+    Example:
+        >>> PromptLookup(max_ngram=4).max_ngram
+        4
+    """
+
+    max_ngram: int = 3
+    min_ngram: int = 2
+    num_draft_tokens: int = 4
+    max_draft_tokens: int = 10
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_ngram, bool) or not isinstance(self.max_ngram, int) or not 1 <= self.max_ngram <= 16:
+            raise ConfigurationError(
+                f"max_ngram={self.max_ngram!r} is invalid: max_ngram must be an integer from 1 to 16."
+            )
+        if (
+            isinstance(self.min_ngram, bool)
+            or not isinstance(self.min_ngram, int)
+            or not 1 <= self.min_ngram <= self.max_ngram
+        ):
+            raise ConfigurationError(
+                f"min_ngram={self.min_ngram!r} is invalid: min_ngram must be an integer from 1 to max_ngram "
+                f"({self.max_ngram})."
+            )
+        _check_lengths(self.num_draft_tokens, self.max_draft_tokens)
+
+    @property
+    def method(self) -> str:
+        return "prompt_lookup"
+
+
+@dataclass(frozen=True, eq=False)
+class DraftModel:
+    """Drafts from a smaller model with the same tokenizer: ``speculative=DraftModel(small)``.
+
+    Args:
+        model: A loaded :class:`~inference4py.OnnxTextGenerator` (decoder-only) whose tokenizer has
+            the target's vocabulary, e.g. SmolLM2-135M drafting for SmolLM2-1.7B, or an int4 copy
+            of the target itself.
+        num_draft_tokens: Draft length to start with.
+        max_draft_tokens: Bound on the draft length (it adapts as with :class:`PromptLookup`).
+
+    The draft model runs the call's logits processors and sampling settings on its own logits,
+    so its guesses follow the same rules; its own generation defaults are not used.
+    """
+
+    model: Any
+    num_draft_tokens: int = 4
+    max_draft_tokens: int = 8
+
+    def __post_init__(self) -> None:
+        _check_lengths(self.num_draft_tokens, self.max_draft_tokens)
+
+    @property
+    def method(self) -> str:
+        return "draft_model"
+
+
+Speculation = PromptLookup | DraftModel
+
+_NAMES = {"prompt_lookup": PromptLookup}
+
+
+def resolve_speculative(value: Any) -> Speculation | None:
+    """The speculative setting of a call: None/False (off), ``"prompt_lookup"``, a PromptLookup or a DraftModel.
+
+    Raises:
+        ConfigurationError: any other value, naming the valid ones.
+    """
+    if value is None or value is False:
+        return None
+    if isinstance(value, (PromptLookup, DraftModel)):
+        return value
+    if isinstance(value, str) and value in _NAMES:
+        return _NAMES[value]()
+    raise ConfigurationError(
+        f"speculative={value!r} is invalid: use speculative='prompt_lookup', PromptLookup(...) or "
+        "DraftModel(smaller_generator) (from inference4py.generation.speculative), or None to turn it off."
+    )
+
+
+def refuse_unsupported(config: GenerationConfig) -> None:
+    """Refuse the settings speculative decoding does not run, naming the option to drop."""
+    if config.num_beams > 1:
+        raise ConfigurationError(
+            f"speculative decoding runs greedy search or sampling, not beam search (num_beams={config.num_beams}): "
+            "drop num_beams or speculative."
+        )
+    if config.num_return_sequences > 1:
+        raise ConfigurationError(
+            f"speculative decoding returns one sequence (num_return_sequences={config.num_return_sequences}): "
+            "drop num_return_sequences or speculative, or call generate() once per sample."
+        )
+
+
+# ---------------------------------------------------------------------------------- proposers
+class Proposer(Protocol):
+    """Guesses the next tokens of a sequence."""
+
+    def propose(self, context: np.ndarray, k: int) -> tuple[np.ndarray, list[np.ndarray] | None]:
+        """At most ``k`` draft tokens after ``context`` (``[n]`` int64), and their draft distributions.
+
+        The distributions (float64 ``[vocab]`` each) are None when the draft is deterministic
+        (point masses on the drafted tokens).
+        """
+        ...
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+class PromptLookupProposer:
+    """N-gram drafts: the tokens that followed the latest earlier occurrence of the sequence's suffix."""
+
+    def __init__(self, settings: PromptLookup) -> None:
+        self.max_ngram = settings.max_ngram
+        self.min_ngram = settings.min_ngram
+
+    def propose(self, context: np.ndarray, k: int) -> tuple[np.ndarray, list[np.ndarray] | None]:
+        length = context.shape[0]
+        for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
+            # starts j of earlier occurrences: context[j : j + n] == suffix, with j + n < length
+            candidates = length - n
+            match = context[:candidates] == context[candidates]
+            for i in range(1, n):
+                match &= context[i : candidates + i] == context[candidates + i]
+            hits = np.flatnonzero(match)
+            if hits.size:
+                # the latest occurrence with k tokens after it, else the latest one
+                full = hits[hits + n + k <= length]
+                start = int(full[-1] if full.size else hits[-1]) + n
+                return context[start : start + k].copy(), None
+        return _EMPTY, None
+
+
+_VOCABS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def _vocab_fingerprint(tokenizer: Tokenizer) -> int:
+    """A hash of every (id, token) entry, computed once per tokenizer object."""
+    known = _VOCABS.get(tokenizer)
+    if known is None:
+        known = hash(tuple(tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)))
+        _VOCABS[tokenizer] = known
+    return known
+
+
+def check_same_vocabulary(target: Tokenizer, draft: Tokenizer) -> None:
+    """Refuse a draft model whose tokenizer maps ids to other tokens than the target's.
+
+    Raises:
+        ConfigurationError: the vocabularies differ (size or any entry).
+    """
+    if target is draft:
+        return
+    if target.vocab_size != draft.vocab_size or _vocab_fingerprint(target) != _vocab_fingerprint(draft):
+        first = next(
+            (
+                i
+                for i in range(min(target.vocab_size, draft.vocab_size))
+                if target.id_to_token(i) != draft.id_to_token(i)
+            ),
+            min(target.vocab_size, draft.vocab_size),
+        )
+        raise ConfigurationError(
+            f"The draft model's vocabulary differs from the model's ({draft.vocab_size} vs {target.vocab_size} "
+            f"tokens; first difference at id {first}: {draft.id_to_token(first)!r} vs {target.id_to_token(first)!r}). "
+            "A draft model must share the tokenizer (e.g. a smaller model of the same family); "
+            "use speculative='prompt_lookup' otherwise."
+        )
+
+
+class DraftModelProposer:
+    """Drafts from a smaller decoder, greedy or sampled with the call's processors and sampler.
+
+    The draft's KV cache follows the sequence: each proposal rewinds it to the longest prefix it
+    shares with the context (its rejected guesses are dropped) and feeds what it has not seen.
+    """
+
+    def __init__(
+        self,
+        state: DecoderState,
+        config: GenerationConfig,
+        *,
+        prompt_length: int,
+        rng: np.random.Generator,
+    ) -> None:
+        self._state = state
+        self._processors: tuple[LogitsProcessor, ...] = tuple(
+            make_logits_processors(config, prompt_length=prompt_length)
+        )
+        self._sampler = make_sampler(config)
+        self._sampling = config.sampling
+        self._rng = rng
+        self._eos = frozenset(config.eos_token_id)
+        self._fed = np.zeros(0, dtype=np.int64)  # the tokens in the draft's cache
+        self._ids = np.zeros((1, 0), dtype=np.int64)  # [1, context + draft] history for the processors
+        self.forward_passes = 0
+
+    def propose(self, context: np.ndarray, k: int) -> tuple[np.ndarray, list[np.ndarray] | None]:
+        length = context.shape[0]
+        shared = min(self._fed.shape[0], length - 1)  # at least one token to feed: its logits are needed
+        if shared:
+            differs = np.flatnonzero(self._fed[:shared] != context[:shared])
+            if differs.size:
+                shared = int(differs[0])
+        if shared < self._state.length:
+            self._state.rewind(shared)
+        new = context[shared:]
+        logits = self._state.step(new) if shared and new.shape[0] == 1 else self._state.prefill(new[None, :])
+        self.forward_passes += 1
+        if self._ids.shape[1] < length + k:
+            self._ids = np.zeros((1, 2 * (length + k)), dtype=np.int64)
+        self._ids[0, :length] = context
+        tokens: list[int] = []
+        dists: list[np.ndarray] | None = [] if self._sampling else None
+        for i in range(k):
+            scores = np.array(logits, dtype=np.float32)  # [1, vocab]
+            seen = self._ids[:, : length + i]
+            for proc in self._processors:
+                scores = proc(seen, scores)
+            if dists is None:
+                token = int(self._sampler(scores, self._rng)[0])
+            else:
+                q = distribution(self._sampler, scores)
+                token = draw(q, self._rng)
+                dists.append(q)
+            tokens.append(token)
+            self._ids[0, length + i] = token
+            if token in self._eos or i == k - 1:
+                break
+            logits = self._state.step(np.array([token], dtype=np.int64))
+            self.forward_passes += 1
+        self._fed = np.concatenate([context, np.asarray(tokens[:-1], dtype=np.int64)])
+        return np.asarray(tokens, dtype=np.int64), dists
+
+
+# ---------------------------------------------------------------------------------- the rule
+def distribution(sampler: Any, scores: np.ndarray) -> np.ndarray:
+    """The float64 ``[vocab]`` distribution a sampling ``sampler`` draws from for ``scores`` ``[1, vocab]``.
+
+    The sampler's own warping (temperature, top-k, top-p, min-p) gives the kept tokens and their
+    scores; the probabilities are their softmax, as the sampler's draw computes them.
+    """
+    warp = getattr(sampler, "warp", None)
+    if warp is None:
+        raise ConfigurationError("speculative sampling needs a sampler from make_sampler() (one with warp()).")
+    idx, vals = warp(scores)
+    weights = np.asarray(vals[0], dtype=np.float64)
+    top = weights.max()
+    if not math.isfinite(top):
+        raise nan_logits_error()
+    weights = np.exp(weights - top)
+    weights /= weights.sum()
+    p = np.zeros(scores.shape[1], dtype=np.float64)
+    if idx is None:
+        p[:] = weights
+    else:
+        p[idx[0]] = weights
+    return p
+
+
+def draw(p: np.ndarray, rng: np.random.Generator) -> int:
+    """One token from the distribution ``p`` (float64 ``[vocab]``, summing to > 0) with one uniform number."""
+    cumulative = np.cumsum(p)
+    total = cumulative[-1]
+    if not total > 0:
+        raise nan_logits_error()
+    target = min(rng.random() * total, math.nextafter(total, 0.0))
+    return int(cumulative.searchsorted(target, side="right"))
+
+
+def verify(
+    chooser: TokenChooser,
+    logits: np.ndarray,
+    drafted: int,
+    q: np.ndarray | None,
+    *,
+    sampling: bool,
+) -> tuple[int, bool]:
+    """The token at one verified position and whether it is the drafted one.
+
+    ``logits`` ``[1, vocab]`` are the target's at that position (processed in place); the
+    chooser's history is the sequence before it.  The caller appends the token to the chooser.
+    """
+    scores = chooser.scores(logits)
+    if not sampling:
+        token = int(chooser.sampler(scores, chooser.rng)[0])
+        if scores[0, token] != scores[0, token]:
+            raise nan_logits_error(chooser.generated)
+        return token, token == drafted
+    p = distribution(chooser.sampler, scores)
+    p_draft = p[drafted] if 0 <= drafted < p.shape[0] else 0.0
+    rng = chooser.rng
+    if q is None:  # a deterministic draft: accept with probability p(d)
+        if rng.random() < p_draft:
+            return drafted, True
+        if p_draft > 0:
+            p[drafted] = 0.0  # norm(max(0, p - point mass at d))
+        return draw(p, rng), False
+    q_draft = q[drafted] if 0 <= drafted < q.shape[0] else 0.0
+    if rng.random() * q_draft < p_draft:  # min(1, p(d) / q(d))
+        return drafted, True
+    # a draft model's logits may be wider or narrower than the target's: align q to p's width
+    # (tokens the target cannot produce have p = 0: never kept, and no part of the residual)
+    aligned = q[: p.shape[0]] if q.shape[0] >= p.shape[0] else np.pad(q, (0, p.shape[0] - q.shape[0]))
+    residual = np.maximum(p - aligned, 0.0)
+    if not residual.sum() > 0:  # p == q up to rounding: a rejection has probability ~0
+        residual = p
+    return draw(residual, rng), False
+
+
+class DraftLength:
+    """The adaptive draft length: +2 after a fully accepted draft, -1 after a rejection, in [1, maximum]."""
+
+    def __init__(self, start: int, maximum: int) -> None:
+        self.current = start
+        self.maximum = maximum
+
+    def update(self, accepted: int, drafted: int) -> None:
+        if not drafted:
+            return
+        if accepted == drafted:
+            self.current = min(self.maximum, self.current + 2)
+        else:
+            self.current = max(1, self.current - 1)
+
+
+@dataclass
+class _Counts:
+    method: str
+    drafted: int = 0
+    accepted: int = 0
+    passes: int = 0
+    lengths: list[int] = field(default_factory=list)
+
+    def snapshot(self) -> SpeculativeStats:
+        return SpeculativeStats(self.method, self.drafted, self.accepted, self.passes)
+
+
+# ---------------------------------------------------------------------------------- the loop
+def speculative_tokens(
+    state: DecoderState,
+    chooser: TokenChooser,
+    proposer: Proposer,
+    config: GenerationConfig,
+    *,
+    lengths: DraftLength,
+    counts: _Counts | None = None,
+) -> Iterator[int]:
+    """Yield generated token ids from a fresh ``state``, verifying drafts in one pass each.
+
+    The first token comes from the prompt's prefill, as in the plain loop.  Then each pass
+    feeds ``[last token, drafts...]``: every draft the target agrees with is yielded, then the
+    target's own token (a correction, or a bonus after a full match).  A pass without drafts
+    is a plain step.  Tokens are yielded one at a time and the loop stops at EOS or
+    ``max_new_tokens`` (never beyond), or when the consumer closes the iterator (stop strings).
+    """
+    from inference4py.generation.search import prefill_scoring_prompt
+
+    if chooser.recorder is not None and config.prompt_logprobs:
+        logits = prefill_scoring_prompt(state, chooser.prompt, chooser.recorder)
+    else:
+        state.keep_prefill_logits = False  # the prompt's logits stay in the runtime
+        logits = state.prefill(chooser.prompt)  # [1, vocab]
+    token = chooser.choose(logits)
+    yield token
+    sampling = config.sampling
+    feed = np.empty((1, lengths.maximum + 1), dtype=np.int64)  # [1, last token + drafts]
+    while not chooser.finished:
+        k = min(lengths.current, chooser.max_new - chooser.generated - 1)
+        drafts, dists = proposer.propose(chooser.ids, k) if k > 0 else (_EMPTY, None)
+        k = int(drafts.shape[0])
+        if counts is not None:
+            counts.passes += 1
+            counts.drafted += k
+        if k == 0:
+            feed[0, 0] = token
+            token = chooser.choose(state.step(feed[0, :1]))  # a plain step
+            yield token
+            continue
+        feed[0, 0] = token
+        feed[0, 1 : k + 1] = drafts
+        base = state.length
+        state.keep_prefill_logits = True
+        state.prefill_logits = None
+        state.prefill(feed[:, : k + 1])
+        rows = state.prefill_logits  # [1, k + 1, vocab]
+        if rows is None or rows.shape[1] != k + 1:
+            raise UnsupportedModelError(
+                "Speculative decoding verifies several tokens per pass and needs the logits of every position, "
+                "but this graph returns only the last position's. Drop speculative for this model."
+            )
+        accepted = 0
+        for i in range(k + 1):
+            row = rows[0, i : i + 1]  # [1, vocab]
+            if i == k:  # every draft kept: the target's next token, as a plain step would choose it
+                token = chooser.choose(row)
+                yield token
+                break
+            token, kept = verify(chooser, row, int(drafts[i]), None if dists is None else dists[i], sampling=sampling)
+            chooser.append(token)
+            if kept:
+                accepted += 1
+            else:
+                state.rewind(base + i + 1)  # keep [last token, d_1 .. d_i]
+            yield token
+            if not kept or chooser.finished:
+                break
+        lengths.update(accepted, k)
+        if counts is not None:
+            counts.accepted += accepted
+
+
+class SpeculativeStream:
+    """A chunk stream of a speculative call; ``speculative`` holds its draft counts so far.
+
+    :func:`~inference4py.generation.generate.collect` copies them onto the result.
+    """
+
+    def __init__(self, chunks: Iterator[GenerationChunk], counts: _Counts) -> None:
+        self._chunks = chunks
+        self._counts = counts
+
+    def __iter__(self) -> SpeculativeStream:
+        return self
+
+    def __next__(self) -> GenerationChunk:
+        return next(self._chunks)
+
+    def close(self) -> None:
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()
+
+    @property
+    def speculative(self) -> SpeculativeStats:
+        return self._counts.snapshot()
+
+
+def speculative_chunks(
+    state: DecoderState,
+    prompt_ids: Sequence[int],
+    config: GenerationConfig,
+    tokenizer: Tokenizer,
+    *,
+    speculation: Speculation,
+    draft_state: DecoderState | None = None,
+    extra_processors: Sequence[LogitsProcessor] = (),
+) -> SpeculativeStream:
+    """The chunks of one speculative call over a fresh target ``state`` (see :func:`speculative_tokens`).
+
+    ``draft_state`` is a fresh state of the draft model's runtime, for a :class:`DraftModel`.
+    """
+    from inference4py.generation.generate import new_chooser, stream_generate
+
+    refuse_unsupported(config)
+    processors = make_logits_processors(config, prompt_length=len(prompt_ids), extra=extra_processors)
+    chooser = new_chooser(prompt_ids, config, tokenizer, processors=processors)
+    proposer: Proposer
+    if isinstance(speculation, DraftModel):
+        if draft_state is None:
+            raise ConfigurationError("A DraftModel needs the draft model's decoder state (draft_state).")
+        # one seeded generator for the whole call: drafts and verification draw from it in turn
+        proposer = DraftModelProposer(draft_state, config, prompt_length=len(prompt_ids), rng=chooser.rng)
+    else:
+        proposer = PromptLookupProposer(speculation)
+    counts = _Counts(speculation.method)
+    tokens = speculative_tokens(
+        state,
+        chooser,
+        proposer,
+        config,
+        lengths=DraftLength(speculation.num_draft_tokens, speculation.max_draft_tokens),
+        counts=counts,
+    )
+    return SpeculativeStream(stream_generate(tokens, tokenizer, config, recorder=chooser.recorder), counts)
