@@ -166,6 +166,10 @@ class Seq2SeqState:
         self.cross_computations = 0
         self._binding: StepBinding | None = None  # the step graph's binding, made once
         self._step_ready = False
+        # Outputs of the step graph beyond logits and cache (e.g. Whisper's ``cross_attentions.{i}``) that a
+        # caller wants after each one-token step; set before decoding, read from ``extras`` after each step.
+        self.extra_outputs: tuple[str, ...] = ()
+        self.extras: list[Any] = []
 
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray:
         """Feed the decoder start tokens ``[batch, n]``; returns last-position logits."""
@@ -192,8 +196,10 @@ class Seq2SeqState:
             fast.bind_view("decoder_attention_mask", ones[:n].reshape(self.batch, self.length + 1), ones)
         fast.rebind_cache(g.cache_names, self._self)
         fast.run(what=g.name)
-        outputs = fast.outputs()  # logits first, then the presents in layout order (see _bind_step)
-        self._self = outputs[1:]
+        outputs = fast.outputs()  # logits first, the presents in layout order, then extra_outputs (see _bind_step)
+        n_cache = len(g.cache_names)
+        self._self = outputs[1 : 1 + n_cache]
+        self.extras = outputs[1 + n_cache :]
         self.length += 1
         logits = outputs[0].numpy()
         return (logits[:, -1, :] if logits.ndim == 3 else logits).astype(np.float32, copy=False)
@@ -269,6 +275,8 @@ class Seq2SeqState:
         binding.bind_output("logits", "cpu")
         for _, present in g.cache_names:  # after logits: step() reads them from output 1 on
             binding.bind_output(present, "cpu")
+        for name in self.extra_outputs:  # last
+            binding.bind_output(name, "cpu")
         self._step_ready = True
 
     def _run(self, ids: np.ndarray) -> np.ndarray:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -173,9 +174,11 @@ class WindowScorer:
     :meth:`set_no_speech`, and a beam search its length-normalised score with :meth:`set_sequence_score`.
     """
 
-    __slots__ = ("_inner", "_sum", "_count", "no_speech_prob", "sequence_score")
+    __slots__ = ("_inner", "_sum", "_count", "no_speech_prob", "sequence_score", "alignment")
 
-    def __init__(self, inner: Sampler) -> None:
+    def __init__(self, inner: Sampler, alignment: Any = None) -> None:
+        #: what collects the cross-attention rows for word timestamps (None: not wanted)
+        self.alignment = alignment
         self._inner = inner
         self._sum = 0.0
         self._count = 0

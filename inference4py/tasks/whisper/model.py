@@ -13,6 +13,7 @@ and decodes one window through three hooks (``_encode_window``, ``_detect_in``,
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,9 +24,10 @@ import numpy as np
 
 from inference4py import audio as _audio
 from inference4py.engine.pipeline import load_pipeline, read_model_config
-from inference4py.engine.seq2seq import Seq2SeqRuntime, Seq2SeqState
+from inference4py.engine.seq2seq import Seq2SeqRuntime, Seq2SeqState, _DecoderGraph
+from inference4py.engine.sessions import create_session
 from inference4py.errors import ConfigurationError, PromptTooLongError, UnsupportedModelError
-from inference4py.generation.config import GenerationConfig
+from inference4py.generation.config import GenerationConfig, read_generation_defaults
 from inference4py.generation.processors import (
     LogitsProcessor,
     SuppressTokens,
@@ -37,6 +39,7 @@ from inference4py.generation.search import generate_step
 from inference4py.generation.streaming import IncrementalDetokenizer
 from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
 from inference4py.tasks.languages import Language
+from inference4py.tasks.whisper.attention import attention_decoder_files
 from inference4py.tasks.whisper.decoding import (
     LongformOptions,
     WindowResult,
@@ -49,11 +52,12 @@ from inference4py.tasks.whisper.decoding import (
     temperatures_of,
 )
 from inference4py.tasks.whisper.features import feature_settings, log_mel
-from inference4py.tasks.whisper.longform import cut_window, split_segments
+from inference4py.tasks.whisper.longform import FRAME_SECONDS, cut_window, split_segments
 from inference4py.tasks.whisper.prompt import check_request, decoder_prompt
-from inference4py.tasks.whisper.results import Segment, Transcription
+from inference4py.tasks.whisper.results import Segment, Transcription, Word
 from inference4py.tasks.whisper.timestamps import WhisperTimestampRules
 from inference4py.tasks.whisper.vocab import TASKS, _WhisperVocab, language_code
+from inference4py.tasks.whisper.words import default_alignment_heads, segment_words, token_times
 from inference4py.tokenization import Tokenizer, load_tokenizer
 
 # --------------------------------------------------------------------------- builder
@@ -170,7 +174,9 @@ class WhisperSpeechModel(ClosableTask):
             raise ConfigurationError("stop_sequence is not supported by WhisperSpeechModel; remove it.")
         spec = load_pipeline(self.folder)
         config = read_model_config(self.folder)
-        self._runtime = Seq2SeqRuntime(spec, config, builder.session_options())
+        self._session_options = builder.session_options()
+        self._runtime = Seq2SeqRuntime(spec, config, self._session_options)
+        self._aligned: Seq2SeqRuntime | None = None  # the decoder with cross_attentions outputs, made on demand
         if self._runtime.encoder_input != "input_features":
             raise UnsupportedModelError(
                 f"{self.folder} is a text encoder-decoder model, not a speech model (its encoder takes "
@@ -229,6 +235,7 @@ class WhisperSpeechModel(ClosableTask):
         return f"WhisperSpeechModel(folder={str(self.folder)!r}, builder={self._builder_repr})"
 
     def _release(self) -> None:
+        self._aligned = None
         self._runtime = None  # type: ignore[assignment]  # closed: every call checks _check_open() first
 
     # ------------------------------------------------------------------ audio
@@ -290,6 +297,7 @@ class WhisperSpeechModel(ClosableTask):
         condition_on_previous_text: bool = False,
         initial_prompt: str | None = None,
         prompt_ids: Sequence[int] | None = None,
+        word_timestamps: bool = False,
         **overrides: Any,
     ) -> Transcription:
         """Transcribe (or translate to English) an audio file or array.
@@ -326,6 +334,9 @@ class WhisperSpeechModel(ClosableTask):
             initial_prompt: text given as context to the first window (and kept in the context
                 with ``condition_on_previous_text``): spellings, names, a glossary.
             prompt_ids: the same as token ids (without ``<|startofprev|>``); not with ``initial_prompt``.
+            word_timestamps: time every word (``Segment.words``) from the cross-attention of the
+                alignment heads, as openai-whisper and transformers do; a standard export's decoder is
+                rewritten once to expose those weights (kept in the inference4py cache).
             **overrides: generation options for this call (``max_new_tokens`` counts per 30 s window,
                 ``num_beams``, ``seed``, ...).
 
@@ -345,6 +356,7 @@ class WhisperSpeechModel(ClosableTask):
             condition_on_previous_text=condition_on_previous_text,
             initial_prompt=initial_prompt,
             prompt_ids=prompt_ids,
+            word_timestamps=word_timestamps,
         )
         result = None
         for kind, value in self._events(audio, sample_rate, language, task, timestamps, overrides, options):
@@ -377,6 +389,7 @@ class WhisperSpeechModel(ClosableTask):
         condition_on_previous_text: bool = False,
         initial_prompt: str | None = None,
         prompt_ids: Sequence[int] | None = None,
+        word_timestamps: bool = False,
     ) -> _CallPolicy:
         if initial_prompt is not None and prompt_ids is not None:
             raise ConfigurationError("Pass initial_prompt or prompt_ids, not both.")
@@ -416,6 +429,7 @@ class WhisperSpeechModel(ClosableTask):
                 prompt_ids=ids,
             ),
             explicit_temperature=explicit,
+            word_timestamps=bool(word_timestamps),
         )
 
     def _attempt_config(
@@ -476,6 +490,11 @@ class WhisperSpeechModel(ClosableTask):
             return stamps is not None and t in stamps
 
         limit = int(self._runtime_context() or 448) // 2 - 1  # transformers' cut_off_length
+        words_for = self._word_setup() if policy.word_timestamps else None
+        hop = self._features["hop_length"]
+        audio_frames = (
+            min(feats.shape[1], samples.size // hop) if samples.size <= self._features["n_samples"] else feats.shape[1]
+        )
         history: list[tuple[int, ...]] = [options.prompt_ids] if options.prompt_ids else []
         segments: list[Segment] = []
         kept: list[int] = []
@@ -496,7 +515,8 @@ class WhisperSpeechModel(ClosableTask):
             several = len(options.temperatures) > 1
             for attempt, temp in enumerate(options.temperatures):
                 config = self._attempt_config(len(ids), overrides, temp, policy, bool(prev))
-                scorer = WindowScorer(make_sampler(config))
+                capture = None if words_for is None else _AlignmentCapture(*words_for)
+                scorer = WindowScorer(make_sampler(config), capture)
                 out: list[int] = []
                 final = 0  # tokens of `out` known to be kept (up to the last closed pair of timestamps)
                 live: bool | None = None  # streamed while decoding: nothing can discard this window's text
@@ -514,6 +534,8 @@ class WhisperSpeechModel(ClosableTask):
                         final = n
                         if piece:
                             yield "text", piece
+                if capture is not None and out:
+                    capture.chosen(out[-1])  # the last token is never fed back: its probability now
                 if out and out[-1] in config.eos_token_id:
                     out.pop()
                 text = self.tokenizer.decode([t for t in out if not is_stamp(t)], skip_special_tokens=True)
@@ -535,7 +557,30 @@ class WhisperSpeechModel(ClosableTask):
             if piece:
                 yield "text", piece
             kept.extend(out[:n_kept])
+            times: list[float] | None = None
+            probs: list[float] | None = None
+            if capture is not None:
+                times = token_times(
+                    capture.weights(), frames=max(audio_frames - seek, 0), filter_width=self._median_width()
+                ).tolist()
+                probs = capture.probabilities
+            pos = 0
             for s in raw:
+                words: tuple[Word, ...] = ()
+                if times is not None and probs is not None:
+                    n_tok = len(s.tokens)
+                    words = segment_words(
+                        s.tokens,
+                        _pad_to(times[pos : pos + n_tok], n_tok),
+                        _pad_to(probs[pos : pos + n_tok], n_tok),
+                        decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False),
+                        is_stamp=is_stamp,
+                        is_special=lambda t: t in v.special_ids,
+                        language=self._language_in(prompt),
+                        offset=seek * FRAME_SECONDS,
+                        limit=duration,
+                    )
+                    pos += n_tok
                 seg_text = self.tokenizer.decode([t for t in s.tokens if not is_stamp(t)], skip_special_tokens=True)
                 # a window ends with the audio, and a predicted time may lie past it: no segment ends after the audio
                 segments.append(
@@ -548,6 +593,7 @@ class WhisperSpeechModel(ClosableTask):
                         no_speech_prob=result.no_speech_prob,
                         compression_ratio=result.compression_ratio,
                         temperature=result.temperature,
+                        words=words,
                     )
                 )
                 history.append(s.tokens)
@@ -558,10 +604,7 @@ class WhisperSpeechModel(ClosableTask):
         tail = detok.finish()
         if tail:
             yield "text", tail
-        if not v.is_multilingual:
-            language_out: str | None = "en"
-        else:
-            language_out = v.language_of(prompt[1]) if len(prompt) > 1 and prompt[1] is not None else None
+        language_out = self._language_in(prompt)
         yield (
             "done",
             Transcription(
@@ -573,6 +616,31 @@ class WhisperSpeechModel(ClosableTask):
                 elapsed=time.perf_counter() - started,
             ),
         )
+
+    def _language_in(self, prompt: Sequence[int | None]) -> str | None:
+        """The language code of a decoder prompt (``"en"`` for English-only models)."""
+        v = self._vocab
+        if not v.is_multilingual:
+            return "en"
+        return v.language_of(prompt[1]) if len(prompt) > 1 and prompt[1] is not None else None
+
+    def _word_setup(self) -> tuple[list[tuple[int, int]], np.ndarray]:
+        """(alignment heads, text-token mask over the vocabulary) for word timestamps; refuses other backends."""
+        if getattr(self, "_runtime", None) is None or not isinstance(self._runtime, Seq2SeqRuntime):
+            raise UnsupportedModelError(
+                "word_timestamps needs the cross-attention weights of the native onnxruntime backend; use "
+                "inference4py.WhisperSpeechModel for it."
+            )
+        v = self._vocab
+        size = int(self._runtime.vocab_size or 0) or max(v.special_ids | {v.eot}) + 1
+        mask = np.ones(size, dtype=bool)
+        mask[[i for i in v.special_ids if i < size]] = False
+        if v.timestamp_range is not None:
+            mask[v.timestamp_range.start : min(v.timestamp_range.stop, size)] = False
+        return self._alignment_heads(), mask
+
+    def _median_width(self) -> int:
+        return int(self._runtime.config.get("median_filter_width") or 7)
 
     def _runtime_context(self) -> int | None:
         """The decoder's positions (``max_target_positions``)."""
@@ -601,17 +669,69 @@ class WhisperSpeechModel(ClosableTask):
         A :class:`WindowScorer` as ``sampler`` also receives the ``<|nospeech|>`` probability
         (the raw logits at ``<|startoftranscript|>``) and, for beam search, the best beam's score.
         """
-        state: Any = self._new_state(context)
-        processors = self._window_processors(config, len(ids), timestamps)
         v = self._vocab
-        if isinstance(sampler, WindowScorer) and v.no_speech is not None and v.sot in ids:
-            sot_at = ids.index(v.sot)
+        capture = sampler.alignment if isinstance(sampler, WindowScorer) else None
+        state: Any = (
+            Seq2SeqState(self._alignment_runtime(), *context) if capture is not None else self._new_state(context)
+        )
+        processors = self._window_processors(config, len(ids), timestamps)
+        if isinstance(sampler, WindowScorer):
+            sot_at = ids.index(v.sot) if v.no_speech is not None and v.sot in ids else None
             if config.num_beams > 1:  # beam search reorders its state: probe on a state of its own
-                logits = self._new_state(context).prefill(np.asarray([ids[: sot_at + 1]], dtype=np.int64))
-                sampler.set_no_speech(no_speech_probability(logits[0], v.no_speech))
+                if capture is not None:
+                    raise ConfigurationError(
+                        "word_timestamps works with num_beams=1 (greedy or sampling); drop num_beams."
+                    )
+                if sot_at is not None and v.no_speech is not None:
+                    logits = self._new_state(context).prefill(np.asarray([ids[: sot_at + 1]], dtype=np.int64))
+                    sampler.set_no_speech(no_speech_probability(logits[0], v.no_speech))
             else:
-                state = _NoSpeechProbe(state, sot_at, v.no_speech, sampler)
+                state = _WindowProbe(state, sampler, sot_at=sot_at, no_speech=v.no_speech, capture=capture)
         yield from self._window_tokens(state, ids, config, processors, sampler, rng)
+
+    def _alignment_runtime(self) -> Seq2SeqRuntime:
+        """The runtime whose decoder graphs output ``cross_attentions.{i}`` (rewritten once, cached)."""
+        if self._aligned is None:
+            rt = self._runtime
+            spec = rt.spec
+            roles = ["decoder", *(["decoder_with_past"] if spec.has("decoder_with_past") else [])]
+            layers = rt.config.get("decoder_layers")
+            files = attention_decoder_files(
+                [Path(spec.path(r)) for r in roles], layers=None if layers is None else int(layers)
+            )
+            graphs = {}
+            for role in roles:
+                desc = spec.session(role)
+                path = files[Path(spec.path(role))]
+                session = create_session(
+                    path,
+                    self._session_options,
+                    provider=desc.provider,
+                    provider_options=desc.provider_options,
+                    settings=desc.options,
+                )
+                graphs[role] = _DecoderGraph(session, rt.config, path.name, spec)
+            aligned = copy.copy(rt)
+            aligned.first = graphs["decoder"]
+            aligned.rest = graphs.get("decoder_with_past", aligned.first)
+            aligned.layout = aligned.rest.layout
+            self._aligned = aligned
+        return self._aligned
+
+    def _alignment_heads(self) -> list[tuple[int, int]]:
+        """generation_config ``alignment_heads``, else every head of the last half of the decoder layers."""
+        heads = read_generation_defaults(self.folder).get("alignment_heads")
+        if heads:
+            return [(int(layer), int(head)) for layer, head in heads]
+        config = self._runtime.config
+        layers = int(config.get("decoder_layers") or config.get("num_hidden_layers") or 0)
+        n_heads = int(config.get("decoder_attention_heads") or 0)
+        if not layers or not n_heads:
+            raise UnsupportedModelError(
+                f"{self.folder}: word timestamps need alignment_heads in generation_config.json, or decoder_layers and "
+                "decoder_attention_heads in config.json to use every head of the last half of the layers."
+            )
+        return default_alignment_heads(layers, n_heads)
 
     def _new_state(self, context: Any) -> Seq2SeqState:
         """A fresh decoding state attending to an encoded window."""
@@ -678,6 +798,7 @@ _POLICY_ARGUMENTS = (
     "condition_on_previous_text",
     "initial_prompt",
     "prompt_ids",
+    "word_timestamps",
 )
 
 
@@ -687,27 +808,104 @@ class _CallPolicy:
 
     options: LongformOptions
     explicit_temperature: bool
+    word_timestamps: bool = False
 
 
-class _NoSpeechProbe:
-    """A decoding state whose prefill stops once at ``<|startoftranscript|>`` to read the ``<|nospeech|>`` probability.
+class _WindowProbe:
+    """A decoding state that reports what the window's judgement and word timestamps need.
 
-    The prompt is fed in two runs (up to ``<|startoftranscript|>``, then the rest), which gives
-    openai-whisper's ``probs_at_sot`` without a separate decoder run.
+    * ``<|nospeech|>``: the prefill stops once at ``<|startoftranscript|>`` (two runs: up to it, then
+      the rest), which gives openai-whisper's ``probs_at_sot`` without a separate decoder run;
+    * word timestamps: after each one-token step, the alignment heads' cross-attention row, and
+      each chosen token's probability among the text tokens (from the raw logits).
     """
 
-    def __init__(self, state: Seq2SeqState, sot_at: int, no_speech: int, scorer: WindowScorer) -> None:
+    def __init__(
+        self,
+        state: Seq2SeqState,
+        scorer: WindowScorer,
+        *,
+        sot_at: int | None,
+        no_speech: int | None,
+        capture: _AlignmentCapture | None,
+    ) -> None:
         self._state = state
+        self._scorer = scorer
         self._sot_at = sot_at
         self._no_speech = no_speech
-        self._scorer = scorer
+        self._capture = capture
+        if capture is not None:
+            state.extra_outputs = capture.outputs
 
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray:
         ids = np.asarray(input_ids, dtype=np.int64).reshape(1, -1)
-        cut = self._sot_at + 1
-        at_sot = self._state.prefill(ids[:, :cut])  # [1, vocab]: what follows <|startoftranscript|>
-        self._scorer.set_no_speech(no_speech_probability(at_sot[0], self._no_speech))
-        return self._state.prefill(ids[:, cut:]) if ids.shape[1] > cut else at_sot
+        if self._sot_at is None or self._no_speech is None:
+            logits = self._state.prefill(ids)
+        else:
+            cut = self._sot_at + 1
+            at_sot = self._state.prefill(ids[:, :cut])  # [1, vocab]: what follows <|startoftranscript|>
+            self._scorer.set_no_speech(no_speech_probability(at_sot[0], self._no_speech))
+            logits = self._state.prefill(ids[:, cut:]) if ids.shape[1] > cut else at_sot
+        if self._capture is not None:
+            self._capture.observe(logits[0])
+        return logits
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
-        return self._state.step(tokens)
+        capture = self._capture
+        if capture is not None:
+            capture.chosen(int(np.asarray(tokens).reshape(-1)[0]))
+        logits = self._state.step(tokens)
+        if capture is not None:
+            capture.attention(self._state.extras)
+            capture.observe(logits[0])
+        return logits
+
+
+class _AlignmentCapture:
+    """The alignment heads' cross-attention rows and the chosen tokens' probabilities of one decoding attempt."""
+
+    def __init__(self, heads: Sequence[tuple[int, int]], text_mask: np.ndarray) -> None:
+        layers = sorted({layer for layer, _ in heads})
+        self.outputs = tuple(f"cross_attentions.{layer}" for layer in layers)
+        self._picks = [(layers.index(layer), head) for layer, head in heads]
+        self._text = text_mask
+        self._last: np.ndarray | None = None
+        self.rows: list[np.ndarray] = []  # per fed generated token: [heads, src]
+        self.probabilities: list[float] = []  # per generated token
+
+    def observe(self, logits: np.ndarray) -> None:
+        # a copy: the logits processors change the scores in place before the token is chosen
+        self._last = np.array(logits, dtype=np.float32)
+
+    def chosen(self, token: int) -> None:
+        """Record the probability of ``token`` among the text tokens of the last raw logits (openai's rule)."""
+        row = self._last
+        self._last = None
+        if row is None:
+            return
+        n = min(row.size, self._text.size)
+        if not 0 <= token < n or not self._text[token]:
+            self.probabilities.append(0.0)
+            return
+        text = row[:n][self._text[:n]]
+        top = float(text.max())
+        lse = top + float(np.log(np.exp(text - top, dtype=np.float64).sum()))
+        self.probabilities.append(float(np.exp(float(row[token]) - lse)))
+
+    def attention(self, extras: Sequence[Any]) -> None:
+        arrays = [np.asarray(v.numpy()) for v in extras]  # each [batch, heads, tgt, src]
+        self.rows.append(np.stack([arrays[i][0, h, -1] for i, h in self._picks]))
+
+    def weights(self) -> np.ndarray:
+        """``[heads, rows, src]``."""
+        if not self.rows:
+            return np.zeros((len(self._picks), 0, 0), np.float32)
+        return np.stack(self.rows, axis=1)
+
+
+def _pad_to(values: Sequence[Any], n: int) -> list[Any]:
+    """``values`` cut or padded (repeating the last, or 0) to ``n`` items."""
+    out = list(values[:n])
+    while len(out) < n:
+        out.append(out[-1] if out else 0.0)
+    return out
