@@ -44,6 +44,7 @@ class TextGeneratorBuilder(ChatOptions, GenerationBuilder["OnnxTextGenerator"]):
         super().__init__(preset=preset, model_id=model_id, use_chat_template=use_chat_template or None)
         self._init_chat(chat_template, use_chat_template)
         self._fuse: bool = False
+        self._speculative: Speculation | None = None
         self._gguf_file: str | None = None
         self._gguf_bits: int | None = None
 
@@ -101,6 +102,16 @@ class TextGeneratorBuilder(ChatOptions, GenerationBuilder["OnnxTextGenerator"]):
 
             raise ModelNotFoundError(f"GGUF file '{where}' does not exist (resolved to '{path.absolute()}').")
         return path
+
+    def speculative(self, value: Any = "prompt_lookup") -> TextGeneratorBuilder:
+        """Speculative decoding for every generate() / stream() call unless a call says otherwise.
+
+        ``"prompt_lookup"`` (the default), a :class:`~inference4py.generation.speculative.PromptLookup`
+        or a :class:`~inference4py.generation.speculative.DraftModel`; None turns it off.  The
+        output is the same as without it (docs/speculative.md); a call can pass ``speculative=None``.
+        """
+        self._speculative = resolve_speculative(value)
+        return self
 
     def fuse_attention(self, value: bool = True) -> TextGeneratorBuilder:
         """Run a fused copy of the model (``inference4py optimize``), made on first use and cached.
@@ -244,6 +255,7 @@ class OnnxTextGenerator(ClosableTask):
             total_counts_prompt=True,
         )
         self._processors = tuple(builder._processors)
+        self._speculative = builder._speculative
         self._prompts = PromptEncoder(self.tokenizer, self.folder, builder, self._runtime.vocab_size)
 
     @property
@@ -276,9 +288,16 @@ class OnnxTextGenerator(ClosableTask):
         With ``speculative``, the returned stream's ``speculative`` attribute holds the draft counts.
         """
         self._check_open()
-        speculation, overrides = _split_speculative(overrides)
+        speculation, overrides = self._split_speculative(overrides)
         ids, config, control = self._prepare(prompt, overrides)
         return self._chunks(ids, config, control, speculation)
+
+    def _split_speculative(self, overrides: Mapping[str, Any]) -> tuple[Speculation | None, dict[str, Any]]:
+        """``(the call's speculative setting, the other overrides)``: the call's, else the builder's."""
+        rest = dict(overrides)
+        if "speculative" not in rest:
+            return self._speculative, rest
+        return resolve_speculative(rest.pop("speculative")), rest
 
     def _prepare(
         self, prompt: Prompt, overrides: Mapping[str, Any]
@@ -365,7 +384,7 @@ class OnnxTextGenerator(ClosableTask):
         """
         started = time.perf_counter()
         self._check_open()
-        speculation, overrides = _split_speculative(overrides)
+        speculation, overrides = self._split_speculative(overrides)
         ids, config, control = self._prepare(prompt, overrides)
         chunks = self._chunks(ids, config, control, speculation)
         result = collect(chunks, prompt_tokens=len(ids), started=started, on_token=on_token)
@@ -447,12 +466,6 @@ class OnnxTextGenerator(ClosableTask):
         for chunk in self.stream_chunks(prompt, **overrides):
             if chunk.text:
                 yield chunk.text
-
-
-def _split_speculative(overrides: Mapping[str, Any]) -> tuple[Speculation | None, dict[str, Any]]:
-    """``(the call's speculative setting, the other overrides)``; the setting is checked here."""
-    rest = dict(overrides)
-    return resolve_speculative(rest.pop("speculative", None)), rest
 
 
 def _already_fused(folder: Path) -> bool:

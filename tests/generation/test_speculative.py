@@ -522,3 +522,18 @@ def test_cli_generate_speculative_prints_the_plain_text(flags, capsys):
     plain = capsys.readouterr().out
     assert main([*args, *flags, REPETITIVE]) == 0
     assert capsys.readouterr().out == plain
+
+
+def test_the_builder_sets_a_default_that_a_call_can_turn_off():
+    gen = OnnxTextGenerator.builder().model_path(MODELS / "llama").speculative().max_new_tokens(12).build()
+    expected = greedy("llama", REPETITIVE, max_new_tokens=12)
+    result = gen.generate(REPETITIVE, do_sample=False)
+    assert result.token_ids == expected.token_ids
+    assert result.speculative is not None and result.speculative.method == "prompt_lookup"
+    assert gen.generate(REPETITIVE, do_sample=False, speculative=None).speculative is None
+    drafted = gen.generate(REPETITIVE, do_sample=False, speculative=DraftModel(model("mistral")))
+    assert drafted.speculative.method == "draft_model" and drafted.token_ids == expected.token_ids
+    pretrained = OnnxTextGenerator.from_pretrained(str(MODELS / "llama"), speculative="prompt_lookup")
+    assert pretrained.generate(REPETITIVE, max_new_tokens=12, do_sample=False).speculative is not None
+    with pytest.raises(ConfigurationError, match="speculative="):
+        OnnxTextGenerator.builder().speculative("medusa")
