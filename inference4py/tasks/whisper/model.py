@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,28 +35,25 @@ from inference4py.generation.processors import (
 )
 from inference4py.generation.sampling import make_rng, make_sampler
 from inference4py.generation.search import generate_step
-from inference4py.generation.streaming import IncrementalDetokenizer
 from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
 from inference4py.tasks.languages import Language
 from inference4py.tasks.whisper.attention import attention_decoder_files
 from inference4py.tasks.whisper.decoding import (
     LongformOptions,
-    WindowResult,
     WindowScorer,
-    compression_ratio,
     is_silence,
     needs_fallback,
     no_speech_probability,
-    previous_context,
     temperatures_of,
 )
 from inference4py.tasks.whisper.features import feature_settings, log_mel
-from inference4py.tasks.whisper.longform import FRAME_SECONDS, cut_window, split_segments
+from inference4py.tasks.whisper.job import POLICY_ARGUMENTS, AlignmentCapture, CallPolicy, FileJob, WindowProbe
+from inference4py.tasks.whisper.longform import cut_window
 from inference4py.tasks.whisper.prompt import check_request, decoder_prompt
-from inference4py.tasks.whisper.results import Segment, Transcription, Word
+from inference4py.tasks.whisper.results import Transcription
 from inference4py.tasks.whisper.timestamps import WhisperTimestampRules
 from inference4py.tasks.whisper.vocab import TASKS, _WhisperVocab, language_code
-from inference4py.tasks.whisper.words import default_alignment_heads, segment_words, token_times
+from inference4py.tasks.whisper.words import default_alignment_heads
 from inference4py.tokenization import Tokenizer, load_tokenizer
 
 # --------------------------------------------------------------------------- builder
@@ -367,13 +363,74 @@ class WhisperSpeechModel(ClosableTask):
                 result = value
         return result  # type: ignore[return-value]  # _events always ends with ("done", Transcription)
 
+    def transcribe_batch(
+        self,
+        audios: Sequence[_audio.AudioInput],
+        *,
+        sample_rate: int | None = None,
+        language: Language | str | None = None,
+        task: str | None = None,
+        timestamps: bool | None = None,
+        batch_size: int = 8,
+        **kwargs: Any,
+    ) -> list[Transcription]:
+        """Transcribe several recordings, their 30 s windows encoded and decoded as batches.
+
+        Each round takes the current window of up to ``batch_size`` recordings, runs the encoder
+        once for all of them and decodes them together; every recording gets exactly the
+        transcription :meth:`transcribe` gives it alone.
+
+        Args:
+            audios: the recordings (paths, ``(samples, rate)`` pairs, or arrays with ``sample_rate=``).
+            batch_size: windows per batch (1 or more).
+            **kwargs: :meth:`transcribe`'s options (``temperature``, thresholds, ``initial_prompt``,
+                ``condition_on_previous_text``, ``word_timestamps``, generation options), except
+                ``on_token`` and beam search.
+
+        Returns:
+            One :class:`Transcription` per recording, in order.
+
+        Raises:
+            ConfigurationError: ``batch_size`` below 1, ``num_beams`` above 1, invalid options.
+            UnsupportedModelError: a backend other than the native one.
+        """
+        from inference4py.tasks.whisper.batch import run_jobs
+
+        started = time.perf_counter()
+        self._check_open()
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigurationError(f"batch_size must be a positive integer, got {batch_size!r}.")
+        if not isinstance(getattr(self, "_runtime", None), Seq2SeqRuntime):
+            raise UnsupportedModelError(
+                "transcribe_batch runs on the native onnxruntime backend: use inference4py.WhisperSpeechModel."
+            )
+        if isinstance(audios, (str, Path, tuple, np.ndarray)):
+            raise ConfigurationError("transcribe_batch takes a list of recordings; use transcribe() for one.")
+        policy = self._longform_options(**{k: kwargs.pop(k) for k in POLICY_ARGUMENTS if k in kwargs})
+        overrides = kwargs
+        lang = language_code(language) if language is not None else self._language
+        task_name = task if task is not None else self._task_name
+        if task_name is not None and task_name not in TASKS:
+            raise ConfigurationError(f"task must be 'transcribe' or 'translate', got {task_name!r}.")
+        want_ts = self._timestamps if timestamps is None else bool(timestamps)
+        self._check_request(lang, task_name, want_ts)
+        jobs = [self._job(a, sample_rate, lang, task_name, want_ts, policy, overrides) for a in audios]
+        if jobs and self._planner.for_call(len(jobs[0].prompt), overrides).num_beams > 1:
+            raise ConfigurationError(
+                "transcribe_batch decodes greedily or by sampling: drop num_beams (or use transcribe())."
+            )
+        rngs = [make_rng(self._planner.for_call(len(j.prompt), overrides).seed) for j in jobs]
+        run_jobs(self, jobs, rngs, batch_size=batch_size, timestamps=want_ts, policy=policy, overrides=overrides)
+        elapsed = time.perf_counter() - started
+        return [job.finish(elapsed)[1] for job in jobs]
+
     def stream(self, audio: _audio.AudioInput, **kwargs: Any) -> Iterator[str]:
         """Yield the text piece by piece (same arguments as :meth:`transcribe`, without ``on_token``)."""
         sample_rate = kwargs.pop("sample_rate", None)
         language = kwargs.pop("language", None)
         task = kwargs.pop("task", None)
         timestamps = kwargs.pop("timestamps", None)
-        policy = {k: kwargs.pop(k) for k in _POLICY_ARGUMENTS if k in kwargs}
+        policy = {k: kwargs.pop(k) for k in POLICY_ARGUMENTS if k in kwargs}
         options = self._longform_options(**policy)
         for kind, value in self._events(audio, sample_rate, language, task, timestamps, kwargs, options):
             if kind == "text":
@@ -390,7 +447,7 @@ class WhisperSpeechModel(ClosableTask):
         initial_prompt: str | None = None,
         prompt_ids: Sequence[int] | None = None,
         word_timestamps: bool = False,
-    ) -> _CallPolicy:
+    ) -> CallPolicy:
         if initial_prompt is not None and prompt_ids is not None:
             raise ConfigurationError("Pass initial_prompt or prompt_ids, not both.")
         ids: tuple[int, ...] = ()
@@ -419,7 +476,7 @@ class WhisperSpeechModel(ClosableTask):
             )
         explicit = temperature is not None
         temps = temperatures_of(temperature, 0.0)
-        return _CallPolicy(
+        return CallPolicy(
             LongformOptions(
                 temperatures=temps,
                 compression_ratio_threshold=compression_ratio_threshold,
@@ -433,7 +490,7 @@ class WhisperSpeechModel(ClosableTask):
         )
 
     def _attempt_config(
-        self, prompt_len: int, overrides: Mapping[str, Any], temperature: float, policy: _CallPolicy, context: bool
+        self, prompt_len: int, overrides: Mapping[str, Any], temperature: float, policy: CallPolicy, context: bool
     ) -> GenerationConfig:
         """The generation settings of one decoding attempt of a window (its prompt may hold context)."""
         changes = dict(overrides)
@@ -460,11 +517,11 @@ class WhisperSpeechModel(ClosableTask):
         task: str | None,
         timestamps: bool | None,
         overrides: Mapping[str, Any],
-        policy: _CallPolicy | None = None,
+        policy: CallPolicy | None = None,
     ) -> Iterator[tuple[str, Any]]:
         started = time.perf_counter()
         self._check_open()
-        policy = policy if policy is not None else _CallPolicy(LongformOptions(), explicit_temperature=False)
+        policy = policy if policy is not None else CallPolicy(LongformOptions(), explicit_temperature=False)
         options = policy.options
         lang = language_code(language) if language is not None else self._language
         task_name = task if task is not None else self._task_name
@@ -473,148 +530,60 @@ class WhisperSpeechModel(ClosableTask):
         want_ts = self._timestamps if timestamps is None else bool(timestamps)
         self._check_request(lang, task_name, want_ts)
 
-        samples = _audio.load_audio(audio, sample_rate=sample_rate, target_rate=self._features["sample_rate"])
-        feats = self._features_of(samples)  # [n_mels, frames]
-        v = self._vocab
-        prompt, detect_at = self._prompt(lang, task_name, want_ts)
-        self._attempt_config(len(prompt), overrides, options.temperatures[0], policy, False)  # refuse bad options now
-        rng = make_rng(self._planner.for_call(len(prompt), overrides).seed)
-        detok = IncrementalDetokenizer(self.tokenizer, skip_special_tokens=True)
-        duration = samples.size / self._features["sample_rate"]
-        # The tokenizer's <|0.00|> ... when timestamps are on; none otherwise (every id is then text or special).
-        stamps = v.timestamp_range if want_ts else None
-        tb = None if stamps is None else stamps.start
-        te = None if stamps is None else stamps.stop
-
-        def is_stamp(t: int) -> bool:
-            return stamps is not None and t in stamps
-
-        limit = int(self._runtime_context() or 448) // 2 - 1  # transformers' cut_off_length
-        words_for = self._word_setup() if policy.word_timestamps else None
-        hop = self._features["hop_length"]
-        audio_frames = (
-            min(feats.shape[1], samples.size // hop) if samples.size <= self._features["n_samples"] else feats.shape[1]
-        )
-        history: list[tuple[int, ...]] = [options.prompt_ids] if options.prompt_ids else []
-        segments: list[Segment] = []
-        kept: list[int] = []
-        total = feats.shape[1]
-        seek = 0
-        first = True
-        while seek < total:
-            window, frames = self._window(feats, seek)
-            context = self._encode_window(window)
-            if first and detect_at is not None:
-                prompt[detect_at] = self._detect_in(context)  # detected once, on the first window
-            first = False
-            init = [int(t) for t in prompt if t is not None]
-            prev: list[int] = []
-            if history and v.prev_sot is not None:  # a prompt or condition_on_previous_text (both need the token)
-                prev = previous_context(history, startofprev=v.prev_sot, limit=limit, is_stamp=is_stamp)
-            ids = prev + init
-            several = len(options.temperatures) > 1
+        job = self._job(audio, sample_rate, lang, task_name, want_ts, policy, overrides)
+        rng = make_rng(self._planner.for_call(len(job.prompt), overrides).seed)
+        while job.active:
+            context = self._encode_window(job.window())
+            if job.needs_language:
+                job.set_language(self._detect_in(context))
+            ids, has_context = job.ids()
             for attempt, temp in enumerate(options.temperatures):
-                config = self._attempt_config(len(ids), overrides, temp, policy, bool(prev))
-                capture = None if words_for is None else _AlignmentCapture(*words_for)
+                config = self._attempt_config(len(ids), overrides, temp, policy, has_context)
+                capture = None if job.words_for is None else AlignmentCapture(*job.words_for)
                 scorer = WindowScorer(make_sampler(config), capture)
                 out: list[int] = []
-                final = 0  # tokens of `out` known to be kept (up to the last closed pair of timestamps)
                 live: bool | None = None  # streamed while decoding: nothing can discard this window's text
                 for token in self._decode_window(context, ids, config, want_ts, scorer, rng):
                     if live is None:
-                        thr = options.no_speech_threshold
-                        maybe_silent = (
-                            thr is not None and scorer.no_speech_prob is not None and scorer.no_speech_prob > thr
-                        )
-                        live = not several and not maybe_silent
+                        live = job.live(scorer)
                     out.append(token)
-                    n = len(out)
-                    if live and n >= 2 and is_stamp(out[-1]) and is_stamp(out[-2]):  # a closed segment: kept
-                        piece = detok.add_many(t for t in out[final:n] if not is_stamp(t))
-                        final = n
+                    if live:
+                        piece = job.stream(out)
                         if piece:
                             yield "text", piece
-                if capture is not None and out:
-                    capture.chosen(out[-1])  # the last token is never fed back: its probability now
-                if out and out[-1] in config.eos_token_id:
-                    out.pop()
-                text = self.tokenizer.decode([t for t in out if not is_stamp(t)], skip_special_tokens=True)
-                result = WindowResult(
-                    tokens=tuple(out),
-                    temperature=float(config.temperature) if config.sampling else 0.0,
-                    avg_logprob=scorer.avg_logprob,
-                    no_speech_prob=scorer.no_speech_prob,
-                    compression_ratio=compression_ratio(text.strip()),
-                )
+                result = job.judge(out, config, scorer)
                 if attempt == len(options.temperatures) - 1 or not needs_fallback(result, options):
                     break
-            if is_silence(result, options):  # nothing of this window is kept; the next one starts after it
-                seek += frames
+            if is_silence(result, options):
+                job.skip()
                 continue
-            raw, advance = split_segments(out, timestamp_begin=tb, timestamp_end=te, seek=seek, window_frames=frames)
-            n_kept = sum(len(s.tokens) for s in raw)
-            piece = detok.add_many(t for t in out[final:n_kept] if not is_stamp(t))
-            if piece:
+            for piece in job.accept(result, capture):
                 yield "text", piece
-            kept.extend(out[:n_kept])
-            times: list[float] | None = None
-            probs: list[float] | None = None
-            if capture is not None:
-                times = token_times(
-                    capture.weights(), frames=max(audio_frames - seek, 0), filter_width=self._median_width()
-                ).tolist()
-                probs = capture.probabilities
-            pos = 0
-            for s in raw:
-                words: tuple[Word, ...] = ()
-                if times is not None and probs is not None:
-                    n_tok = len(s.tokens)
-                    words = segment_words(
-                        s.tokens,
-                        _pad_to(times[pos : pos + n_tok], n_tok),
-                        _pad_to(probs[pos : pos + n_tok], n_tok),
-                        decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False),
-                        is_stamp=is_stamp,
-                        is_special=lambda t: t in v.special_ids,
-                        language=self._language_in(prompt),
-                        offset=seek * FRAME_SECONDS,
-                        limit=duration,
-                    )
-                    pos += n_tok
-                seg_text = self.tokenizer.decode([t for t in s.tokens if not is_stamp(t)], skip_special_tokens=True)
-                # a window ends with the audio, and a predicted time may lie past it: no segment ends after the audio
-                segments.append(
-                    Segment(
-                        min(s.start, duration),
-                        min(s.end, duration),
-                        seg_text,
-                        s.tokens,
-                        avg_logprob=result.avg_logprob,
-                        no_speech_prob=result.no_speech_prob,
-                        compression_ratio=result.compression_ratio,
-                        temperature=result.temperature,
-                        words=words,
-                    )
-                )
-                history.append(s.tokens)
-            if not options.condition_on_previous_text or result.temperature > 0.5:
-                history = []  # openai-whisper's prompt_reset_since: later windows start without context
-            # A window that does not move on would repeat forever (only possible without the timestamp rules).
-            seek += advance if advance > 0 else frames
-        tail = detok.finish()
+        tail, transcription = job.finish(time.perf_counter() - started)
         if tail:
             yield "text", tail
-        language_out = self._language_in(prompt)
-        yield (
-            "done",
-            Transcription(
-                detok.text,
-                tuple(segments),
-                language_out,
-                tuple(kept),
-                duration=duration,
-                elapsed=time.perf_counter() - started,
-            ),
+        yield "done", transcription
+
+    def _job(
+        self,
+        audio: _audio.AudioInput,
+        sample_rate: int | None,
+        language: str | None,
+        task: str | None,
+        timestamps: bool,
+        policy: CallPolicy,
+        overrides: Mapping[str, Any],
+    ) -> FileJob:
+        """A file's window loop: its audio read, its prompt made, the options checked."""
+        samples = _audio.load_audio(audio, sample_rate=sample_rate, target_rate=self._features["sample_rate"])
+        feats = self._features_of(samples)  # [n_mels, frames]
+        prompt, detect_at = self._prompt(language, task, timestamps)
+        self._attempt_config(
+            len(prompt), overrides, policy.options.temperatures[0], policy, False
+        )  # refuse bad options
+        words_for = self._word_setup() if policy.word_timestamps else None
+        return FileJob(
+            self, samples, feats, prompt, detect_at, timestamps=timestamps, policy=policy, words_for=words_for
         )
 
     def _language_in(self, prompt: Sequence[int | None]) -> str | None:
@@ -686,7 +655,7 @@ class WhisperSpeechModel(ClosableTask):
                     logits = self._new_state(context).prefill(np.asarray([ids[: sot_at + 1]], dtype=np.int64))
                     sampler.set_no_speech(no_speech_probability(logits[0], v.no_speech))
             else:
-                state = _WindowProbe(state, sampler, sot_at=sot_at, no_speech=v.no_speech, capture=capture)
+                state = WindowProbe(state, sampler, sot_at=sot_at, no_speech=v.no_speech, capture=capture)
         yield from self._window_tokens(state, ids, config, processors, sampler, rng)
 
     def _alignment_runtime(self) -> Seq2SeqRuntime:
@@ -788,124 +757,3 @@ class WhisperSpeechModel(ClosableTask):
             yield from best.token_ids
             return
         yield from generate_step(state, ids, config, processors=processors, sampler=sampler, rng=rng)
-
-
-_POLICY_ARGUMENTS = (
-    "temperature",
-    "compression_ratio_threshold",
-    "logprob_threshold",
-    "no_speech_threshold",
-    "condition_on_previous_text",
-    "initial_prompt",
-    "prompt_ids",
-    "word_timestamps",
-)
-
-
-@dataclass(frozen=True)
-class _CallPolicy:
-    """The long-form options of one call, and whether the temperature was given (else the builder's sampling)."""
-
-    options: LongformOptions
-    explicit_temperature: bool
-    word_timestamps: bool = False
-
-
-class _WindowProbe:
-    """A decoding state that reports what the window's judgement and word timestamps need.
-
-    * ``<|nospeech|>``: the prefill stops once at ``<|startoftranscript|>`` (two runs: up to it, then
-      the rest), which gives openai-whisper's ``probs_at_sot`` without a separate decoder run;
-    * word timestamps: after each one-token step, the alignment heads' cross-attention row, and
-      each chosen token's probability among the text tokens (from the raw logits).
-    """
-
-    def __init__(
-        self,
-        state: Seq2SeqState,
-        scorer: WindowScorer,
-        *,
-        sot_at: int | None,
-        no_speech: int | None,
-        capture: _AlignmentCapture | None,
-    ) -> None:
-        self._state = state
-        self._scorer = scorer
-        self._sot_at = sot_at
-        self._no_speech = no_speech
-        self._capture = capture
-        if capture is not None:
-            state.extra_outputs = capture.outputs
-
-    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray:
-        ids = np.asarray(input_ids, dtype=np.int64).reshape(1, -1)
-        if self._sot_at is None or self._no_speech is None:
-            logits = self._state.prefill(ids)
-        else:
-            cut = self._sot_at + 1
-            at_sot = self._state.prefill(ids[:, :cut])  # [1, vocab]: what follows <|startoftranscript|>
-            self._scorer.set_no_speech(no_speech_probability(at_sot[0], self._no_speech))
-            logits = self._state.prefill(ids[:, cut:]) if ids.shape[1] > cut else at_sot
-        if self._capture is not None:
-            self._capture.observe(logits[0])
-        return logits
-
-    def step(self, tokens: np.ndarray) -> np.ndarray:
-        capture = self._capture
-        if capture is not None:
-            capture.chosen(int(np.asarray(tokens).reshape(-1)[0]))
-        logits = self._state.step(tokens)
-        if capture is not None:
-            capture.attention(self._state.extras)
-            capture.observe(logits[0])
-        return logits
-
-
-class _AlignmentCapture:
-    """The alignment heads' cross-attention rows and the chosen tokens' probabilities of one decoding attempt."""
-
-    def __init__(self, heads: Sequence[tuple[int, int]], text_mask: np.ndarray) -> None:
-        layers = sorted({layer for layer, _ in heads})
-        self.outputs = tuple(f"cross_attentions.{layer}" for layer in layers)
-        self._picks = [(layers.index(layer), head) for layer, head in heads]
-        self._text = text_mask
-        self._last: np.ndarray | None = None
-        self.rows: list[np.ndarray] = []  # per fed generated token: [heads, src]
-        self.probabilities: list[float] = []  # per generated token
-
-    def observe(self, logits: np.ndarray) -> None:
-        # a copy: the logits processors change the scores in place before the token is chosen
-        self._last = np.array(logits, dtype=np.float32)
-
-    def chosen(self, token: int) -> None:
-        """Record the probability of ``token`` among the text tokens of the last raw logits (openai's rule)."""
-        row = self._last
-        self._last = None
-        if row is None:
-            return
-        n = min(row.size, self._text.size)
-        if not 0 <= token < n or not self._text[token]:
-            self.probabilities.append(0.0)
-            return
-        text = row[:n][self._text[:n]]
-        top = float(text.max())
-        lse = top + float(np.log(np.exp(text - top, dtype=np.float64).sum()))
-        self.probabilities.append(float(np.exp(float(row[token]) - lse)))
-
-    def attention(self, extras: Sequence[Any]) -> None:
-        arrays = [np.asarray(v.numpy()) for v in extras]  # each [batch, heads, tgt, src]
-        self.rows.append(np.stack([arrays[i][0, h, -1] for i, h in self._picks]))
-
-    def weights(self) -> np.ndarray:
-        """``[heads, rows, src]``."""
-        if not self.rows:
-            return np.zeros((len(self._picks), 0, 0), np.float32)
-        return np.stack(self.rows, axis=1)
-
-
-def _pad_to(values: Sequence[Any], n: int) -> list[Any]:
-    """``values`` cut or padded (repeating the last, or 0) to ``n`` items."""
-    out = list(values[:n])
-    while len(out) < n:
-        out.append(out[-1] if out else 0.0)
-    return out

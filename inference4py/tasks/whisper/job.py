@@ -1,0 +1,354 @@
+"""One audio file's transcription, window by window, apart from how its windows are decoded.
+
+:class:`FileJob` holds what the window loop of :class:`WhisperSpeechModel` keeps between windows
+(where the next window starts, the detected language, the ``<|startofprev|>`` context, the segments
+and ids kept so far) and turns a window's decoded tokens into segments and words.  The sequential
+loop (``transcribe``) decodes each window alone and streams its text; ``transcribe_batch`` decodes
+the current windows of several files as one batch.  Both go through the same job, so a row of a
+batch is judged, cut and timed exactly as it would be alone.
+
+Also here: :class:`WindowProbe` (what a decoding state reports besides logits: the ``<|nospeech|>``
+probability, cross-attention rows) and :class:`AlignmentCapture` (the rows and token
+probabilities of one decoding attempt, for word timestamps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from inference4py.engine.seq2seq import Seq2SeqState
+from inference4py.generation.config import GenerationConfig
+from inference4py.generation.streaming import IncrementalDetokenizer
+from inference4py.tasks.whisper.decoding import (
+    LongformOptions,
+    WindowResult,
+    WindowScorer,
+    compression_ratio,
+    no_speech_probability,
+    previous_context,
+)
+from inference4py.tasks.whisper.longform import FRAME_SECONDS, split_segments
+from inference4py.tasks.whisper.results import Segment, Transcription, Word
+from inference4py.tasks.whisper.words import segment_words, token_times
+
+if TYPE_CHECKING:
+    from inference4py.tasks.whisper.model import WhisperSpeechModel
+
+POLICY_ARGUMENTS = (
+    "temperature",
+    "compression_ratio_threshold",
+    "logprob_threshold",
+    "no_speech_threshold",
+    "condition_on_previous_text",
+    "initial_prompt",
+    "prompt_ids",
+    "word_timestamps",
+)
+
+
+@dataclass(frozen=True)
+class CallPolicy:
+    """The long-form options of one call, and whether the temperature was given (else the builder's sampling)."""
+
+    options: LongformOptions
+    explicit_temperature: bool
+    word_timestamps: bool = False
+
+
+class WindowProbe:
+    """A decoding state that reports what the window's judgement and word timestamps need.
+
+    * ``<|nospeech|>``: the prefill stops once at ``<|startoftranscript|>`` (two runs: up to it, then
+      the rest), which gives openai-whisper's ``probs_at_sot`` without a separate decoder run;
+    * word timestamps: after each one-token step, the alignment heads' cross-attention row, and
+      each chosen token's probability among the text tokens (from the raw logits).
+    """
+
+    def __init__(
+        self,
+        state: Seq2SeqState,
+        scorer: WindowScorer,
+        *,
+        sot_at: int | None,
+        no_speech: int | None,
+        capture: AlignmentCapture | None,
+    ) -> None:
+        self._state = state
+        self._scorer = scorer
+        self._sot_at = sot_at
+        self._no_speech = no_speech
+        self._capture = capture
+        if capture is not None:
+            state.extra_outputs = capture.outputs
+
+    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray:
+        ids = np.asarray(input_ids, dtype=np.int64).reshape(1, -1)
+        if self._sot_at is None or self._no_speech is None:
+            logits = self._state.prefill(ids)
+        else:
+            cut = self._sot_at + 1
+            at_sot = self._state.prefill(ids[:, :cut])  # [1, vocab]: what follows <|startoftranscript|>
+            self._scorer.set_no_speech(no_speech_probability(at_sot[0], self._no_speech))
+            logits = self._state.prefill(ids[:, cut:]) if ids.shape[1] > cut else at_sot
+        if self._capture is not None:
+            self._capture.observe(logits[0])
+        return logits
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        capture = self._capture
+        if capture is not None:
+            capture.chosen(int(np.asarray(tokens).reshape(-1)[0]))
+        logits = self._state.step(tokens)
+        if capture is not None:
+            capture.attention(self._state.extras)
+            capture.observe(logits[0])
+        return logits
+
+
+class AlignmentCapture:
+    """The alignment heads' cross-attention rows and the chosen tokens' probabilities of one decoding attempt."""
+
+    def __init__(self, heads: Sequence[tuple[int, int]], text_mask: np.ndarray) -> None:
+        layers = sorted({layer for layer, _ in heads})
+        self.outputs = tuple(f"cross_attentions.{layer}" for layer in layers)
+        self._picks = [(layers.index(layer), head) for layer, head in heads]
+        self._text = text_mask
+        self._last: np.ndarray | None = None
+        self.rows: list[np.ndarray] = []  # per fed generated token: [heads, src]
+        self.probabilities: list[float] = []  # per generated token
+
+    def observe(self, logits: np.ndarray) -> None:
+        # a copy: the logits processors change the scores in place before the token is chosen
+        self._last = np.array(logits, dtype=np.float32)
+
+    def chosen(self, token: int) -> None:
+        """Record the probability of ``token`` among the text tokens of the last raw logits (openai's rule)."""
+        row = self._last
+        self._last = None
+        if row is None:
+            return
+        n = min(row.size, self._text.size)
+        if not 0 <= token < n or not self._text[token]:
+            self.probabilities.append(0.0)
+            return
+        text = row[:n][self._text[:n]]
+        top = float(text.max())
+        lse = top + float(np.log(np.exp(text - top, dtype=np.float64).sum()))
+        self.probabilities.append(float(np.exp(float(row[token]) - lse)))
+
+    def attention(self, extras: Sequence[Any], row: int = 0) -> None:
+        """Keep the alignment heads' last attention row of batch row ``row`` (``extras``: the step's outputs)."""
+        arrays = [np.asarray(v.numpy()) for v in extras]  # each [batch, heads, tgt, src]
+        self.rows.append(np.stack([arrays[i][row, h, -1] for i, h in self._picks]))
+
+    def weights(self) -> np.ndarray:
+        """``[heads, rows, src]``."""
+        if not self.rows:
+            return np.zeros((len(self._picks), 0, 0), np.float32)
+        return np.stack(self.rows, axis=1)
+
+
+def pad_to(values: Sequence[Any], n: int) -> list[Any]:
+    """``values`` cut or padded (repeating the last, or 0) to ``n`` items."""
+    out = list(values[:n])
+    while len(out) < n:
+        out.append(out[-1] if out else 0.0)
+    return out
+
+
+class FileJob:
+    """The window loop's state for one audio file (see the module docstring).
+
+    Args:
+        model: the task (its tokenizer, vocabulary and settings).
+        samples: the audio at the model's rate.
+        feats: its log-mel features ``[n_mels, frames]``.
+        prompt: the decoder prompt, with None where a detected language goes.
+        detect_at: index of that slot, or None.
+        timestamps: whether timestamp tokens are predicted.
+        policy: the call's long-form options.
+        words_for: (alignment heads, text-token mask) when word timestamps are wanted.
+    """
+
+    def __init__(
+        self,
+        model: WhisperSpeechModel,
+        samples: np.ndarray,
+        feats: np.ndarray,
+        prompt: list[int | None],
+        detect_at: int | None,
+        *,
+        timestamps: bool,
+        policy: CallPolicy,
+        words_for: tuple[list[tuple[int, int]], np.ndarray] | None,
+    ) -> None:
+        self.model = model
+        self.feats = feats
+        self.prompt = prompt
+        self.detect_at = detect_at
+        self.policy = policy
+        self.options = policy.options
+        self.words_for = words_for
+        v = model._vocab
+        self.vocab = v
+        settings = model._features
+        self.duration = samples.size / settings["sample_rate"]
+        hop = settings["hop_length"]
+        # frames of audio (the features of short audio are padded to one window)
+        self.audio_frames = (
+            min(feats.shape[1], samples.size // hop) if samples.size <= settings["n_samples"] else feats.shape[1]
+        )
+        self.stamps = v.timestamp_range if timestamps else None
+        self.detok = IncrementalDetokenizer(model.tokenizer, skip_special_tokens=True)
+        self.limit = int(model._runtime_context() or 448) // 2 - 1  # transformers' cut_off_length
+        self.history: list[tuple[int, ...]] = [self.options.prompt_ids] if self.options.prompt_ids else []
+        self.segments: list[Segment] = []
+        self.kept: list[int] = []
+        self.seek = 0
+        self.frames = 0  # audio frames of the current window
+        self.final = 0  # tokens of the current window already streamed
+
+    def is_stamp(self, t: int) -> bool:
+        return self.stamps is not None and t in self.stamps
+
+    @property
+    def active(self) -> bool:
+        return self.seek < self.feats.shape[1]
+
+    @property
+    def needs_language(self) -> bool:
+        return self.detect_at is not None and self.prompt[self.detect_at] is None
+
+    def set_language(self, token: int) -> None:
+        assert self.detect_at is not None
+        self.prompt[self.detect_at] = token  # detected once, on the first window
+
+    def window(self) -> np.ndarray:
+        """The current window's features ``[1, n_mels, 3000]``."""
+        window, self.frames = self.model._window(self.feats, self.seek)
+        self.final = 0
+        return window
+
+    def ids(self) -> tuple[list[int], bool]:
+        """The current window's decoder prompt (``<|startofprev|>`` context first) and whether it has context."""
+        init = [int(t) for t in self.prompt if t is not None]
+        prev: list[int] = []
+        if self.history and self.vocab.prev_sot is not None:  # a prompt or condition_on_previous_text
+            prev = previous_context(
+                self.history, startofprev=self.vocab.prev_sot, limit=self.limit, is_stamp=self.is_stamp
+            )
+        return prev + init, bool(prev)
+
+    def live(self, scorer: WindowScorer) -> bool:
+        """Whether this window's text can be streamed while it is decoded (nothing can discard it)."""
+        thr = self.options.no_speech_threshold
+        maybe_silent = thr is not None and scorer.no_speech_prob is not None and scorer.no_speech_prob > thr
+        return len(self.options.temperatures) == 1 and not maybe_silent
+
+    def stream(self, out: list[int]) -> str:
+        """The text of ``out`` up to its last closed pair of timestamps, not streamed yet."""
+        n = len(out)
+        if n >= 2 and self.is_stamp(out[-1]) and self.is_stamp(out[-2]):
+            piece = self.detok.add_many(t for t in out[self.final : n] if not self.is_stamp(t))
+            self.final = n
+            return piece
+        return ""
+
+    def judge(self, out: list[int], config: GenerationConfig, scorer: WindowScorer) -> WindowResult:
+        """One attempt's tokens (EOS removed, in place) and the numbers it is judged by."""
+        capture = scorer.alignment
+        if capture is not None and out:
+            capture.chosen(out[-1])  # the last token is never fed back: its probability now
+        if out and out[-1] in config.eos_token_id:
+            out.pop()
+        text = self.model.tokenizer.decode([t for t in out if not self.is_stamp(t)], skip_special_tokens=True)
+        return WindowResult(
+            tokens=tuple(out),
+            temperature=float(config.temperature) if config.sampling else 0.0,
+            avg_logprob=scorer.avg_logprob,
+            no_speech_prob=scorer.no_speech_prob,
+            compression_ratio=compression_ratio(text.strip()),
+        )
+
+    def skip(self) -> None:
+        """The window is silence: nothing of it is kept; the next one starts after it."""
+        self.seek += self.frames
+
+    def accept(self, result: WindowResult, capture: AlignmentCapture | None) -> Iterator[str]:
+        """Keep the window's complete segments (yielding their text not streamed yet) and move on."""
+        out = list(result.tokens)
+        stamps = self.stamps
+        raw, advance = split_segments(
+            out,
+            timestamp_begin=None if stamps is None else stamps.start,
+            timestamp_end=None if stamps is None else stamps.stop,
+            seek=self.seek,
+            window_frames=self.frames,
+        )
+        n_kept = sum(len(s.tokens) for s in raw)
+        piece = self.detok.add_many(t for t in out[self.final : n_kept] if not self.is_stamp(t))
+        if piece:
+            yield piece
+        self.kept.extend(out[:n_kept])
+        times: list[float] | None = None
+        probs: list[float] | None = None
+        if capture is not None:
+            weights = capture.weights()
+            times = token_times(
+                weights, frames=max(self.audio_frames - self.seek, 0), filter_width=self.model._median_width()
+            ).tolist()
+            probs = capture.probabilities
+        tokenizer = self.model.tokenizer
+        pos = 0
+        for s in raw:
+            words: tuple[Word, ...] = ()
+            if times is not None and probs is not None:
+                n_tok = len(s.tokens)
+                words = segment_words(
+                    s.tokens,
+                    pad_to(times[pos : pos + n_tok], n_tok),
+                    pad_to(probs[pos : pos + n_tok], n_tok),
+                    decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False),
+                    is_stamp=self.is_stamp,
+                    is_special=lambda t: t in self.vocab.special_ids,
+                    language=self.model._language_in(self.prompt),
+                    offset=self.seek * FRAME_SECONDS,
+                    limit=self.duration,
+                )
+                pos += n_tok
+            text = tokenizer.decode([t for t in s.tokens if not self.is_stamp(t)], skip_special_tokens=True)
+            # a window ends with the audio, and a predicted time may lie past it: no segment ends after the audio
+            self.segments.append(
+                Segment(
+                    min(s.start, self.duration),
+                    min(s.end, self.duration),
+                    text,
+                    s.tokens,
+                    avg_logprob=result.avg_logprob,
+                    no_speech_prob=result.no_speech_prob,
+                    compression_ratio=result.compression_ratio,
+                    temperature=result.temperature,
+                    words=words,
+                )
+            )
+            self.history.append(s.tokens)
+        if not self.options.condition_on_previous_text or result.temperature > 0.5:
+            self.history = []  # openai-whisper's prompt_reset_since: later windows start without context
+        # A window that does not move on would repeat forever (only possible without the timestamp rules).
+        self.seek += advance if advance > 0 else self.frames
+
+    def finish(self, elapsed: float) -> tuple[str, Transcription]:
+        """The text not yielded yet and the transcription."""
+        tail = self.detok.finish()
+        return tail, Transcription(
+            self.detok.text,
+            tuple(self.segments),
+            self.model._language_in(self.prompt),
+            tuple(self.kept),
+            duration=self.duration,
+            elapsed=elapsed,
+        )
