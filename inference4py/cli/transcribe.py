@@ -1,21 +1,25 @@
-"""``inference4py transcribe``: an audio file to text (or English), or to SRT / WebVTT subtitles, with Whisper.
+"""``inference4py transcribe``: audio files to text (or English), SRT / WebVTT subtitles or JSON, with Whisper.
 
-The library is imported inside the handler.
+Several files are transcribed as batches of 30 s windows (``--batch-size``).  The library is
+imported inside the handler, so ``--help`` stays free of onnxruntime.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from inference4py.cli.base import EXIT_OK, _Echo
 
 _DEFAULT_WHISPER = "onnx-community/whisper-base"
+_SUFFIX = {"text": ".txt", "srt": ".srt", "vtt": ".vtt", "json": ".json"}
 
 
 def _add_transcribe_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", metavar="FILE", help="audio file (wav, flac, mp3, ogg, ...)")
+    parser.add_argument("file", metavar="FILE", nargs="+", help="audio file(s) (wav, flac, mp3, ogg, ...)")
     parser.add_argument(
         "--model",
         "-m",
@@ -33,18 +37,44 @@ def _add_transcribe_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--timestamps", action="store_true", help="print time-stamped segments")
     parser.add_argument(
+        "--word-timestamps", action="store_true", help="time every word (SRT / VTT: one cue per word; JSON: words)"
+    )
+    parser.add_argument(
         "--format",
         "-f",
-        choices=("text", "srt", "vtt"),
+        choices=("text", "srt", "vtt", "json"),
         default="text",
-        help="text (default), or SRT / WebVTT subtitles (implies --timestamps)",
+        help="text (default), SRT / WebVTT subtitles or JSON with segments and words (implies --timestamps)",
     )
+    parser.add_argument(
+        "--output-dir",
+        "-o",
+        metavar="DIR",
+        help="write FILE's result to DIR/<name>.txt|.srt|.vtt|.json instead of printing it",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="N",
+        default=None,
+        help="decode the windows of N files as one batch (default: 8 with several files, else one file at a time)",
+    )
+    parser.add_argument(
+        "--temperature-fallback",
+        action="store_true",
+        help="retry a window that loops or is unlikely at temperatures 0.2 ... 1.0 (openai-whisper's default)",
+    )
+    parser.add_argument(
+        "--condition-on-previous-text", action="store_true", help="give each window the text so far as context"
+    )
+    parser.add_argument("--initial-prompt", metavar="TEXT", help="context for the first window: names, spellings")
     parser.add_argument("--max-new-tokens", type=int, metavar="N", help="at most N tokens per 30 s window")
     parser.add_argument("--num-beams", type=int, metavar="N", help="beam width (default: greedy)")
 
 
 def _run_transcribe(args: argparse.Namespace) -> int:
     from inference4py import WhisperSpeechModel
+    from inference4py.tasks.whisper import FALLBACK_TEMPERATURES
 
     builder = WhisperSpeechModel.builder()
     model = args.model or _DEFAULT_WHISPER
@@ -61,23 +91,63 @@ def _run_transcribe(args: argparse.Namespace) -> int:
     if args.num_beams is not None:
         builder = builder.num_beams(args.num_beams)
     timestamps = args.timestamps or args.format != "text"
+    options: dict[str, Any] = {}
+    if args.word_timestamps:
+        options["word_timestamps"] = True
+    if args.temperature_fallback:
+        options["temperature"] = FALLBACK_TEMPERATURES
+    if args.condition_on_previous_text:
+        options["condition_on_previous_text"] = True
+    if args.initial_prompt:
+        options["initial_prompt"] = args.initial_prompt
+    files: list[str] = list(args.file)
+    out_dir = Path(args.output_dir).expanduser() if args.output_dir else None
     with builder.timestamps(timestamps).build() as asr:
-        if args.format == "text" and not timestamps:
-            echo = _Echo(sys.stdout)
-            asr.transcribe(args.file, on_token=echo)
+        if len(files) == 1 and args.batch_size is None and out_dir is None and args.format == "text" and not timestamps:
+            echo = _Echo(sys.stdout)  # one file of plain text: streamed as it is decoded
+            asr.transcribe(files[0], on_token=echo, **options)
             echo.end_line()
             return EXIT_OK
-        result = asr.transcribe(args.file)
-    if args.format == "srt":
-        sys.stdout.write(result.to_srt())
-    elif args.format == "vtt":
-        sys.stdout.write(result.to_vtt())
-    else:
-        for seg in result.segments:
-            if seg.text.strip():
-                print(f"[{_seconds(seg.start)} --> {_seconds(seg.end)}] {seg.text.strip()}")
+        if len(files) == 1 and args.batch_size is None:
+            results = [asr.transcribe(files[0], **options)]
+        else:
+            results = asr.transcribe_batch(files, batch_size=args.batch_size or 8, **options)
+    if args.format == "json" and out_dir is None:
+        data = [r.to_dict() | {"file": f} for f, r in zip(files, results)]
+        sys.stdout.write(json.dumps(data[0] if len(data) == 1 else data, ensure_ascii=False, indent=2) + "\n")
+        return EXIT_OK
+    for i, (name, result) in enumerate(zip(files, results)):
+        text = _render(result, args.format, args.word_timestamps, args.timestamps)
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            target = out_dir / (Path(name).stem + _SUFFIX[args.format])
+            target.write_text(text, encoding="utf-8")
+            print(target)
+            continue
+        if len(files) > 1:
+            sys.stdout.write(("\n" if i else "") + f"==> {name} <==\n")
+        sys.stdout.write(text)
     sys.stdout.flush()
     return EXIT_OK
+
+
+def _render(result: Any, fmt: str, words: bool, timed: bool) -> str:
+    if fmt == "srt":
+        return str(result.to_srt(words=words))
+    if fmt == "vtt":
+        return str(result.to_vtt(words=words))
+    if fmt == "json":
+        return str(result.to_json()) + "\n"
+    if not timed and not words:
+        return str(result.text).strip() + "\n"
+    lines = []
+    for seg in result.segments:
+        if not seg.text.strip():
+            continue
+        lines.append(f"[{_seconds(seg.start)} --> {_seconds(seg.end)}] {seg.text.strip()}")
+        if words:
+            lines.extend(f"    [{_seconds(w.start)} --> {_seconds(w.end)}] {w.word.strip()}" for w in seg.words)
+    return "".join(line + "\n" for line in lines)
 
 
 def _seconds(t: float) -> str:

@@ -28,7 +28,10 @@ One idea per module:
 - ``prompt``: the decoder prompt (language / task / ``<|notimestamps|>``) and what a model refuses;
 - ``timestamps``: the timestamp logits rules;
 - ``longform``: 30 s windows, and a window's output cut into segments;
-- ``results``: :class:`Transcription` and :class:`Segment`;
+- ``results``: :class:`Transcription`, :class:`Segment`, :class:`Word`; SRT / VTT / JSON;
+- ``attention``: decoders that output their cross-attention (rewritten once, cached);
+- ``words``: word timestamps (DTW over the alignment heads, words with punctuation);
+- ``job``: one file's window loop; ``batch``: several files' windows decoded as batches;
 - ``model``: :class:`WhisperSpeechModel`, its builder and the window loop.
 """
 

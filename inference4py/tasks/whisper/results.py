@@ -1,9 +1,13 @@
-"""What a transcription returns: a :class:`Transcription`, its time-stamped :class:`Segment` list,
-and the same segments as SubRip / WebVTT subtitles."""
+"""What a transcription returns: a :class:`Transcription`, its time-stamped :class:`Segment` list and
+their :class:`Word` list; the same as SubRip / WebVTT subtitles (per segment or per word) and JSON."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from inference4py.errors import ConfigurationError
 
 
 @dataclass(frozen=True)
@@ -77,21 +81,59 @@ class Transcription:
     def __str__(self) -> str:
         return self.text
 
-    def to_srt(self) -> str:
-        """The segments as SubRip subtitles (segments without text are skipped)."""
-        blocks = []
-        for i, seg in enumerate((s for s in self.segments if s.text.strip()), start=1):
-            blocks.append(f"{i}\n{_clock(seg.start, ',')} --> {_clock(seg.end, ',')}\n{seg.text.strip()}\n")
+    def to_srt(self, *, words: bool = False) -> str:
+        """The segments as SubRip subtitles (segments without text are skipped).
+
+        Args:
+            words: one cue per word (needs ``word_timestamps=True``) instead of one per segment.
+        """
+        blocks = [
+            f"{i}\n{_clock(start, ',')} --> {_clock(end, ',')}\n{text}\n"
+            for i, (start, end, text) in enumerate(self._cues(words), start=1)
+        ]
         return "\n".join(blocks)
 
-    def to_vtt(self) -> str:
-        """The segments as WebVTT subtitles (segments without text are skipped)."""
-        cues = [
-            f"{_clock(s.start, '.')} --> {_clock(s.end, '.')}\n{s.text.strip()}\n"
-            for s in self.segments
-            if s.text.strip()
-        ]
+    def to_vtt(self, *, words: bool = False) -> str:
+        """The segments as WebVTT subtitles (segments without text are skipped).
+
+        Args:
+            words: one cue per word (needs ``word_timestamps=True``) instead of one per segment.
+        """
+        cues = [f"{_clock(start, '.')} --> {_clock(end, '.')}\n{text}\n" for start, end, text in self._cues(words)]
         return "WEBVTT\n\n" + "\n".join(cues)
+
+    def _cues(self, words: bool) -> list[tuple[float, float, str]]:
+        if not words:
+            return [(s.start, s.end, s.text.strip()) for s in self.segments if s.text.strip()]
+        if self.segments and not any(s.words for s in self.segments) and any(s.text.strip() for s in self.segments):
+            raise ConfigurationError("Word-level cues need word times: transcribe with word_timestamps=True.")
+        return [(w.start, w.end, w.word.strip()) for s in self.segments for w in s.words if w.word.strip()]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The transcription as plain data (what :meth:`to_json` writes)."""
+        return {
+            "text": self.text,
+            "language": self.language,
+            "duration": self.duration,
+            "segments": [
+                {
+                    "start": s.start,
+                    "end": s.end,
+                    "text": s.text,
+                    "avg_logprob": s.avg_logprob,
+                    "no_speech_prob": s.no_speech_prob,
+                    "compression_ratio": s.compression_ratio,
+                    "temperature": s.temperature,
+                    "token_ids": list(s.token_ids),
+                    "words": [asdict(w) for w in s.words],
+                }
+                for s in self.segments
+            ],
+        }
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """The transcription as JSON: text, language, duration, segments (with their numbers and words)."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, indent=indent)
 
 
 def _clock(seconds: float, separator: str) -> str:
