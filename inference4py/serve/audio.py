@@ -9,7 +9,9 @@ format: ``{"text"}``, plain text, SubRip, WebVTT, or verbose JSON with time-stam
 
 ``json`` and ``text`` are transcribed without timestamp tokens, the subtitle formats and
 ``verbose_json`` with them, as ``inference4py transcribe`` does for ``--format text`` and for
-subtitles. Every refusal is an OpenAI error object (:class:`~inference4py.serve.protocol.ApiError`).
+subtitles. ``prompt`` is the library's ``initial_prompt`` (context for the first window);
+``timestamp_granularities[]=word`` turns on word timestamps (verbose JSON's ``words``). Every refusal
+is an OpenAI error object (:class:`~inference4py.serve.protocol.ApiError`).
 """
 
 from __future__ import annotations
@@ -131,7 +133,12 @@ async def _answer(workers: Mapping[str, ModelWorker], request: Request, task: st
     finally:
         await form.close()
     response_format = fields["response_format"]
+    granularities = fields["granularities"]
     options = _sampling(fields.get("temperature"))
+    if fields.get("prompt"):
+        options["initial_prompt"] = fields["prompt"]
+    if "word" in granularities:
+        options["word_timestamps"] = True
 
     def job() -> Transcription:
         return model.transcribe(
@@ -144,7 +151,7 @@ async def _answer(workers: Mapping[str, ModelWorker], request: Request, task: st
 
     result = await worker.run(job)
     worker.count(0, len(result.token_ids))
-    return _response(result, response_format, task, _temperature_used(model, options))
+    return _response(result, response_format, task, granularities)
 
 
 # ------------------------------------------------------------------------------- request -> arguments
@@ -196,19 +203,13 @@ def _fields(form: FormData, task: str) -> dict[str, Any]:
     out["response_format"] = response_format
     if "temperature" in out:
         out["temperature"] = _temperature(out["temperature"])
-    if out.get("prompt"):
-        raise ApiError(
-            400,
-            "prompt is not supported: inference4py's WhisperSpeechModel does not condition on previous text. "
-            "Leave prompt out.",
-            "prompt",
-        )
     if out.get("stream", "false").lower() not in ("false", "0", ""):
         raise ApiError(400, "stream is not supported for audio: leave it false.", "stream")
     granularities = [
         str(g) for g in form.getlist("timestamp_granularities[]") + form.getlist("timestamp_granularities")
     ]
     _check_granularities(granularities, response_format)
+    out["granularities"] = frozenset(granularities) or frozenset({"segment"})
     return out
 
 
@@ -224,14 +225,7 @@ def _temperature(text: str) -> float:
 
 def _check_granularities(granularities: list[str], response_format: str) -> None:
     for g in granularities:
-        if g == "word":
-            raise ApiError(
-                400,
-                "Word timestamps are not computed by inference4py's Whisper: ask for timestamp_granularities "
-                "['segment'] (segment times are in verbose_json).",
-                "timestamp_granularities",
-            )
-        if g != "segment":
+        if g not in ("segment", "word"):
             raise ApiError(
                 400, f"timestamp_granularities takes 'segment' (or 'word'); got {g!r}.", "timestamp_granularities"
             )
@@ -305,42 +299,39 @@ def _sampling(temperature: float | None) -> dict[str, Any]:
     return {"do_sample": True, "temperature": temperature}
 
 
-def _temperature_used(model: WhisperSpeechModel, options: Mapping[str, Any]) -> float:
-    """The one temperature of the call (the library has no temperature fallback): 0.0 when greedy."""
-    config = model.generation_config
-    sampled = bool(options.get("do_sample", config.do_sample))
-    return float(options.get("temperature", config.temperature)) if sampled else 0.0
-
-
-def _response(result: Transcription, response_format: str, task: str, temperature: float) -> Response:
+def _response(result: Transcription, response_format: str, task: str, granularities: frozenset[str]) -> Response:
     if response_format == "json":
         return JSONResponse({"text": result.text})
     if response_format == "verbose_json":
-        return JSONResponse(_verbose(result, task, temperature))
+        return JSONResponse(_verbose(result, task, granularities))
     body = {"text": result.text, "srt": result.to_srt(), "vtt": result.to_vtt()}[response_format]
     return Response(body, media_type=_MEDIA_TYPES[response_format])
 
 
-def _verbose(result: Transcription, task: str, temperature: float) -> dict[str, Any]:
-    """OpenAI's verbose JSON. avg_logprob, compression_ratio, no_speech_prob and seek are left out: the
-    library does not compute them (OpenAI's client leaves a missing key unset)."""
+def _verbose(result: Transcription, task: str, granularities: frozenset[str]) -> dict[str, Any]:
+    """OpenAI's verbose JSON: segments (with the window's avg_logprob, compression_ratio, no_speech_prob and
+    temperature) when segment times are asked for, words when word times are. ``seek`` is left out (OpenAI's
+    client leaves a missing key unset)."""
     code = "en" if task == "translate" else result.language  # a translation's language is its output's
     language = WHISPER_LANGUAGES.get(code, code) if code else None
-    segments = [
-        {
-            "id": i,
-            "start": s.start,
-            "end": s.end,
-            "text": s.text,
-            "tokens": list(s.token_ids),
-            "temperature": temperature,
-        }
-        for i, s in enumerate(result.segments)
-    ]
-    return {
-        "task": task,
-        "language": language,
-        "duration": result.duration,
-        "text": result.text,
-        "segments": segments,
-    }
+    out: dict[str, Any] = {"task": task, "language": language, "duration": result.duration, "text": result.text}
+    if "segment" in granularities:
+        out["segments"] = [
+            {
+                "id": i,
+                "start": s.start,
+                "end": s.end,
+                "text": s.text,
+                "tokens": list(s.token_ids),
+                "temperature": s.temperature,
+                "avg_logprob": s.avg_logprob,
+                "compression_ratio": s.compression_ratio,
+                "no_speech_prob": s.no_speech_prob,
+            }
+            for i, s in enumerate(result.segments)
+        ]
+    if "word" in granularities:
+        out["words"] = [
+            {"word": w.word.strip(), "start": w.start, "end": w.end} for s in result.segments for w in s.words
+        ]
+    return out

@@ -107,9 +107,26 @@ def _check_answer(answer, want, response_format, task):
         language = "english" if task == "translate" else WHISPER_LANGUAGES[want.language]
         assert (answer.text, answer.language, answer.duration) == (want.text, language, want.duration)
         assert answer.model_extra["task"] == task
-        got = [(s.id, s.start, s.end, s.text, s.tokens, s.temperature) for s in answer.segments]
-        expected = [(i, s.start, s.end, s.text, list(s.token_ids), 0.0) for i, s in enumerate(want.segments)]
+        got = [
+            (
+                s.id,
+                s.start,
+                s.end,
+                s.text,
+                s.tokens,
+                s.temperature,
+                s.avg_logprob,
+                s.compression_ratio,
+                s.no_speech_prob,
+            )
+            for s in answer.segments
+        ]
+        expected = [
+            (i, s.start, s.end, s.text, list(s.token_ids), 0.0, s.avg_logprob, s.compression_ratio, s.no_speech_prob)
+            for i, s in enumerate(want.segments)
+        ]
         assert got == expected
+        assert all(s.avg_logprob is not None and s.no_speech_prob is not None for s in answer.segments)
 
 
 # ------------------------------------------------------------------------------- answers equal the library
@@ -149,6 +166,32 @@ def test_language_temperature_and_segment_granularity_come_through(client, asr, 
     )
     _check_answer(answer, want, "verbose_json", "transcribe")
     assert answer.language == "german"
+
+
+def test_prompt_is_the_initial_prompt(client, asr, wav):
+    want = _library(asr, wav, "verbose_json", task="transcribe", initial_prompt="Earlier in this meeting")
+    plain = _library(asr, wav, "verbose_json", task="transcribe")
+    assert want.token_ids != plain.token_ids  # the prompt changes what the model writes
+    answer = client.audio.transcriptions.create(
+        model="whisper", file=wav, prompt="Earlier in this meeting", response_format="verbose_json"
+    )
+    _check_answer(answer, want, "verbose_json", "transcribe")
+
+
+def test_word_timestamps(client, asr, wav):
+    want = _library(asr, wav, "verbose_json", task="transcribe", word_timestamps=True)
+    words = [(w.word.strip(), w.start, w.end) for s in want.segments for w in s.words]
+    assert words
+    answer = client.audio.transcriptions.create(
+        model="whisper", file=wav, response_format="verbose_json", timestamp_granularities=["word"]
+    )
+    assert [(w.word, w.start, w.end) for w in answer.words] == words
+    assert answer.segments is None  # only what was asked for
+    both = client.audio.transcriptions.create(
+        model="whisper", file=wav, response_format="verbose_json", timestamp_granularities=["word", "segment"]
+    )
+    assert [(w.word, w.start, w.end) for w in both.words] == words
+    _check_answer(both, want, "verbose_json", "transcribe")
 
 
 def test_an_english_only_model_transcribes(client, asr_en, wav):
@@ -268,9 +311,12 @@ def test_an_upload_that_is_not_audio_is_a_400_that_says_what_to_send(client, con
 @pytest.mark.parametrize(
     "kwargs,param,needle",
     [
-        ({"prompt": "Earlier in this meeting"}, "prompt", "prompt is not supported"),
         ({"temperature": 1.5}, "temperature", "temperature must be a number from 0 to 1; got '1.5'."),
-        ({"timestamp_granularities": ["word"]}, "timestamp_granularities", "Word timestamps are not computed"),
+        (
+            {"timestamp_granularities": ["phoneme"], "response_format": "verbose_json"},
+            "timestamp_granularities",
+            "timestamp_granularities takes 'segment' (or 'word'); got 'phoneme'.",
+        ),
         (
             {"timestamp_granularities": ["segment"], "response_format": "json"},
             "timestamp_granularities",
