@@ -116,9 +116,18 @@ def load(name: str) -> Any:
     return OnnxTextGenerator.builder().model_path(folder).chat_template().build()
 
 
-def one_call(gen: Any, messages: list[dict[str, str]], max_new: int, speculative: Any) -> dict[str, Any]:
+SETTINGS: dict[str, dict[str, Any]] = {
+    "greedy": {"do_sample": False},
+    # benchmarks/README.md's sampling rule; the seed changes per run, the same for every row of a run
+    "sample": {"do_sample": True, "temperature": 0.8, "top_k": 50, "top_p": 0.9},
+}
+
+
+def one_call(
+    gen: Any, messages: list[dict[str, str]], max_new: int, speculative: Any, options: dict[str, Any] | None = None
+) -> dict[str, Any]:
     started = time.perf_counter()
-    result = gen.generate(messages, max_new_tokens=max_new, do_sample=False, speculative=speculative)
+    result = gen.generate(messages, max_new_tokens=max_new, speculative=speculative, **(options or SETTINGS["greedy"]))
     wall = time.perf_counter() - started
     stats = result.speculative
     return {
@@ -140,7 +149,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--settings", default="greedy", help="greedy,sample")
     parser.add_argument("--draft", action="append", default=[], metavar="DRAFT:TARGET")
+    parser.add_argument(
+        "--lookup",
+        action="append",
+        default=[],
+        metavar="MAX,MIN,START,BOUND",
+        help="also PromptLookup(max_ngram, min_ngram, num_draft_tokens, max_draft_tokens) (repeatable)",
+    )
     parser.add_argument("--markdown", metavar="PAGE", help="rewrite the table between the bench:speculative markers")
     parser.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/ (smoke runs)")
     args = parser.parse_args(argv)
@@ -150,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     names = [m for m in args.models.split(",") if m]
     models = {name: load(name) for name in names}
     variants: list[tuple[str, str, Any]] = [(name, "prompt_lookup", PromptLookup()) for name in names]
+    for text in args.lookup:
+        mx, mn, start, bound = (int(v) for v in text.split(","))
+        lookup = PromptLookup(max_ngram=mx, min_ngram=mn, num_draft_tokens=start, max_draft_tokens=bound)
+        variants += [(name, f"lookup({text})", lookup) for name in names]
     for pair in args.draft:
         draft, target = pair.split(":")
         for n in (draft, target):
@@ -160,28 +181,36 @@ def main(argv: list[str] | None = None) -> int:
     cells: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for name in {v[0] for v in variants}:  # warm-up: sessions, arenas, caches
         one_call(models[name], [{"role": "user", "content": "Hi"}], 8, None)
+    cases = [
+        (task if setting == "greedy" else f"{task}+{setting}", task, setting)
+        for setting in args.settings.split(",")
+        for task in tasks
+    ]
     for run in range(args.runs):
-        for task in tasks:
+        for key, task, setting in cases:
             messages = [{"role": "user", "content": TASKS[task][1]}]
+            options = dict(SETTINGS[setting])
+            if options["do_sample"]:
+                options["seed"] = 1234 + run
             for name in sorted({v[0] for v in variants}):
                 mine = [("plain", None), *((label, spec) for target, label, spec in variants if target == name)]
                 order = mine[run % len(mine) :] + mine[: run % len(mine)]
                 outputs = {}
                 for label, spec in order:
-                    res = one_call(models[name], messages, args.max_new_tokens, spec)
+                    res = one_call(models[name], messages, args.max_new_tokens, spec, options)
                     outputs[label] = res
-                    cells.setdefault((name, task, label), []).append(res)
+                    cells.setdefault((name, key, label), []).append(res)
                 for label, res in outputs.items():
                     res["same_as_plain"] = res["ids"] == outputs["plain"]["ids"]
                     res["agreeing_prefix"] = next(
                         (i for i, (a, b) in enumerate(zip(res["ids"], outputs["plain"]["ids"])) if a != b),
                         min(len(res["ids"]), len(outputs["plain"]["ids"])),
                     )
-                    if not res["same_as_plain"] and "int4" not in name:
+                    if not res["same_as_plain"] and "int4" not in name and setting == "greedy":
                         # float32 graphs compute one row and several rows alike: a difference is a bug
                         raise SystemExit(f"{name} {task} {label}: the output differs from plain greedy")
                 brief = "  ".join(f"{lb} {r['decode_tps']:.1f} tok/s" for lb, r in outputs.items())
-                print(f"run {run + 1} {name:20} {task:10} {outputs['plain']['tokens']:4} tokens  {brief}", flush=True)
+                print(f"run {run + 1} {name:20} {key:16} {outputs['plain']['tokens']:4} tokens  {brief}", flush=True)
 
     rows = []
     for (name, task, label), runs in sorted(cells.items()):
@@ -190,14 +219,15 @@ def main(argv: list[str] | None = None) -> int:
         plain = cells[(name, task, "plain")]
         med = {k: statistics.median(r[k] for r in runs) for k in ("decode_tps", "call_tps", "wall")}
         base = {k: statistics.median(r[k] for r in plain) for k in ("decode_tps", "call_tps", "wall")}
-        drafted, accepted = runs[0]["drafted"], runs[0]["accepted"]  # greedy: the same every run
+        drafted, accepted = sum(r["drafted"] for r in runs), sum(r["accepted"] for r in runs)
         rows.append(
             {
                 "model": name,
                 "task": task,
-                "kind": TASKS[task][0],
+                "kind": TASKS[task.split("+")[0]][0],
                 "method": label,
-                "tokens": runs[0]["tokens"],
+                "tokens": statistics.median(r["tokens"] for r in runs),
+                "plain_tokens": statistics.median(r["tokens"] for r in plain),
                 "plain_decode_tps": base["decode_tps"],
                 "decode_tps": med["decode_tps"],
                 "decode_ratio": med["decode_tps"] / base["decode_tps"],
@@ -207,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                 "drafted": drafted,
                 "accepted": accepted,
                 "acceptance_rate": accepted / drafted if drafted else 0.0,
-                "passes_per_token": runs[0]["passes"] / max(1, runs[0]["tokens"] - 1),
+                "passes_per_token": sum(r["passes"] for r in runs) / max(1, sum(r["tokens"] - 1 for r in runs)),
                 "same_as_plain": all(r["same_as_plain"] for r in runs),
                 "agreeing_prefix": min(r["agreeing_prefix"] for r in runs),
             }
@@ -245,8 +275,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [
-        f"greedy, chat template, max_new_tokens={args.max_new_tokens}, median of {args.runs} runs; "
-        "ratios are to plain decoding of the same model in the same run",
+        f"chat template, max_new_tokens={args.max_new_tokens}, median of {args.runs} runs; ratios are to plain "
+        "decoding of the same model in the same run; +sample: temperature 0.8, top-k 50, top-p 0.9, seed 1234 + run "
+        "(plain and speculative texts differ, so their token counts may too)",
         "",
         "| model | task | method | tokens | plain decode tok/s | decode tok/s | decode ratio | call ratio "
         "| accepted / drafted | passes per token | same ids as plain |",
@@ -254,8 +285,10 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     ]
     for r in rows:
         same = "yes" if r["same_as_plain"] else f"first {r['agreeing_prefix']} tokens"
+        if "+" in r["task"]:
+            same = "(sampled)"
         lines.append(
-            f"| {r['model']} | {r['task']} ({r['kind']}) | {r['method']} | {r['tokens']} | "
+            f"| {r['model']} | {r['task']} ({r['kind']}) | {r['method']} | {r['tokens']:.0f} | "
             f"{r['plain_decode_tps']:.1f} | {r['decode_tps']:.1f} | {r['decode_ratio']:.2f}x | {r['call_ratio']:.2f}x | "
             f"{r['accepted']} / {r['drafted']} ({r['acceptance_rate']:.0%}) | {r['passes_per_token']:.2f} | {same} |"
         )

@@ -433,16 +433,32 @@ def test_prompt_lookup_proposes_what_followed_the_latest_match():
 
 def test_draft_length_grows_on_full_acceptance_and_shrinks_on_rejection():
     lengths = DraftLength(4, 8)
+    assert lengths.next() == 4
     lengths.update(4, 4)
-    assert lengths.current == 6
+    assert lengths.next() == 6
     lengths.update(6, 6)
     lengths.update(8, 8)
-    assert lengths.current == 8
-    for _ in range(10):
-        lengths.update(0, 3)
-    assert lengths.current == 1
+    assert lengths.next() == 8
+    lengths.update(2, 8)  # something kept: shorter, no pause
+    assert lengths.next() == 7
     lengths.update(0, 0)  # nothing drafted: unchanged
-    assert lengths.current == 1
+    assert lengths.next() == 7
+
+
+def test_failing_drafts_pause_drafting_longer_each_time_until_one_is_kept():
+    lengths = DraftLength(3, 8)
+    pauses = []
+    for _ in range(6):
+        lengths.update(0, 2)  # a draft with nothing kept
+        paused = 0
+        while lengths.next() == 0:
+            paused += 1
+        pauses.append(paused)
+    assert pauses == [1, 3, 7, 15, 15, 15]
+    assert lengths.next() == 1  # shrunk by each rejection
+    lengths.update(1, 2)  # a kept token ends the back-off
+    lengths.update(0, 2)
+    assert [lengths.next(), lengths.next()] == [0, 1]
 
 
 # ---------------------------------------------------------------------------------- refusals
@@ -537,3 +553,30 @@ def test_the_builder_sets_a_default_that_a_call_can_turn_off():
     assert pretrained.generate(REPETITIVE, max_new_tokens=12, do_sample=False).speculative is not None
     with pytest.raises(ConfigurationError, match="speculative="):
         OnnxTextGenerator.builder().speculative("medusa")
+
+
+def test_greedy_cuts_drafts_to_what_the_measured_pass_costs_pay_for():
+    cheap = DraftLength(8, 8, timed=True)
+    cheap.observe(0, 0.010)
+    cheap.observe(4, 0.012)  # 5% of a step per drafted position
+    for _ in range(5):
+        cheap.update(3, 4)  # three of four kept: a draft token is kept ~75% of the time
+    cheap.current = 8
+    assert cheap.next() >= 5
+    dear = DraftLength(8, 8, timed=True)
+    dear.observe(0, 0.010)
+    dear.observe(4, 0.030)  # 50% of a step per drafted position
+    for _ in range(5):
+        dear.update(3, 4)
+    dear.current = 8
+    assert 1 <= dear.next() <= 3
+    hopeless = DraftLength(4, 8, timed=True)
+    hopeless.observe(0, 0.010)
+    hopeless.observe(2, 0.020)
+    for _ in range(5):
+        hopeless.update(1, 4)  # one in four kept: no draft length pays at 50% per position
+    assert [hopeless.next() for _ in range(9)] == [0] * 8 + [1]  # paused, then a one-token probe
+    sampled = DraftLength(4, 8)  # sampling: timings are ignored, the output stays seeded
+    sampled.observe(0, 0.010)
+    sampled.observe(2, 0.050)
+    assert sampled.next() == 4
