@@ -68,6 +68,12 @@ def _add_transcribe_arguments(parser: argparse.ArgumentParser) -> None:
         "--condition-on-previous-text", action="store_true", help="give each window the text so far as context"
     )
     parser.add_argument("--initial-prompt", metavar="TEXT", help="context for the first window: names, spellings")
+    parser.add_argument(
+        "--vad",
+        action="store_true",
+        help="transcribe only the speech Silero VAD finds (onnx-community/silero-vad, fetched once)",
+    )
+    parser.add_argument("--vad-model", metavar="PATH", help="a local Silero VAD .onnx file for --vad (implies --vad)")
     parser.add_argument("--max-new-tokens", type=int, metavar="N", help="at most N tokens per 30 s window")
     parser.add_argument("--num-beams", type=int, metavar="N", help="beam width (default: greedy)")
 
@@ -100,6 +106,10 @@ def _run_transcribe(args: argparse.Namespace) -> int:
         options["condition_on_previous_text"] = True
     if args.initial_prompt:
         options["initial_prompt"] = args.initial_prompt
+    if args.vad_model:
+        options["vad"] = args.vad_model
+    elif args.vad:
+        options["vad"] = True
     files: list[str] = list(args.file)
     out_dir = Path(args.output_dir).expanduser() if args.output_dir else None
     with builder.timestamps(timestamps).build() as asr:

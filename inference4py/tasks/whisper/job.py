@@ -15,7 +15,7 @@ probabilities of one decoding attempt, for word timestamps).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,6 +47,8 @@ POLICY_ARGUMENTS = (
     "initial_prompt",
     "prompt_ids",
     "word_timestamps",
+    "vad",
+    "vad_options",
 )
 
 
@@ -57,6 +59,8 @@ class CallPolicy:
     options: LongformOptions
     explicit_temperature: bool
     word_timestamps: bool = False
+    vad: Any = None  # a SileroVad: only the speech it finds is transcribed
+    vad_options: Any = None  # its VadOptions (None: faster-whisper's defaults)
 
 
 class WindowProbe:
@@ -185,8 +189,11 @@ class FileJob:
         timestamps: bool,
         policy: CallPolicy,
         words_for: tuple[list[tuple[int, int]], np.ndarray] | None,
+        time_map: Any = None,
+        duration: float | None = None,
     ) -> None:
         self.model = model
+        self.time_map = time_map  # a SpeechTimeMap: the samples are speech cut out of a longer recording
         self.feats = feats
         self.prompt = prompt
         self.detect_at = detect_at
@@ -196,7 +203,8 @@ class FileJob:
         v = model._vocab
         self.vocab = v
         settings = model._features
-        self.duration = samples.size / settings["sample_rate"]
+        self.duration = samples.size / settings["sample_rate"]  # of the audio decoded (the speech, with VAD)
+        self.recording = self.duration if duration is None else duration
         hop = settings["hop_length"]
         # frames of audio (the features of short audio are padded to one window)
         self.audio_frames = (
@@ -344,11 +352,27 @@ class FileJob:
     def finish(self, elapsed: float) -> tuple[str, Transcription]:
         """The text not yielded yet and the transcription."""
         tail = self.detok.finish()
+        segments = tuple(self.segments)
+        if self.time_map is not None and segments:
+            segments = tuple(_mapped(s, self.time_map) for s in segments)
         return tail, Transcription(
             self.detok.text,
-            tuple(self.segments),
+            segments,
             self.model._language_in(self.prompt),
             tuple(self.kept),
-            duration=self.duration,
+            duration=self.recording,
             elapsed=elapsed,
         )
+
+
+def _mapped(segment: Segment, time_map: Any) -> Segment:
+    """A segment of speech cut out by VAD, its times (and its words') in the original recording."""
+
+    def start(t: float) -> float:
+        return round(float(time_map.to_original(t)), 3)
+
+    def end(t: float) -> float:
+        return round(float(time_map.to_original(t, is_end=True)), 3)
+
+    words = tuple(replace(w, start=start(w.start), end=max(start(w.start), end(w.end))) for w in segment.words)
+    return replace(segment, start=start(segment.start), end=max(start(segment.start), end(segment.end)), words=words)

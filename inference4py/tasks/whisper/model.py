@@ -14,6 +14,7 @@ and decodes one window through three hooks (``_encode_window``, ``_detect_in``,
 from __future__ import annotations
 
 import copy
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -52,6 +53,7 @@ from inference4py.tasks.whisper.longform import cut_window
 from inference4py.tasks.whisper.prompt import check_request, decoder_prompt
 from inference4py.tasks.whisper.results import Transcription
 from inference4py.tasks.whisper.timestamps import WhisperTimestampRules
+from inference4py.tasks.whisper.vad import SileroVad, SpeechTimeMap, VadOptions
 from inference4py.tasks.whisper.vocab import TASKS, _WhisperVocab, language_code
 from inference4py.tasks.whisper.words import default_alignment_heads
 from inference4py.tokenization import Tokenizer, load_tokenizer
@@ -173,6 +175,7 @@ class WhisperSpeechModel(ClosableTask):
         self._session_options = builder.session_options()
         self._runtime = Seq2SeqRuntime(spec, config, self._session_options)
         self._aligned: Seq2SeqRuntime | None = None  # the decoder with cross_attentions outputs, made on demand
+        self._default_vad: SileroVad | None = None  # vad=True's detector, fetched on first use
         if self._runtime.encoder_input != "input_features":
             raise UnsupportedModelError(
                 f"{self.folder} is a text encoder-decoder model, not a speech model (its encoder takes "
@@ -294,6 +297,8 @@ class WhisperSpeechModel(ClosableTask):
         initial_prompt: str | None = None,
         prompt_ids: Sequence[int] | None = None,
         word_timestamps: bool = False,
+        vad: bool | str | os.PathLike[str] | SileroVad = False,
+        vad_options: VadOptions | None = None,
         **overrides: Any,
     ) -> Transcription:
         """Transcribe (or translate to English) an audio file or array.
@@ -333,6 +338,12 @@ class WhisperSpeechModel(ClosableTask):
             word_timestamps: time every word (``Segment.words``) from the cross-attention of the
                 alignment heads, as openai-whisper and transformers do; a standard export's decoder is
                 rewritten once to expose those weights (kept in the inference4py cache).
+            vad: transcribe only the speech that the Silero voice activity detector finds (faster-whisper's
+                ``vad_filter``): True fetches ``onnx-community/silero-vad`` from the Hub once; a path to a
+                Silero ``.onnx`` file or a :class:`~inference4py.tasks.whisper.vad.SileroVad` is used as it is.
+                The speech regions are laid end to end and transcribed; every time is mapped back to the
+                recording, so silence and music give no text.
+            vad_options: the detector's rules (:class:`~inference4py.tasks.whisper.vad.VadOptions`).
             **overrides: generation options for this call (``max_new_tokens`` counts per 30 s window,
                 ``num_beams``, ``seed``, ...).
 
@@ -353,6 +364,8 @@ class WhisperSpeechModel(ClosableTask):
             initial_prompt=initial_prompt,
             prompt_ids=prompt_ids,
             word_timestamps=word_timestamps,
+            vad=vad,
+            vad_options=vad_options,
         )
         result = None
         for kind, value in self._events(audio, sample_rate, language, task, timestamps, overrides, options):
@@ -447,6 +460,8 @@ class WhisperSpeechModel(ClosableTask):
         initial_prompt: str | None = None,
         prompt_ids: Sequence[int] | None = None,
         word_timestamps: bool = False,
+        vad: bool | str | os.PathLike[str] | SileroVad = False,
+        vad_options: VadOptions | None = None,
     ) -> CallPolicy:
         if initial_prompt is not None and prompt_ids is not None:
             raise ConfigurationError("Pass initial_prompt or prompt_ids, not both.")
@@ -487,7 +502,23 @@ class WhisperSpeechModel(ClosableTask):
             ),
             explicit_temperature=explicit,
             word_timestamps=bool(word_timestamps),
+            vad=self._vad_model(vad),
+            vad_options=vad_options,
         )
+
+    def _vad_model(self, vad: bool | str | os.PathLike[str] | SileroVad | None) -> SileroVad | None:
+        """The voice activity detector of a call (the Hub's Silero VAD is fetched once per model)."""
+        if vad is None or vad is False:
+            return None
+        if isinstance(vad, SileroVad):
+            return vad
+        if vad is True:
+            if self._default_vad is None:
+                self._default_vad = SileroVad.from_pretrained()
+            return self._default_vad
+        if isinstance(vad, (str, os.PathLike)):
+            return SileroVad(vad)
+        raise ConfigurationError(f"vad must be True, a Silero .onnx path or a SileroVad; got {vad!r}.")
 
     def _attempt_config(
         self, prompt_len: int, overrides: Mapping[str, Any], temperature: float, policy: CallPolicy, context: bool
@@ -576,14 +607,31 @@ class WhisperSpeechModel(ClosableTask):
     ) -> FileJob:
         """A file's window loop: its audio read, its prompt made, the options checked."""
         samples = _audio.load_audio(audio, sample_rate=sample_rate, target_rate=self._features["sample_rate"])
-        feats = self._features_of(samples)  # [n_mels, frames]
+        duration = samples.size / self._features["sample_rate"]
+        time_map = None
+        if policy.vad is not None:  # only the speech, laid end to end (faster-whisper's vad_filter)
+            time_map = SpeechTimeMap(policy.vad.speech_regions(samples, policy.vad_options))
+            samples = time_map.extract(samples)
+        if samples.size:
+            feats = self._features_of(samples)  # [n_mels, frames]
+        else:  # no speech at all: no window to decode
+            feats = np.zeros((self._features["n_mels"], 0), dtype=np.float32)
         prompt, detect_at = self._prompt(language, task, timestamps)
         self._attempt_config(
             len(prompt), overrides, policy.options.temperatures[0], policy, False
         )  # refuse bad options
         words_for = self._word_setup() if policy.word_timestamps else None
         return FileJob(
-            self, samples, feats, prompt, detect_at, timestamps=timestamps, policy=policy, words_for=words_for
+            self,
+            samples,
+            feats,
+            prompt,
+            detect_at,
+            timestamps=timestamps,
+            policy=policy,
+            words_for=words_for,
+            time_map=time_map,
+            duration=duration,
         )
 
     def _language_in(self, prompt: Sequence[int | None]) -> str | None:

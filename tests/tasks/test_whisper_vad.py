@@ -1,0 +1,103 @@
+"""transcribe(vad=...): only the speech Silero VAD finds is transcribed; times are the recording's.
+
+The recording is tests/tasks/test_vad.py's: clip A, 20 s of noise, clip B (espeak-ng speech).  The
+tiny Whisper fixture's text is noise, so the checks are on what is decoded and where it is placed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from inference4py import WhisperSpeechModel
+from inference4py.audio import SAMPLE_RATE, load_audio
+from inference4py.errors import ConfigurationError
+from inference4py.tasks.whisper.vad import SileroVad, SpeechTimeMap, VadOptions
+from tests.conftest import FIXTURES, MODELS
+from tests.tasks.test_vad import compose
+
+VAD = FIXTURES / "vad"
+
+
+@pytest.fixture(scope="module")
+def asr():
+    with WhisperSpeechModel.builder().model_path(MODELS / "whisper").build() as model:
+        yield model
+
+
+@pytest.fixture(scope="module")
+def recording():
+    import json
+
+    reference = json.loads((VAD / "reference.json").read_text(encoding="utf-8"))
+    audio, _ = compose(load_audio(VAD / "speech-a.flac"), load_audio(VAD / "speech-b.flac"), reference["recipe"])
+    return audio
+
+
+@pytest.fixture(scope="module")
+def vad():
+    return SileroVad(VAD / "silero_vad_v6.onnx")
+
+
+def test_only_the_speech_is_decoded_and_times_are_the_recordings(asr, vad, recording):
+    regions = vad.speech_regions(recording)
+    assert len(regions) == 2  # the two sentences; the 20 s gap is not speech
+    time_map = SpeechTimeMap(regions)
+    speech = time_map.extract(recording)
+    kwargs = {"language": "en", "timestamps": True, "max_new_tokens": 24, "word_timestamps": True}
+    direct = asr.transcribe((speech, SAMPLE_RATE), **kwargs)
+    result = asr.transcribe((recording, SAMPLE_RATE), vad=vad, **kwargs)
+    assert result.token_ids == direct.token_ids and result.text == direct.text
+    assert result.duration == pytest.approx(recording.size / SAMPLE_RATE)
+    assert len(result.segments) == len(direct.segments) > 0
+    for got, want in zip(result.segments, direct.segments):
+        assert got.start == pytest.approx(time_map.to_original(want.start), abs=1e-3)
+        assert got.end == pytest.approx(time_map.to_original(want.end, is_end=True), abs=1e-3)
+        for w_got, w_want in zip(got.words, want.words):
+            assert w_got.start == pytest.approx(time_map.to_original(w_want.start), abs=1e-3)
+    # a time in the second sentence is placed after the gap, within 0.1 s of where it was spoken
+    first_len = (regions[0][1] - regions[0][0]) / SAMPLE_RATE
+    later = first_len + 0.5
+    assert time_map.to_original(later) == pytest.approx(regions[1][0] / SAMPLE_RATE + 0.5, abs=0.1)
+    # nothing starts inside the gap
+    gap = (regions[0][1] / SAMPLE_RATE, regions[1][0] / SAMPLE_RATE)
+    assert not any(gap[0] < s.start < gap[1] for s in result.segments)
+    assert not any(gap[0] < w.start < gap[1] for s in result.segments for w in s.words)
+
+
+def test_a_recording_without_speech_gives_no_text(asr, vad):
+    silence = np.random.default_rng(0).standard_normal(10 * SAMPLE_RATE).astype(np.float32) * 0.001
+    result = asr.transcribe((silence, SAMPLE_RATE), language="en", vad=vad)
+    assert result.text == "" and result.segments == () and result.token_ids == ()
+    assert result.duration == pytest.approx(10.0)
+
+
+def test_vad_in_a_batch_and_from_a_path(asr, vad, recording):
+    kwargs = {"language": "en", "timestamps": True, "max_new_tokens": 24}
+    alone = asr.transcribe((recording, SAMPLE_RATE), vad=VAD / "silero_vad_v6.onnx", **kwargs)
+    batch = asr.transcribe_batch(
+        [(recording, SAMPLE_RATE), (recording[: 5 * SAMPLE_RATE], SAMPLE_RATE)], vad=vad, **kwargs
+    )
+    assert batch[0] == alone
+    tight = asr.transcribe((recording, SAMPLE_RATE), vad=vad, vad_options=VadOptions(speech_pad_ms=30), **kwargs)
+    assert tight.duration == alone.duration
+    with pytest.raises(ConfigurationError, match="vad must be"):
+        asr.transcribe((recording, SAMPLE_RATE), vad=3)
+
+
+def test_cli_vad(tmp_path, capsys, recording):
+    import soundfile as sf
+
+    from inference4py.cli import main
+
+    path = tmp_path / "meeting.wav"
+    sf.write(str(path), recording, SAMPLE_RATE, subtype="FLOAT")
+    args = ["transcribe", str(path), "-m", str(MODELS / "whisper"), "-l", "en", "--max-new-tokens", "24"]
+    assert main([*args, "--format", "json", "--vad-model", str(VAD / "silero_vad_v6.onnx")]) == 0
+    import json
+
+    data = json.loads(capsys.readouterr().out)
+    with WhisperSpeechModel.builder().model_path(MODELS / "whisper").timestamps().build() as asr:
+        want = asr.transcribe(str(path), language="en", max_new_tokens=24, vad=VAD / "silero_vad_v6.onnx")
+    assert data["text"] == want.text
+    assert [(s["start"], s["end"]) for s in data["segments"]] == [(s.start, s.end) for s in want.segments]
