@@ -11,6 +11,13 @@ Each iteration the scheduler
 4. retires the rows that finished (EOS, max_new_tokens, a stop string), keeping their KV in the
    prefix cache.
 
+Some kernels compute a one-row product differently from a several-row one: onnxruntime's
+MatMulNBits (int4 weights) quantizes activations with another kernel for a single row, and the
+logits differ in the last bits, which is enough to change a greedy token now and then.  On such
+graphs the scheduler never steps one row alone: a lone request is accompanied by a *ballast* row
+(a finished row kept, or a copy of the request's own cache) whose logits are thrown away, so a
+request gives the same tokens alone as in any batch.  ``batch_invariant`` turns it off or forces it.
+
 A row's tokens become text on the scheduler thread too, through the same
 :func:`~inference4py.generation.generate.stream_generate` a call of its own uses, and each
 :class:`~inference4py.generation.result.GenerationChunk` is handed to the request's ``deliver``
@@ -30,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from inference4py.engine.decoder import DecoderRuntime
+from inference4py.engine.decoder import DecoderRuntime, _has_op
 from inference4py.engine.rows import RowBatch
 from inference4py.errors import GeneratorClosedError, InferenceError, QueueFullError, RequestTimeoutError
 from inference4py.generation.config import GenerationConfig
@@ -134,6 +141,9 @@ class Scheduler:
             a request that does not fit waits (alone, any request runs). None: no limit.
         prefix_cache_bytes: Memory for the prefix cache; 0 turns it off.
         timeout: Seconds a request may take from submission; None: no limit.
+        batch_invariant: Step at least two rows, so a request's tokens never depend on whether it
+            ran alone (see the module's docstring).  None: when the graph has a kernel whose
+            rounding depends on the row count (MatMulNBits).
         name: For the thread's name and the log.
     """
 
@@ -147,6 +157,7 @@ class Scheduler:
         kv_budget: int | None = None,
         prefix_cache_bytes: int = 256 << 20,
         timeout: float | None = None,
+        batch_invariant: bool | None = None,
         name: str = "model",
     ) -> None:
         self.runtime = runtime
@@ -158,11 +169,13 @@ class Scheduler:
         self.name = name
         self.cache = PrefixCache(prefix_cache_bytes)
         self.stats = SchedulerStats()
-        self._batch = RowBatch(runtime, self.max_rows)
-        if self._batch.max_rows < self.max_rows:
+        if not RowBatch.mixes_lengths(runtime) and self.max_rows > 1:
             _log.info("%s takes no position ids: its requests are decoded one at a time", name)
-            self.max_rows = self._batch.max_rows
-        self._rows: list[Ticket] = []  # aligned with the batch's rows
+            self.max_rows = 1
+        sensitive = row_count_sensitive(runtime) if batch_invariant is None else batch_invariant
+        self.ballast = sensitive and self.max_rows >= 2
+        self._batch = self._new_batch()
+        self._slots: list[Ticket | None] = []  # aligned with the batch's rows; None: the ballast row
         self._waiting: collections.deque[Ticket] = collections.deque()
         self._cond = threading.Condition()
         self._closed = False
@@ -177,6 +190,14 @@ class Scheduler:
     @property
     def running(self) -> int:
         return len(self._rows)
+
+    @property
+    def _rows(self) -> list[Ticket]:
+        """The requests in the batch (the ballast row left out)."""
+        return [t for t in self._slots if t is not None]
+
+    def _new_batch(self) -> RowBatch:
+        return RowBatch(self.runtime, self.max_rows + (1 if self.ballast else 0))
 
     def submit(
         self,
@@ -269,12 +290,14 @@ class Scheduler:
                     kept.append(ticket)
             self._waiting = kept
         gone = []
-        for i, ticket in enumerate(self._rows):
-            if ticket.cancelled:
+        for i, row in enumerate(self._slots):
+            if row is None:
+                continue
+            if row.cancelled:
                 self.stats.cancelled += 1
                 gone.append(i)
-            elif ticket.deadline is not None and now > ticket.deadline:
-                self._time_out(ticket)
+            elif row.deadline is not None and now > row.deadline:
+                self._time_out(row)
                 gone.append(i)
         self._retire(gone, keep_cache=False)
 
@@ -309,6 +332,9 @@ class Scheduler:
     def _start(self, ticket: Ticket) -> None:
         """Prefill ``ticket`` into a new row and choose its first token."""
         prefix = None if ticket.all_logits else self.cache.lookup(ticket.prompt)
+        if self.ballast and prefix is not None and len(ticket.prompt) - prefix.length < 2:
+            # a one-token prefill would be a one-row product: prefill one more token
+            prefix = prefix.cut(prefix.length - 1) if prefix.length > 1 else None
         try:
             last, everything = self._batch.admit(
                 np.asarray(ticket.prompt, dtype=np.int64),
@@ -325,26 +351,58 @@ class Scheduler:
         ticket.cached_tokens = prefix.length if prefix is not None else 0
         self.stats.prompt_tokens += len(ticket.prompt)
         self.stats.prefilled_tokens += len(ticket.prompt) - ticket.cached_tokens
-        self._rows.append(ticket)
+        self._slots.append(ticket)
         last_item = self._advance(ticket, last)
         if last_item is not None:
-            self._retire([len(self._rows) - 1], keep_cache=True)
+            self._retire([len(self._slots) - 1], keep_cache=True)
             ticket.deliver(last_item)
 
     def _step(self) -> None:
-        tokens = np.fromiter((t.chooser.last_token for t in self._rows), dtype=np.int64, count=len(self._rows))
-        logits = self._batch.step(tokens)  # [rows, vocab]
+        if self.ballast:
+            self._balance()
+        rows = self._rows
+        lead = rows[0].chooser.last_token
+        tokens = np.fromiter(
+            (lead if t is None else t.chooser.last_token for t in self._slots), dtype=np.int64, count=len(self._slots)
+        )
+        logits = self._batch.step(tokens)  # [slots, vocab]
         self.stats.steps += 1
-        self.stats.step_rows += len(self._rows)
+        self.stats.step_rows += len(rows)
         ending: list[tuple[int, GenerationChunk | BaseException]] = []
-        for i, ticket in enumerate(self._rows):
+        for i, ticket in enumerate(self._slots):
+            if ticket is None:
+                continue
             item = self._advance(ticket, logits[i : i + 1])
             if item is not None:
                 ending.append((i, item))
-        tickets = [self._rows[i] for i, _ in ending]
+        tickets = [self._slots[i] for i, _ in ending]
         self._retire([i for i, _ in ending], keep_cache=True)
         for ticket, (_, item) in zip(tickets, ending):  # after retiring: a caller that sees the end sees a free row
+            assert ticket is not None
             ticket.deliver(item)
+
+    def _balance(self) -> None:
+        """Ballast mode: exactly one ballast row beside a lone request, none beside several (or none)."""
+        real = [i for i, t in enumerate(self._slots) if t is not None]
+        spare = [i for i, t in enumerate(self._slots) if t is None]
+        if len(real) != 1:
+            if spare:
+                self._slots = [self._slots[i] for i in self._batch.retire(spare)]
+            return
+        if spare:  # one is all it takes
+            if len(spare) > 1:
+                self._slots = [self._slots[i] for i in self._batch.retire(spare[1:])]
+            return
+        # a copy of the request's own cache: its last token is prefilled again (a one-row product whose
+        # logits are thrown away), then both rows step together
+        row = real[0]
+        ticket = self._slots[row]
+        assert ticket is not None
+        held = self._batch.row_length(row)
+        cache = self._batch.row_cache(row)
+        ids = np.asarray(ticket.chooser.sequence()[:held], dtype=np.int64)
+        self._batch.admit(ids, reserve=ticket.reserve, prefix=cache.cut(held - 1))
+        self._slots.append(None)
 
     def _advance(self, ticket: Ticket, logits: np.ndarray) -> GenerationChunk | BaseException | None:
         """Choose the row's next token and deliver its chunk; the request's last item (not delivered) when it is over."""
@@ -370,21 +428,38 @@ class Scheduler:
     def _retire(self, rows: list[int], *, keep_cache: bool) -> None:
         if not rows:
             return
-        if keep_cache and self.cache.enabled:
-            for i in rows:
-                ticket = self._rows[i]
+        for i in rows:
+            ticket = self._slots[i]
+            assert ticket is not None
+            if keep_cache and self.cache.enabled:
                 held = self._batch.row_length(i)
                 self.cache.store(ticket.chooser.sequence()[:held], self._batch.row_cache(i))
-        for i in rows:
-            chunks = self._rows[i]._chunks
+            chunks = ticket._chunks
             if chunks is not None and hasattr(chunks, "close"):
                 chunks.close()
+        gone = set(rows)
+        left = [i for i, t in enumerate(self._slots) if t is not None and i not in gone]
+        spare = [i for i, t in enumerate(self._slots) if t is None]
+        if not left:  # no request left: no ballast either
+            rows = rows + spare
+        elif self.ballast and len(left) == 1 and not spare:
+            # the lone request left keeps a finished row as its ballast (no copy needed)
+            self._slots[rows[0]] = None
+            rows = rows[1:]
         order = self._batch.retire(rows)
-        self._rows = [self._rows[i] for i in order]
+        self._slots = [self._slots[i] for i in order]
 
     def _fail_all(self, error: BaseException) -> None:
         for ticket in self._rows:
             self.stats.failed += 1
             ticket.deliver(error)
-        self._rows = []
-        self._batch = RowBatch(self.runtime, self.max_rows)
+        self._slots = []
+        self._batch = self._new_batch()
+
+
+def row_count_sensitive(runtime: DecoderRuntime) -> bool:
+    """Whether the decoder has a kernel that rounds a one-row product differently (MatMulNBits)."""
+    paths = {runtime.spec.path("decoder")}
+    if runtime.spec.has("decoder_with_past"):
+        paths.add(runtime.spec.path("decoder_with_past"))
+    return any(_has_op(p, b"MatMulNBits") for p in paths)

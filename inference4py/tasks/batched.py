@@ -69,6 +69,9 @@ class BatchedTextGenerator:
             reserve; None: no limit beyond ``max_concurrent``.
         prefix_cache_mb: Memory for the automatic prefix cache (0 turns it off).
         timeout: Seconds a request may run from submission (None: no limit).
+        batch_invariant: Never step one row alone, so a request's tokens are the same alone as in any
+            batch (None: on graphs whose kernels round a one-row product differently, i.e. int4
+            MatMulNBits; see docs/serving.md).
         name: Names the scheduler's thread.
 
     Greedy search and sampling are batched; beam search and several sequences per call are not
@@ -84,6 +87,7 @@ class BatchedTextGenerator:
         kv_budget: int | None = None,
         prefix_cache_mb: float = 256,
         timeout: float | None = None,
+        batch_invariant: bool | None = None,
         name: str = "model",
     ) -> None:
         if max_concurrent < 1:
@@ -100,6 +104,7 @@ class BatchedTextGenerator:
             kv_budget=kv_budget,
             prefix_cache_bytes=int(prefix_cache_mb * (1 << 20)),
             timeout=timeout,
+            batch_invariant=batch_invariant,
             name=name,
         )
 

@@ -238,3 +238,69 @@ def test_a_kv_budget_keeps_requests_that_do_not_fit_waiting():
     want = [model.generate(p, max_new_tokens=MAX_NEW[3], do_sample=False).token_ids for p in PROMPTS[:4]]
     assert [r.token_ids for r in together] == want
     assert alone[3] == want[3]
+
+
+def _step_sizes(batched) -> list[int]:
+    """Record the row count of every decode step the scheduler runs from now on."""
+    batch = batched._scheduler._batch
+    sizes: list[int] = []
+    plain = batch.step
+
+    def step(tokens):
+        sizes.append(len(tokens))
+        return plain(tokens)
+
+    batch.step = step
+    return sizes
+
+
+@pytest.mark.parametrize(
+    ("name", "forced", "lone_rows"),
+    [
+        ("genai-llama-int4", None, 2),  # MatMulNBits: a ballast row by default
+        ("genai-llama-int4", False, 1),
+        ("genai-llama", None, 1),  # float32: no ballast
+        ("qwen2", True, 2),  # forced on a growing cache
+        ("genai-llama", True, 2),  # forced on a shared buffer
+    ],
+)
+def test_a_lone_request_steps_with_a_ballast_row_where_kernels_depend_on_the_row_count(name, forced, lone_rows):
+    model = _model(name)
+    options = [{"max_new_tokens": n, "do_sample": False} for n in MAX_NEW]
+    with model.batched(max_concurrent=8, prefix_cache_mb=0, batch_invariant=forced) as batched:
+        sizes = _step_sizes(batched)
+        alone = [batched.generate(p, **o).token_ids for p, o in zip(PROMPTS, options)]
+        lone_sizes = sorted(set(sizes))
+        together = _staggered(batched, PROMPTS, options)
+        assert batched._scheduler._batch.batch == 0, "an idle scheduler keeps no rows (no ballast either)"
+    assert lone_sizes == [lone_rows]
+    assert together == alone
+    assert min(sizes) == lone_rows
+
+
+def test_the_ballast_keeps_prefix_cache_turns_exact_and_never_prefills_one_token():
+    model = _model("genai-llama-int4")
+    first = "one two three four five six"
+    with model.batched(max_concurrent=4) as batched:
+        sizes = _step_sizes(batched)
+        batch = batched._scheduler._batch
+        prefilled: list[int] = []
+        admit = batch.admit
+
+        def counting_admit(ids, *, prefix=None, **kw):
+            prefilled.append(len(ids) - (prefix.length if prefix is not None else 0))
+            return admit(ids, prefix=prefix, **kw)
+
+        batch.admit = counting_admit
+        reply = batched.generate(first, max_new_tokens=6, do_sample=False)
+        # the second prompt is the first turn plus one token: a one-token prefill would be a one-row product
+        second = model.encode_prompt(first) + list(reply.token_ids) + [model.encode_prompt("x")[-1]]
+        cached = batched.generate(second, max_new_tokens=6, do_sample=False)
+        reused = batched.prefix_cache.reused_tokens
+    with model.batched(max_concurrent=4, prefix_cache_mb=0) as plain:
+        fresh = plain.generate(second, max_new_tokens=6, do_sample=False)
+    assert reused > 0
+    assert cached.token_ids == fresh.token_ids
+    assert min(sizes) == 2
+    requests = prefilled[0], prefilled[2]  # [1] is the ballast's copy of the first request's cache
+    assert requests[0] == len(model.encode_prompt(first)) and requests[1] == 2
