@@ -17,7 +17,7 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         required=True,
         metavar="FOLDER_OR_REPO",
-        help="a model folder or Hugging Face repo id to serve (repeatable)",
+        help="a model folder, Hugging Face repo id, GGUF file or pip:PACKAGE holding a GGUF to serve (repeatable)",
     )
     parser.add_argument(
         "--served-model-name",

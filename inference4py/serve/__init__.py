@@ -46,12 +46,22 @@ def create_app(models: Mapping[str, Any], **options: Any) -> FastAPI:
 
 
 def served_name(model: str) -> str:
-    """The name a ``--model`` argument is served under: the folder's or the repo's last part."""
-    return Path(model.rstrip("/")).name or model
+    """The name a ``--model`` argument is served under: the folder's or the repo's last part.
+
+    A GGUF file is served under its name without ``.gguf``, a ``pip:NAME`` package as NAME.
+    """
+    from inference4py.gguf.sources import PIP_PREFIX
+
+    if model.startswith(PIP_PREFIX):
+        return model[len(PIP_PREFIX) :] or model
+    name = Path(model.rstrip("/")).name or model
+    return name[: -len(".gguf")] if name.lower().endswith(".gguf") and len(name) > 5 else name
 
 
 def load_models(models: Sequence[str], names: Sequence[str] = ()) -> dict[str, Any]:
-    """Load each model (a folder or a hub id), keyed by its served name.
+    """Load each model (a folder, a hub id, a GGUF file or ``pip:NAME``), keyed by its served name.
+
+    A GGUF source is converted once (cached, docs/gguf.md) and served as a text generator.
 
     Whisper becomes a ``WhisperSpeechModel`` (the audio routes), another encoder-decoder model a
     ``Seq2SeqTask`` (``/v1/completions``), anything else an ``OnnxTextGenerator``.
@@ -74,10 +84,13 @@ def _load_model(model: str) -> Any:
     from inference4py import OnnxTextGenerator
     from inference4py.engine.pipeline import load_pipeline
     from inference4py.errors import Inference4pyError
+    from inference4py.gguf.sources import is_gguf_source
     from inference4py.hub import resolve_model_folder
     from inference4py.serve.audio import speech_model
     from inference4py.tasks.seq2seq_base import Seq2SeqTask
 
+    if is_gguf_source(model):
+        return OnnxTextGenerator.builder().model_path(model).build()
     folder = resolve_model_folder(model)
     try:
         spec = load_pipeline(folder)
