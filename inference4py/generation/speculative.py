@@ -555,7 +555,7 @@ def speculative_tokens(
         state.keep_prefill_logits = True
         state.prefill_logits = None
         state.prefill(feed[:, : k + 1])
-        lengths.observe(k, time.perf_counter() - started)
+        spent = time.perf_counter() - started
         rows = state.prefill_logits  # [1, k + 1, vocab]
         if rows is None or rows.shape[1] != k + 1:
             raise UnsupportedModelError(
@@ -574,10 +574,13 @@ def speculative_tokens(
             if kept:
                 accepted += 1
             else:
+                started = time.perf_counter()
                 state.rewind(base + i + 1)  # keep [last token, d_1 .. d_i]
+                spent += time.perf_counter() - started  # (a growing cache is cut by a copy)
             yield token
             if not kept or chooser.finished:
                 break
+        lengths.observe(k, spent)
         lengths.update(accepted, k)
         if counts is not None:
             counts.accepted += accepted
