@@ -296,3 +296,95 @@ def test_word_error_rate():
     assert word_error_rate("The quick brown fox.", " the quick brown fox") == 0.0
     assert word_error_rate("a b c d", "a x c") == 0.5  # one substitution, one deletion
     assert word_error_rate("Grüß Gott, Sie!", "grüß gott sie") == 0.0
+
+
+# --------------------------------------------------------------------------- word timestamps, VAD, long-form policy
+
+
+@functools.cache
+def word_references() -> dict[str, Any]:
+    data = read_json(REAL / "references" / "whisper_words.json")
+    if data is None:
+        not_built("references/whisper_words.json (python -m tools.real.whisper_words)", only="whisper")
+    return data
+
+
+def _word_params():
+    for model in ("whisper-base", "whisper-tiny.en"):
+        for clip in ("en-short", "en-paragraph", "en-long"):
+            if model == "whisper-tiny.en" and clip == "en-long":
+                continue
+            yield pytest.param(model, clip, id=f"{model}/{clip}")
+
+
+@pytest.mark.parametrize("model,clip", list(_word_params()))
+def test_word_times_line_up_with_transformers(model, clip):
+    """Real speech: the words and their times (the alignment heads' cross-attention, DTW) are transformers'."""
+    entry = word_references()["models"][model]
+    case = entry["cases"][clip]
+    result = speech_model(entry["folder"]).transcribe(
+        REAL / "audio" / f"{clip}.wav", language=case["language"], timestamps=True, word_timestamps=True
+    )
+    assert [list(s.token_ids) for s in result.segments] == [s["token_ids"] for s in case["segments"]]
+    got = [(w.word, w.start, w.end) for s in result.segments for w in s.words]
+    want = [(w["word"], w["start"], w["end"]) for s in case["segments"] for w in s["words"]]
+    assert [g[0] for g in got] == [w[0] for w in want]
+    for (word, start, end), (_, ref_start, ref_end) in zip(got, want):
+        assert start == pytest.approx(min(ref_start, result.duration), abs=0.02 + 1e-6), word
+        assert end == pytest.approx(min(ref_end, result.duration), abs=0.02 + 1e-6), word
+    spoken = references()["clips"][clip]["text"]
+    assert word_error_rate(spoken, "".join(g[0] for g in got)) <= WER_BOUNDS[model][clip]
+
+
+def test_vad_leaves_the_silence_out_and_places_the_later_speech():
+    """Speech, 20 s of noise, speech (tests/fixtures/vad): with VAD no word lies in the gap and the second
+    sentence's words start where it is spoken."""
+    import json
+    from pathlib import Path
+
+    from inference4py.audio import SAMPLE_RATE, load_audio
+    from inference4py.tasks.whisper.vad import SileroVad
+    from tests.tasks.test_vad import compose, speech_extent
+
+    vad_dir = Path(__file__).resolve().parents[1] / "fixtures" / "vad"
+    reference = json.loads((vad_dir / "reference.json").read_text(encoding="utf-8"))
+    a, b = load_audio(vad_dir / "speech-a.flac"), load_audio(vad_dir / "speech-b.flac")
+    audio, placed = compose(a, b, reference["recipe"])
+    a_end = (placed[0][0] + speech_extent(a)[1]) / SAMPLE_RATE
+    b_start = (placed[1][0] + speech_extent(b)[0]) / SAMPLE_RATE
+    vad = SileroVad(vad_dir / "silero_vad_v6.onnx")
+    result = speech_model("whisper-base-optimum").transcribe(
+        (audio, SAMPLE_RATE), language="en", timestamps=True, word_timestamps=True, vad=vad
+    )
+    spoken = " ".join(reference["clips"][k] for k in ("speech-a", "speech-b"))
+    assert word_error_rate(spoken, result.text) <= 0.15
+    words = [w for s in result.segments for w in s.words]
+    assert not any(a_end + 0.5 < w.start < b_start - 0.5 for w in words)  # nothing in the silent part
+    second = [w for w in words if w.start > a_end + 0.5]
+    assert [w.word.strip(" ,.") for w in second[:3]] == ["After", "a", "long"]
+    assert b_start - 0.1 <= second[0].start <= b_start + 0.5  # DTW times the first word a little late
+    assert second[1].start == pytest.approx(b_start + 0.5, abs=0.25)  # "a", about half a second in
+    assert result.duration == pytest.approx(audio.size / SAMPLE_RATE)
+
+
+def test_longform_policy_on_real_speech():
+    """The long clip with openai-whisper's settings: fallback never needed on clean speech (greedy, confident),
+    no window is silence, the previous text conditions the next window, and the text stays right."""
+    clip = REAL / "audio" / "en-long.wav"
+    asr = speech_model("whisper-base-optimum")
+    plain = asr.transcribe(clip, language="en", timestamps=True)
+    result = asr.transcribe(
+        clip,
+        language="en",
+        timestamps=True,
+        temperature=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
+        condition_on_previous_text=True,
+        initial_prompt="A story about a village garden.",
+    )
+    assert all(s.temperature == 0.0 for s in result.segments)
+    assert all(s.avg_logprob is not None and s.avg_logprob > -1.0 for s in result.segments)
+    assert all(s.no_speech_prob is not None and s.no_speech_prob < 0.6 for s in result.segments)
+    assert all(0.0 < s.compression_ratio < 2.4 for s in result.segments if s.text.strip())
+    spoken = references()["clips"]["en-long"]["text"]
+    assert word_error_rate(spoken, result.text) <= WER_BOUNDS["whisper-base"]["en-long"]
+    assert word_error_rate(spoken, plain.text) <= WER_BOUNDS["whisper-base"]["en-long"]
