@@ -60,6 +60,12 @@ def _add_transcribe_arguments(parser: argparse.ArgumentParser) -> None:
         help="decode the windows of N files as one batch (default: 8 with several files, else one file at a time)",
     )
     parser.add_argument(
+        "--parallel-chunks",
+        action="store_true",
+        help="cut each file into independent chunks (VAD speech chunks with --vad, else 30 s windows) and decode "
+        "them all as batches: the fastest way through long recordings",
+    )
+    parser.add_argument(
         "--temperature-fallback",
         action="store_true",
         help="retry a window that loops or is unlikely at temperatures 0.2 ... 1.0 (openai-whisper's default)",
@@ -113,15 +119,18 @@ def _run_transcribe(args: argparse.Namespace) -> int:
     files: list[str] = list(args.file)
     out_dir = Path(args.output_dir).expanduser() if args.output_dir else None
     with builder.timestamps(timestamps).build() as asr:
-        if len(files) == 1 and args.batch_size is None and out_dir is None and args.format == "text" and not timestamps:
+        streamed = len(files) == 1 and args.batch_size is None and not args.parallel_chunks
+        if streamed and out_dir is None and args.format == "text" and not timestamps:
             echo = _Echo(sys.stdout)  # one file of plain text: streamed as it is decoded
             asr.transcribe(files[0], on_token=echo, **options)
             echo.end_line()
             return EXIT_OK
-        if len(files) == 1 and args.batch_size is None:
+        if len(files) == 1 and args.batch_size is None and not args.parallel_chunks:
             results = [asr.transcribe(files[0], **options)]
         else:
-            results = asr.transcribe_batch(files, batch_size=args.batch_size or 8, **options)
+            results = asr.transcribe_batch(
+                files, batch_size=args.batch_size or 8, parallel_chunks=args.parallel_chunks, **options
+            )
     if args.format == "json" and out_dir is None:
         data = [r.to_dict() | {"file": f} for f, r in zip(files, results)]
         sys.stdout.write(json.dumps(data[0] if len(data) == 1 else data, ensure_ascii=False, indent=2) + "\n")

@@ -95,3 +95,13 @@ def test_cli_word_cues_to_files(tmp_path, capsys):
     assert main([*args, "--temperature-fallback", "--condition-on-previous-text", "--initial-prompt", "hi"]) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"==> {files[0]} <==\n") and f"\n==> {files[1]} <==\n" in text
+
+
+def test_cli_parallel_chunks(tmp_path, capsys):
+    path = _write(tmp_path, "long")
+    args = ["transcribe", path, "-m", str(MODELS / "whisper"), "-l", "en", "--max-new-tokens", "24"]
+    assert main([*args, "--format", "json", "--parallel-chunks"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    with WhisperSpeechModel.builder().model_path(MODELS / "whisper").timestamps().build() as asr:
+        (want,) = asr.transcribe_batch([path], language="en", max_new_tokens=24, parallel_chunks=True)
+    assert data["text"] == want.text and len(data["segments"]) == len(want.segments)

@@ -12,6 +12,7 @@ its ids are the ids of the file transcribed alone.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,11 +30,13 @@ from inference4py.tasks.whisper.decoding import (
     no_speech_probability,
 )
 from inference4py.tasks.whisper.job import AlignmentCapture, CallPolicy, FileJob
+from inference4py.tasks.whisper.results import Segment, Transcription
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from inference4py.tasks.whisper.model import WhisperSpeechModel
+    from inference4py.tasks.whisper.vad import SileroVad, VadOptions
 
 
 def run_jobs(
@@ -174,3 +177,67 @@ def decode_rows(
             capture = captures[r]
             if capture is not None:
                 capture.attention(state.extras, r)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A stretch of a recording transcribed on its own: its samples and where they are in the recording.
+
+    ``regions``: the ``(start, end)`` sample ranges of the recording the samples are made of
+    (one range for a fixed window; the speech regions of a VAD chunk, laid end to end).
+    """
+
+    samples: np.ndarray
+    regions: tuple[tuple[int, int], ...]
+    rate: int
+
+    def to_original(self, t: float, *, is_end: bool = False) -> float:
+        from inference4py.tasks.whisper.vad import SpeechTimeMap
+
+        return float(SpeechTimeMap(self.regions, sampling_rate=self.rate).to_original(t, is_end=is_end))
+
+
+def cut_chunks(
+    samples: np.ndarray, rate: int, window: int, vad: SileroVad | None, vad_options: VadOptions | None
+) -> list[Chunk]:
+    """The chunks of a recording: VAD speech chunks of at most one window, else fixed windows."""
+    if vad is not None:
+        from inference4py.tasks.whisper.vad import chunk_speech
+
+        regions = vad.speech_regions(samples, vad_options)
+        return [
+            Chunk(c.audio, c.time_map.regions, rate)
+            for c in chunk_speech(samples, regions, max_duration_s=window / rate, sampling_rate=rate)
+        ]
+    return [
+        Chunk(samples[start : start + window], ((start, min(start + window, samples.size)),), rate)
+        for start in range(0, samples.size, window)
+    ]
+
+
+def merge_chunks(
+    parts: Sequence[tuple[Chunk, Transcription]], *, duration: float, language: str | None, elapsed: float
+) -> Transcription:
+    """One recording's transcription from its chunks' (times mapped back to the recording)."""
+    segments: list[Segment] = []
+    for chunk, result in parts:
+        for seg in result.segments:
+            start = round(chunk.to_original(seg.start), 3)
+            end = max(start, round(chunk.to_original(seg.end, is_end=True), 3))
+            words = tuple(
+                replace(
+                    w,
+                    start=round(chunk.to_original(w.start), 3),
+                    end=max(round(chunk.to_original(w.start), 3), round(chunk.to_original(w.end, is_end=True), 3)),
+                )
+                for w in seg.words
+            )
+            segments.append(replace(seg, start=start, end=end, words=words))
+    return Transcription(
+        "".join(result.text for _, result in parts),
+        tuple(segments),
+        language,
+        tuple(t for _, result in parts for t in result.token_ids),
+        duration=duration,
+        elapsed=elapsed,
+    )

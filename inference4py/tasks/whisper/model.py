@@ -385,6 +385,7 @@ class WhisperSpeechModel(ClosableTask):
         task: str | None = None,
         timestamps: bool | None = None,
         batch_size: int = 8,
+        parallel_chunks: bool = False,
         **kwargs: Any,
     ) -> list[Transcription]:
         """Transcribe several recordings, their 30 s windows encoded and decoded as batches.
@@ -396,6 +397,13 @@ class WhisperSpeechModel(ClosableTask):
         Args:
             audios: the recordings (paths, ``(samples, rate)`` pairs, or arrays with ``sample_rate=``).
             batch_size: windows per batch (1 or more).
+            parallel_chunks: cut each recording into independent chunks of at most 30 s — the
+                speech chunks of ``vad`` (:func:`~inference4py.tasks.whisper.vad.chunk_speech`), else
+                fixed 30 s windows — and decode all of them as batches, as faster-whisper's
+                ``BatchedInferencePipeline`` does: the fastest way through a long recording, one
+                recording alone included.  Each chunk is transcribed as if it were a recording of
+                its own (no context from the chunk before; the language is detected once per
+                recording, on its first chunk); times are mapped back to the recording.
             **kwargs: :meth:`transcribe`'s options (``temperature``, thresholds, ``initial_prompt``,
                 ``condition_on_previous_text``, ``word_timestamps``, generation options), except
                 ``on_token`` and beam search.
@@ -427,6 +435,10 @@ class WhisperSpeechModel(ClosableTask):
             raise ConfigurationError(f"task must be 'transcribe' or 'translate', got {task_name!r}.")
         want_ts = self._timestamps if timestamps is None else bool(timestamps)
         self._check_request(lang, task_name, want_ts)
+        if parallel_chunks:
+            return self._transcribe_chunks(
+                audios, sample_rate, lang, task_name, want_ts, policy, overrides, batch_size, started
+            )
         jobs = [self._job(a, sample_rate, lang, task_name, want_ts, policy, overrides) for a in audios]
         if jobs and self._planner.for_call(len(jobs[0].prompt), overrides).num_beams > 1:
             raise ConfigurationError(
@@ -436,6 +448,52 @@ class WhisperSpeechModel(ClosableTask):
         run_jobs(self, jobs, rngs, batch_size=batch_size, timestamps=want_ts, policy=policy, overrides=overrides)
         elapsed = time.perf_counter() - started
         return [job.finish(elapsed)[1] for job in jobs]
+
+    def _transcribe_chunks(
+        self,
+        audios: Sequence[_audio.AudioInput],
+        sample_rate: int | None,
+        language: str | None,
+        task: str | None,
+        timestamps: bool,
+        policy: CallPolicy,
+        overrides: Mapping[str, Any],
+        batch_size: int,
+        started: float,
+    ) -> list[Transcription]:
+        """``transcribe_batch(parallel_chunks=True)``: every chunk of every recording is a job of its own."""
+        from dataclasses import replace
+
+        from inference4py.tasks.whisper.batch import cut_chunks, merge_chunks, run_jobs
+
+        rate = self._features["sample_rate"]
+        per_file: list[tuple[float, list[Any]]] = []
+        jobs: list[FileJob] = []
+        plain = replace(policy, vad=None)  # the chunks are the speech already
+        for audio in audios:
+            samples = _audio.load_audio(audio, sample_rate=sample_rate, target_rate=rate)
+            chunks = cut_chunks(samples, rate, self._features["n_samples"], policy.vad, policy.vad_options)
+            lang = language
+            if lang is None and chunks and self._vocab.is_multilingual and self._vocab.lang_to_id:
+                lang = self.detect_language((chunks[0].samples, rate))  # once per recording
+            file_jobs = [self._job_of(c.samples, lang, task, timestamps, plain, overrides) for c in chunks]
+            per_file.append((samples.size / rate, list(zip(chunks, file_jobs))))
+            jobs.extend(file_jobs)
+        if jobs and self._planner.for_call(len(jobs[0].prompt), overrides).num_beams > 1:
+            raise ConfigurationError(
+                "transcribe_batch decodes greedily or by sampling: drop num_beams (or use transcribe())."
+            )
+        rngs = [make_rng(self._planner.for_call(len(j.prompt), overrides).seed) for j in jobs]
+        run_jobs(self, jobs, rngs, batch_size=batch_size, timestamps=timestamps, policy=plain, overrides=overrides)
+        elapsed = time.perf_counter() - started
+        out = []
+        for duration, pairs in per_file:
+            parts = [(chunk, job.finish(elapsed)[1]) for chunk, job in pairs]
+            language_out = parts[0][1].language if parts else language if language else None
+            if not self._vocab.is_multilingual:
+                language_out = "en"
+            out.append(merge_chunks(parts, duration=duration, language=language_out, elapsed=elapsed))
+        return out
 
     def stream(self, audio: _audio.AudioInput, **kwargs: Any) -> Iterator[str]:
         """Yield the text piece by piece (same arguments as :meth:`transcribe`, without ``on_token``)."""
@@ -612,6 +670,23 @@ class WhisperSpeechModel(ClosableTask):
         if policy.vad is not None:  # only the speech, laid end to end (faster-whisper's vad_filter)
             time_map = SpeechTimeMap(policy.vad.speech_regions(samples, policy.vad_options))
             samples = time_map.extract(samples)
+        return self._job_of(
+            samples, language, task, timestamps, policy, overrides, time_map=time_map, duration=duration
+        )
+
+    def _job_of(
+        self,
+        samples: np.ndarray,
+        language: str | None,
+        task: str | None,
+        timestamps: bool,
+        policy: CallPolicy,
+        overrides: Mapping[str, Any],
+        *,
+        time_map: SpeechTimeMap | None = None,
+        duration: float | None = None,
+    ) -> FileJob:
+        """The window loop of samples at the model's rate."""
         if samples.size:
             feats = self._features_of(samples)  # [n_mels, frames]
         else:  # no speech at all: no window to decode
