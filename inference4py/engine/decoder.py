@@ -397,6 +397,25 @@ class DecoderState:
         self.batch = len(idx)
         self._step_ready = False
 
+    def discard(self, count: int) -> None:
+        """Forget the last ``count`` tokens fed (a batch of one), e.g. drafts a speculative pass rejected.
+
+        A shared buffer only lowers its length (as :meth:`rewind`).  A growing cache whose graph
+        takes position ids keeps the tokens' columns and masks them out instead of copying the
+        cache down to size: the next tokens get the positions that follow the kept ones, and the
+        masked columns are never attended to.  ``length`` then still counts those columns.
+        """
+        if not 0 <= count <= self.length:
+            raise InvalidInputError(f"Cannot discard {count} tokens: the cache holds {self.length}.")
+        g = self.rt.rest
+        if self.shared_buffer or self.batch != 1 or not (g.has_mask and g.has_positions):
+            self.rewind(self.length - count)
+            return
+        if count:
+            self._maskbuf[:, self.length - count : self.length] = 0
+            self._next_pos = self._maskbuf[:, : self.length].sum(axis=1).astype(np.int64)
+            self._step_ready = False
+
     def rewind(self, length: int) -> None:
         """Forget everything after the first ``length`` cached tokens."""
         if not 0 <= length <= self.length:

@@ -551,7 +551,6 @@ def speculative_tokens(
             continue
         feed[0, 0] = token
         feed[0, 1 : k + 1] = drafts
-        base = state.length
         state.keep_prefill_logits = True
         state.prefill_logits = None
         state.prefill(feed[:, : k + 1])
@@ -575,8 +574,8 @@ def speculative_tokens(
                 accepted += 1
             else:
                 started = time.perf_counter()
-                state.rewind(base + i + 1)  # keep [last token, d_1 .. d_i]
-                spent += time.perf_counter() - started  # (a growing cache is cut by a copy)
+                state.discard(k - i)  # keep [last token, d_1 .. d_i]: drop d_{i+1} .. d_k
+                spent += time.perf_counter() - started
             yield token
             if not kept or chooser.finished:
                 break

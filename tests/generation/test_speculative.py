@@ -63,12 +63,21 @@ REPETITIVE = "the cat sat on the mat. the cat sat on the mat. the cat sat on the
 PLAIN_TEXT = "Once upon a time there was a little girl who lived"
 
 _models: dict[str, OnnxTextGenerator] = {}
+AS_IS = ":as-is"  # a fixture run as exported (a growing cache), not fused
 
 
 def model(name: str) -> OnnxTextGenerator:
     if name not in _models:
-        _models[name] = OnnxTextGenerator.builder().model_path(MODELS / name).build()
+        folder, _, variant = name.partition(":")
+        builder = OnnxTextGenerator.builder().model_path(MODELS / folder)
+        if variant == "as-is":
+            builder = builder.fuse_attention(False)
+        _models[name] = builder.build()
     return _models[name]
+
+
+# every decoder as loaded by default, and the optimum exports also as they are (growing caches)
+VARIANTS = DECODERS + [n + AS_IS for n in DECODERS if not n.startswith("genai-")]
 
 
 def greedy(name: str, prompt, **options):
@@ -76,7 +85,7 @@ def greedy(name: str, prompt, **options):
 
 
 # ---------------------------------------------------------------------------------- greedy
-@pytest.mark.parametrize("name", DECODERS)
+@pytest.mark.parametrize("name", VARIANTS)
 def test_prompt_lookup_gives_plain_greedy_ids_on_every_decoder(name):
     gen = model(name)
     plain = greedy(name, REPETITIVE, max_new_tokens=20)
@@ -99,13 +108,15 @@ def test_prompt_lookup_gives_plain_greedy_ids_on_every_decoder(name):
     assert hits > 0
 
 
-@pytest.mark.parametrize("name", DECODERS)
+@pytest.mark.parametrize("name", VARIANTS)
 def test_draft_models_give_plain_greedy_ids_on_every_decoder(name):
     totals = Counter()
     for prompt in (REPETITIVE, PLAIN_TEXT):
         expected = greedy(name, prompt, max_new_tokens=30)
         same = greedy(name, prompt, max_new_tokens=30, speculative=DraftModel(model(name), num_draft_tokens=3))
-        other = greedy(name, prompt, max_new_tokens=30, speculative=DraftModel(model(OTHER_DRAFT[name])))
+        other = greedy(
+            name, prompt, max_new_tokens=30, speculative=DraftModel(model(OTHER_DRAFT[name.partition(":")[0]]))
+        )
         assert same.token_ids == expected.token_ids
         assert other.token_ids == expected.token_ids
         totals.update(
@@ -121,7 +132,7 @@ def test_draft_models_give_plain_greedy_ids_on_every_decoder(name):
     assert totals["other_drafted"] > 0
 
 
-@pytest.mark.parametrize("name", ["llama", "genai-llama", "genai-llama-int4"])
+@pytest.mark.parametrize("name", ["llama", "llama" + AS_IS, "genai-llama", "genai-llama-int4"])
 @pytest.mark.parametrize("max_new_tokens", [1, 2, 3, 7, 12])
 def test_max_new_tokens_cuts_a_draft_and_is_never_passed(name, max_new_tokens):
     expected = greedy(name, REPETITIVE, max_new_tokens=max_new_tokens)
@@ -133,7 +144,7 @@ def test_max_new_tokens_cuts_a_draft_and_is_never_passed(name, max_new_tokens):
     assert result.speculative.drafted_tokens <= max_new_tokens - 1
 
 
-@pytest.mark.parametrize("name", ["llama", "genai-qwen2"])
+@pytest.mark.parametrize("name", ["llama", "qwen2" + AS_IS, "genai-qwen2"])
 def test_eos_in_the_middle_of_a_draft_ends_there(name):
     plain = greedy(name, PLAIN_TEXT, max_new_tokens=30).token_ids
     position = next(i for i in range(3, len(plain)) if plain[i] not in plain[:i])  # a first occurrence
@@ -147,7 +158,7 @@ def test_eos_in_the_middle_of_a_draft_ends_there(name):
     assert result.text == expected.text
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2", "genai-llama"])
+@pytest.mark.parametrize("name", ["llama", "gpt2", "gpt2" + AS_IS, "genai-llama"])
 def test_a_stop_string_in_the_middle_of_a_draft_ends_there(name):
     full = greedy(name, PLAIN_TEXT, max_new_tokens=30)
     stop = full.text[len(full.text) // 3 :][:3]
@@ -187,7 +198,7 @@ def test_processors_see_each_verified_positions_own_history():
     options = dict(
         max_new_tokens=30, repetition_penalty=1.5, no_repeat_ngram_size=3, min_new_tokens=10, frequency_penalty=0.5
     )
-    for name in ("llama", "genai-llama"):
+    for name in ("llama", "llama" + AS_IS, "genai-llama"):
         expected = greedy(name, REPETITIVE, **options)
         for spec in ("prompt_lookup", DraftModel(model(name)), DraftModel(model("mistral"))):
             assert greedy(name, REPETITIVE, speculative=spec, **options).token_ids == expected.token_ids
@@ -244,6 +255,9 @@ class BigramModel:
 
     def rewind(self, length: int) -> None:
         del self.tokens[length:]
+
+    def discard(self, count: int) -> None:
+        self.rewind(len(self.tokens) - count)
 
 
 VOCAB = 6
@@ -580,3 +594,26 @@ def test_greedy_cuts_drafts_to_what_the_measured_pass_costs_pay_for():
     sampled.observe(0, 0.010)
     sampled.observe(2, 0.050)
     assert sampled.next() == 4
+
+
+@pytest.mark.parametrize("name", ["llama" + AS_IS, "gpt2" + AS_IS, "genai-llama"])
+def test_discarding_rejected_drafts_leaves_the_cache_of_the_kept_tokens(name):
+    runtime = model(name)._runtime
+    prompt = np.array([model(name).encode_prompt(PLAIN_TEXT)])
+    plain = runtime.new_state(1, capacity=64)
+    plain.prefill(prompt)
+    expected = [plain.step(np.array([t])).copy() for t in (7, 9, 11, 13)]  # after 7, 9, 11, 13
+    state = runtime.new_state(1, capacity=64)
+    state.prefill(prompt)
+    state.keep_prefill_logits = True
+    state.prefill(np.array([[7, 9, 500, 501]]))  # 9 kept, 500 and 501 rejected
+    state.discard(2)
+    growing = not runtime.shared_kv
+    assert state.length == prompt.shape[1] + (4 if growing else 2)  # a growing cache masks, no copy
+    got = [state.step(np.array([11])).copy()]
+    state.prefill(np.array([[13, 600, 601]]))
+    got.append(state.prefill_logits[:, 0])
+    state.discard(2)
+    np.testing.assert_allclose(got[0], expected[2], atol=1e-4)
+    np.testing.assert_allclose(got[1], expected[3], atol=1e-4)
+    np.testing.assert_allclose(state.step(np.array([5])), plain.step(np.array([5])), atol=1e-4)
