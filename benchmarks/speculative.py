@@ -5,7 +5,8 @@
                                      [--draft smollm2-genai-int4:smollm2-fused]
 
 Folders come from ``~/.cache/inference4py/real/<name>`` (the real-checkpoint tier's cache,
-``INFERENCE4PY_REAL_DIR`` overrides it), the prompts from this file: two grounded tasks (a
+``INFERENCE4PY_REAL_DIR`` overrides it; ``<name>:as-is`` loads an optimum export without fusing
+it, a growing KV cache), the prompts from this file: two grounded tasks (a
 summary of a given passage, an edit of a given function: the answer copies its input) and an
 open-ended one (a story).  Every call is greedy, with the model's chat template, so the
 speculative output is the plain output token for token (checked on every run: a mismatch
@@ -110,10 +111,14 @@ TASKS: dict[str, tuple[str, str]] = {
 def load(name: str) -> Any:
     from inference4py import OnnxTextGenerator
 
-    folder = REAL / name
+    base, _, variant = name.partition(":")  # NAME:as-is runs an optimum export as exported (growing cache)
+    folder = REAL / base
     if not folder.is_dir():
         raise SystemExit(f"{folder} does not exist: build the real-checkpoint cache first (tests/real).")
-    return OnnxTextGenerator.builder().model_path(folder).chat_template().build()
+    builder = OnnxTextGenerator.builder().model_path(folder).chat_template()
+    if variant == "as-is":
+        builder = builder.fuse_attention(False)
+    return builder.build()
 
 
 SETTINGS: dict[str, dict[str, Any]] = {
