@@ -63,6 +63,8 @@ __all__ = [
     "SpeculativeStream",
     "check_same_vocabulary",
     "speculative_chunks",
+    "candidates",
+    "distribution",
 ]
 
 _MAX_DRAFT_LIMIT = 64
@@ -332,11 +334,12 @@ class DraftModelProposer:
 
 
 # ---------------------------------------------------------------------------------- the rule
-def distribution(sampler: Any, scores: np.ndarray) -> np.ndarray:
-    """The float64 ``[vocab]`` distribution a sampling ``sampler`` draws from for ``scores`` ``[1, vocab]``.
+def candidates(sampler: Any, scores: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+    """The tokens a sampling ``sampler`` may draw for ``scores`` ``[1, vocab]`` and their probabilities.
 
     The sampler's own warping (temperature, top-k, top-p, min-p) gives the kept tokens and their
-    scores; the probabilities are their softmax, as the sampler's draw computes them.
+    scores; the probabilities (float64, summing to 1) are their softmax, as the sampler's draw
+    computes them.  Returns ``(ids, probs)``, or ``(None, probs over the whole vocabulary)``.
     """
     warp = getattr(sampler, "warp", None)
     if warp is None:
@@ -348,11 +351,16 @@ def distribution(sampler: Any, scores: np.ndarray) -> np.ndarray:
         raise nan_logits_error()
     weights = np.exp(weights - top)
     weights /= weights.sum()
+    return (None if idx is None else idx[0]), weights
+
+
+def distribution(sampler: Any, scores: np.ndarray) -> np.ndarray:
+    """The float64 ``[vocab]`` distribution a sampling ``sampler`` draws from (see :func:`candidates`)."""
+    ids, probs = candidates(sampler, scores)
+    if ids is None:
+        return probs
     p = np.zeros(scores.shape[1], dtype=np.float64)
-    if idx is None:
-        p[:] = weights
-    else:
-        p[idx[0]] = weights
+    p[ids] = probs
     return p
 
 
@@ -385,15 +393,22 @@ def verify(
         if scores[0, token] != scores[0, token]:
             raise nan_logits_error(chooser.generated)
         return token, token == drafted
+    rng = chooser.rng
+    if q is None:  # a deterministic draft: accept with probability p(d), over the candidates only
+        ids, probs = candidates(chooser.sampler, scores)
+        if ids is None:
+            where = drafted if 0 <= drafted < probs.shape[0] else -1
+        else:
+            found = np.flatnonzero(ids == drafted)
+            where = int(found[0]) if found.size else -1
+        if where >= 0 and rng.random() < probs[where]:
+            return drafted, True
+        if where >= 0:
+            probs[where] = 0.0  # norm(max(0, p - point mass at d))
+        pick = draw(probs, rng)
+        return (pick if ids is None else int(ids[pick])), False
     p = distribution(chooser.sampler, scores)
     p_draft = p[drafted] if 0 <= drafted < p.shape[0] else 0.0
-    rng = chooser.rng
-    if q is None:  # a deterministic draft: accept with probability p(d)
-        if rng.random() < p_draft:
-            return drafted, True
-        if p_draft > 0:
-            p[drafted] = 0.0  # norm(max(0, p - point mass at d))
-        return draw(p, rng), False
     q_draft = q[drafted] if 0 <= drafted < q.shape[0] else 0.0
     if rng.random() * q_draft < p_draft:  # min(1, p(d) / q(d))
         return drafted, True
