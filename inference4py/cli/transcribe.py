@@ -75,6 +75,12 @@ def _add_transcribe_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--initial-prompt", metavar="TEXT", help="context for the first window: names, spellings")
     parser.add_argument(
+        "--hallucination-silence-threshold",
+        type=float,
+        metavar="SECONDS",
+        help="with --word-timestamps: skip silences longer than this around text that looks hallucinated",
+    )
+    parser.add_argument(
         "--vad",
         action="store_true",
         help="transcribe only the speech Silero VAD finds (onnx-community/silero-vad, fetched once)",
@@ -112,6 +118,8 @@ def _run_transcribe(args: argparse.Namespace) -> int:
         options["condition_on_previous_text"] = True
     if args.initial_prompt:
         options["initial_prompt"] = args.initial_prompt
+    if args.hallucination_silence_threshold is not None:
+        options["hallucination_silence_threshold"] = args.hallucination_silence_threshold
     if args.vad_model:
         options["vad"] = args.vad_model
     elif args.vad:

@@ -338,3 +338,69 @@ def test_fallback_end_to_end(asr):
         assert seg.temperature == FALLBACK_TEMPERATURES[-1] or not needs_fallback(judged, opts)
     assert any(seg.temperature > 0 for seg in result.segments)
     assert asr.transcribe(audio, **kwargs) == result  # a seed makes the sampled attempts repeatable
+
+
+# --------------------------------------------------------------------------- hallucination_silence_threshold
+
+
+def _seg(start, end, words):
+    from inference4py import Segment
+    from inference4py.tasks.whisper import Word
+
+    return Segment(start, end, "".join(w[0] for w in words), (), words=tuple(Word(s, e, t, p) for t, s, e, p in words))
+
+
+GOOD = [(" the", 0.5, 0.8, 0.9), (" cat", 0.8, 1.2, 0.9), (" sat", 1.2, 1.6, 0.8)]
+
+
+def test_anomaly_scores_are_openais():
+    from inference4py.tasks.whisper import Word
+    from inference4py.tasks.whisper.decoding import is_segment_anomaly, word_anomaly_score
+
+    assert word_anomaly_score(Word(0.0, 0.5, " ok", 0.9)) == 0.0
+    assert word_anomaly_score(Word(0.0, 0.5, " ok", 0.1)) == 1.0
+    assert word_anomaly_score(Word(0.0, 0.033, " ok", 0.9)) == pytest.approx(1.5)
+    assert word_anomaly_score(Word(0.0, 3.0, " ok", 0.9)) == pytest.approx(1.0)
+    assert not is_segment_anomaly(_seg(0.5, 1.6, GOOD))
+    assert is_segment_anomaly(_seg(0.0, 0.1, [(" uh", 0.0, 0.1, 0.05)]))  # one unlikely, short word
+    assert not is_segment_anomaly(_seg(0.0, 1.0, [])) and not is_segment_anomaly(None)
+    # punctuation words are not judged
+    assert not is_segment_anomaly(_seg(0.5, 1.6, [*GOOD, (".", 1.6, 1.6, 0.01)]))
+
+
+def test_silence_cut_rules():
+    from inference4py.tasks.whisper.decoding import silence_cut
+
+    common = {"threshold": 2.0, "window_frames": 3000, "content_frames": 9000, "last_speech": 0.0}
+    ok = silence_cut([_seg(0.5, 1.6, GOOD)], seek=0, single_timestamp_ending=True, **common)
+    assert (ok.keep, ok.seek, ok.skip, ok.last_speech) == (1, None, False, 1.6)
+    # not a single ending: the text stops 28 s before the window ends -> next window at the last word
+    early = silence_cut([_seg(0.5, 1.6, GOOD)], seek=0, single_timestamp_ending=False, **common)
+    assert early.seek == 160
+    # a hallucinated-looking first segment after 5 s of silence: the window is dropped, restart there
+    ghost = [(" thanks", 35.0, 35.05, 0.05), (" for", 35.05, 35.1, 0.05)]
+    skip = silence_cut([_seg(35.0, 35.1, ghost)], seek=3000, single_timestamp_ending=True, **common)
+    assert skip.skip and skip.seek == 3500
+    # a hallucination with silence on both sides after real speech: it and what follows are dropped
+    ghost = [(" bye", 12.0, 12.02, 0.05)]
+    cut = silence_cut(
+        [_seg(0.5, 1.6, GOOD), _seg(12.0, 12.02, ghost), _seg(20.0, 21.0, [(" x", 20.0, 21.0, 0.9)])],
+        seek=0,
+        single_timestamp_ending=True,
+        **common,
+    )
+    assert (cut.keep, cut.seek, cut.skip, cut.last_speech) == (1, 1200, False, 1.6)
+
+
+def test_hallucination_silence_threshold_end_to_end(asr):
+    audio = (clips()["long"], SAMPLE_RATE)
+    kwargs = {"language": "en", "timestamps": True, "max_new_tokens": 24, "word_timestamps": True}
+    plain = asr.transcribe(audio, **kwargs)
+    judged = asr.transcribe(audio, hallucination_silence_threshold=1.0, **kwargs)
+    # the random fixture's words are unlikely: some of its segments are judged hallucinations and dropped
+    assert len(judged.token_ids) < len(plain.token_ids)
+    assert "".join(s.text for s in judged.segments) == judged.text
+    (batched,) = asr.transcribe_batch([audio], hallucination_silence_threshold=1.0, **kwargs)
+    assert batched == judged
+    with pytest.raises(ConfigurationError, match="word_timestamps=True"):
+        asr.transcribe(audio, hallucination_silence_threshold=1.0, language="en")

@@ -52,6 +52,9 @@ class LongformOptions:
         condition_on_previous_text: feed the text so far as ``<|startofprev|>`` context.
         prompt_ids: text tokens of the initial prompt (without ``<|startofprev|>``), the context
             of the first window.
+        hallucination_silence_threshold: with word timestamps, skip silence longer than this
+            (seconds) around a segment that looks hallucinated (openai-whisper's rules,
+            :func:`silence_cut`); None: off.
     """
 
     temperatures: tuple[float, ...] = (0.0,)
@@ -60,6 +63,7 @@ class LongformOptions:
     no_speech_threshold: float | None = 0.6
     condition_on_previous_text: bool = False
     prompt_ids: tuple[int, ...] = ()
+    hallucination_silence_threshold: float | None = None
 
     def __post_init__(self) -> None:
         if not self.temperatures:
@@ -71,6 +75,9 @@ class LongformOptions:
             raise ConfigurationError(
                 f"no_speech_threshold is a probability from 0 to 1 (or None), got {self.no_speech_threshold!r}."
             )
+        h = self.hallucination_silence_threshold
+        if h is not None and (isinstance(h, bool) or not isinstance(h, (int, float)) or not h > 0):
+            raise ConfigurationError(f"hallucination_silence_threshold is seconds > 0 (or None), got {h!r}.")
         if self.compression_ratio_threshold is not None and self.compression_ratio_threshold <= 0:
             raise ConfigurationError(
                 f"compression_ratio_threshold must be positive (or None), got {self.compression_ratio_threshold!r}."
@@ -217,3 +224,126 @@ def no_speech_probability(logits: np.ndarray, token: int) -> float:
     top = row.max()
     e = np.exp(row - top, dtype=np.float32)
     return float(e[token] / e.sum(dtype=np.float32))
+
+
+# --------------------------------------------------------------------------- hallucinations in silence
+
+_PUNCTUATION_WORDS = "\"'“¿([{-\"'.。,，!！?？:：”)]}、"
+
+
+def word_anomaly_score(word: Any) -> float:
+    """openai-whisper's ``word_anomaly_score``: unlikely, very short or very long words score."""
+    duration = word.end - word.start
+    score = 0.0
+    if word.probability < 0.15:
+        score += 1.0
+    if duration < 0.133:
+        score += (0.133 - duration) * 15
+    if duration > 2.0:
+        score += duration - 2.0
+    return score
+
+
+def is_segment_anomaly(segment: Any) -> bool:
+    """openai-whisper's ``is_segment_anomaly``: the first 8 words (punctuation left out) look hallucinated."""
+    if segment is None or not segment.words:
+        return False
+    words = [w for w in segment.words if w.word not in _PUNCTUATION_WORDS][:8]
+    score = sum(word_anomaly_score(w) for w in words)
+    return score >= 3 or score + 0.01 >= len(words)
+
+
+@dataclass(frozen=True)
+class SilenceCut:
+    """What ``hallucination_silence_threshold`` decides for one window.
+
+    Attributes:
+        keep: how many of the window's segments are kept (a tail judged hallucinated is dropped).
+        seek: where the next window starts (mel frames), or None to keep the usual rule.
+        skip: the whole window is dropped (its first segment is a hallucination after silence).
+        last_speech: the end of the last kept word (the next window's ``last_speech``).
+    """
+
+    keep: int
+    seek: int | None
+    skip: bool
+    last_speech: float
+
+
+def silence_cut(
+    segments: Sequence[Any],
+    *,
+    threshold: float,
+    seek: int,
+    window_frames: int,
+    single_timestamp_ending: bool,
+    content_frames: int,
+    last_speech: float,
+    frames_per_second: int = 100,
+    n_frames: int = 3000,
+) -> SilenceCut:
+    """openai-whisper's ``hallucination_silence_threshold`` rules over one window's segments (with words).
+
+    After a window, when the text ends before the window does by more than ``threshold``
+    seconds, the next window starts at the last word; a first segment that looks hallucinated
+    (:func:`is_segment_anomaly`) after more than ``threshold`` seconds of silence drops the
+    window and the next starts at that segment; a hallucinated-looking segment with silence
+    (or more hallucination) on both sides is dropped with everything after it.
+
+    Args:
+        segments: the window's segments (``start``, ``end``, ``words`` in seconds of the audio).
+        seek: the window's first mel frame; ``window_frames`` its frames of audio.
+        single_timestamp_ending: the window's output ended with a lone timestamp.
+        content_frames: the audio's frames.
+        last_speech: the end of the last word kept so far (0 at the start).
+    """
+    time_offset = seek / frames_per_second
+    window_end = (seek + n_frames) / frames_per_second
+    segment_duration = window_frames / frames_per_second
+    content_duration = content_frames / frames_per_second
+    new_seek: int | None = None
+
+    def end_of(items: Sequence[Any]) -> float | None:
+        ends = [w.end for s in items for w in s.words]
+        return ends[-1] if ends else None
+
+    def next_with_words(items: Sequence[Any]) -> Any:
+        return next((s for s in items if s.words), None)
+
+    if not single_timestamp_ending:
+        last_word_end = end_of(segments)
+        if last_word_end is not None and last_word_end > time_offset:
+            remaining = window_end - last_word_end
+            new_seek = round(last_word_end * frames_per_second) if remaining > threshold else seek + window_frames
+    first = next_with_words(segments)
+    if first is not None and is_segment_anomaly(first):
+        gap = first.start - time_offset
+        if gap > threshold:
+            return SilenceCut(0, seek + round(gap * frames_per_second), True, last_speech)
+    keep = len(segments)
+    hal_last_end = last_speech
+    for si, segment in enumerate(segments):
+        if not segment.words:
+            continue
+        if is_segment_anomaly(segment):
+            following = next_with_words(segments[si + 1 :])
+            hal_next_start = following.words[0].start if following is not None else time_offset + segment_duration
+            silence_before = (
+                segment.start - hal_last_end > threshold
+                or segment.start < threshold
+                or segment.start - time_offset < 2.0
+            )
+            silence_after = (
+                hal_next_start - segment.end > threshold
+                or is_segment_anomaly(following)
+                or window_end - segment.end < 2.0
+            )
+            if silence_before and silence_after:
+                new_seek = round(max(time_offset + 1, segment.start) * frames_per_second)
+                if content_duration - segment.end < threshold:
+                    new_seek = content_frames
+                keep = si
+                break
+        hal_last_end = segment.end
+    last = end_of(segments[:keep])
+    return SilenceCut(keep, new_seek, False, last if last is not None else last_speech)

@@ -30,6 +30,7 @@ from inference4py.tasks.whisper.decoding import (
     compression_ratio,
     no_speech_probability,
     previous_context,
+    silence_cut,
 )
 from inference4py.tasks.whisper.longform import FRAME_SECONDS, split_segments
 from inference4py.tasks.whisper.results import Segment, Transcription, Word
@@ -49,6 +50,7 @@ POLICY_ARGUMENTS = (
     "word_timestamps",
     "vad",
     "vad_options",
+    "hallucination_silence_threshold",
 )
 
 
@@ -217,6 +219,7 @@ class FileJob:
         self.segments: list[Segment] = []
         self.kept: list[int] = []
         self.seek = 0
+        self.last_speech = 0.0  # end of the last word kept (hallucination_silence_threshold)
         self.frames = 0  # audio frames of the current window
         self.final = 0  # tokens of the current window already streamed
 
@@ -255,7 +258,8 @@ class FileJob:
         """Whether this window's text can be streamed while it is decoded (nothing can discard it)."""
         thr = self.options.no_speech_threshold
         maybe_silent = thr is not None and scorer.no_speech_prob is not None and scorer.no_speech_prob > thr
-        return len(self.options.temperatures) == 1 and not maybe_silent
+        may_cut = self.options.hallucination_silence_threshold is not None and self.words_for is not None
+        return len(self.options.temperatures) == 1 and not maybe_silent and not may_cut
 
     def stream(self, out: list[int]) -> str:
         """The text of ``out`` up to its last closed pair of timestamps, not streamed yet."""
@@ -297,11 +301,6 @@ class FileJob:
             seek=self.seek,
             window_frames=self.frames,
         )
-        n_kept = sum(len(s.tokens) for s in raw)
-        piece = self.detok.add_many(t for t in out[self.final : n_kept] if not self.is_stamp(t))
-        if piece:
-            yield piece
-        self.kept.extend(out[:n_kept])
         times: list[float] | None = None
         probs: list[float] | None = None
         if capture is not None:
@@ -311,6 +310,7 @@ class FileJob:
             ).tolist()
             probs = capture.probabilities
         tokenizer = self.model.tokenizer
+        built: list[Segment] = []
         pos = 0
         for s in raw:
             words: tuple[Word, ...] = ()
@@ -330,7 +330,7 @@ class FileJob:
                 pos += n_tok
             text = tokenizer.decode([t for t in s.tokens if not self.is_stamp(t)], skip_special_tokens=True)
             # a window ends with the audio, and a predicted time may lie past it: no segment ends after the audio
-            self.segments.append(
+            built.append(
                 Segment(
                     min(s.start, self.duration),
                     min(s.end, self.duration),
@@ -343,11 +343,38 @@ class FileJob:
                     words=words,
                 )
             )
-            self.history.append(s.tokens)
+        # A window that does not move on would repeat forever (only possible without the timestamp rules).
+        next_seek = self.seek + (advance if advance > 0 else self.frames)
+        threshold = self.options.hallucination_silence_threshold
+        if threshold is not None and capture is not None:
+            single_ending = len(out) >= 2 and not self.is_stamp(out[-2]) and self.is_stamp(out[-1])
+            cut = silence_cut(
+                built,
+                threshold=threshold,
+                seek=self.seek,
+                window_frames=self.frames,
+                single_timestamp_ending=single_ending,
+                content_frames=self.audio_frames,
+                last_speech=self.last_speech,
+                n_frames=self.model._features["window_frames"],
+            )
+            if cut.skip:  # a hallucination after silence: nothing of the window, restart at it
+                self.seek = max(cut.seek or next_seek, self.seek + 1)
+                return
+            built = built[: cut.keep]
+            self.last_speech = cut.last_speech
+            if cut.seek is not None:
+                next_seek = max(cut.seek, self.seek + 1)
+        n_kept = sum(len(s.token_ids) for s in built)
+        piece = self.detok.add_many(t for t in out[self.final : n_kept] if not self.is_stamp(t))
+        if piece:
+            yield piece
+        self.kept.extend(out[:n_kept])
+        self.segments.extend(built)
+        self.history.extend(s.token_ids for s in built)
         if not self.options.condition_on_previous_text or result.temperature > 0.5:
             self.history = []  # openai-whisper's prompt_reset_since: later windows start without context
-        # A window that does not move on would repeat forever (only possible without the timestamp rules).
-        self.seek += advance if advance > 0 else self.frames
+        self.seek = next_seek
 
     def finish(self, elapsed: float) -> tuple[str, Transcription]:
         """The text not yielded yet and the transcription."""

@@ -299,6 +299,7 @@ class WhisperSpeechModel(ClosableTask):
         word_timestamps: bool = False,
         vad: bool | str | os.PathLike[str] | SileroVad = False,
         vad_options: VadOptions | None = None,
+        hallucination_silence_threshold: float | None = None,
         **overrides: Any,
     ) -> Transcription:
         """Transcribe (or translate to English) an audio file or array.
@@ -344,6 +345,9 @@ class WhisperSpeechModel(ClosableTask):
                 The speech regions are laid end to end and transcribed; every time is mapped back to the
                 recording, so silence and music give no text.
             vad_options: the detector's rules (:class:`~inference4py.tasks.whisper.vad.VadOptions`).
+            hallucination_silence_threshold: with ``word_timestamps``, skip silences longer than this
+                many seconds around a segment that looks hallucinated (unlikely, too short or too long
+                words), openai-whisper's option; None: off.
             **overrides: generation options for this call (``max_new_tokens`` counts per 30 s window,
                 ``num_beams``, ``seed``, ...).
 
@@ -366,6 +370,7 @@ class WhisperSpeechModel(ClosableTask):
             word_timestamps=word_timestamps,
             vad=vad,
             vad_options=vad_options,
+            hallucination_silence_threshold=hallucination_silence_threshold,
         )
         result = None
         for kind, value in self._events(audio, sample_rate, language, task, timestamps, overrides, options):
@@ -520,6 +525,7 @@ class WhisperSpeechModel(ClosableTask):
         word_timestamps: bool = False,
         vad: bool | str | os.PathLike[str] | SileroVad = False,
         vad_options: VadOptions | None = None,
+        hallucination_silence_threshold: float | None = None,
     ) -> CallPolicy:
         if initial_prompt is not None and prompt_ids is not None:
             raise ConfigurationError("Pass initial_prompt or prompt_ids, not both.")
@@ -547,6 +553,10 @@ class WhisperSpeechModel(ClosableTask):
                 f"{self.folder} has no <|startofprev|> token, so condition_on_previous_text cannot be used. "
                 "Call with condition_on_previous_text=False."
             )
+        if hallucination_silence_threshold is not None and not word_timestamps:
+            raise ConfigurationError(
+                "hallucination_silence_threshold judges words: call with word_timestamps=True as well."
+            )
         explicit = temperature is not None
         temps = temperatures_of(temperature, 0.0)
         return CallPolicy(
@@ -557,6 +567,7 @@ class WhisperSpeechModel(ClosableTask):
                 no_speech_threshold=no_speech_threshold,
                 condition_on_previous_text=bool(condition_on_previous_text),
                 prompt_ids=ids,
+                hallucination_silence_threshold=hallucination_silence_threshold,
             ),
             explicit_temperature=explicit,
             word_timestamps=bool(word_timestamps),
