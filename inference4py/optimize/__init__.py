@@ -60,6 +60,7 @@ from .folder import FUSION_VERSION as FUSION_VERSION
 from .folder import _decoder_graph as _decoder_graph
 from .folder import _is_weight_file_of as _is_weight_file_of
 from .folder import _read_json as _read_json
+from .folder import auto_fused_folder as auto_fused_folder
 from .folder import fused_model_folder as fused_model_folder
 from .folder import optimize_folder as optimize_folder
 from .fuse import _LEVELS as _LEVELS
@@ -81,4 +82,4 @@ from .rewrite import _evaluate as _evaluate
 from .rewrite import _Fuser as _Fuser
 from .rewrite import _needed as _needed
 
-__all__ = ["FusionReport", "fuse_attention", "fused_model_folder", "optimize_folder"]
+__all__ = ["FusionReport", "auto_fused_folder", "fuse_attention", "fused_model_folder", "optimize_folder"]

@@ -70,7 +70,10 @@ def optimize_folder(
 
 
 #: Bumped whenever the rewrite changes, so cached fused folders of older rewrites are not reused.
-FUSION_VERSION = 1
+FUSION_VERSION = 2
+
+_MARKER = ".inference4py-fused"
+_HASHED_BYTES = 64 << 20  # cached files up to this size are checked by hash on every load, larger ones by size
 
 
 def fused_model_folder(
@@ -78,39 +81,156 @@ def fused_model_folder(
 ) -> Path:
     """The fused copy of ``folder``, made once and kept in the inference4py cache.
 
-    What the builders' ``fuse_attention()`` uses.  The cache key is the decoder graph's
-    path, size and modification time, the level and :data:`FUSION_VERSION`, so a
-    re-downloaded or edited model is fused again.  The copy lives in
-    ``cache_dir`` (default: ``INFERENCE4PY_CACHE``, else ``~/.cache/inference4py``) under
-    ``fused/``; it holds the rewritten graph and copies of the folder's other files.
+    What the builders' ``fuse_attention()`` uses.  The copy is keyed by the SHA-256 of the
+    source files the rewrite reads (decoder graph, its weights, config.json), the level and
+    :data:`FUSION_VERSION`; a file's hash is computed once per (path, size, modification time).
+    It lives in ``cache_dir`` (default: ``INFERENCE4PY_CACHE``, else ``~/.cache/inference4py``,
+    beside the Hugging Face cache) under ``fused/``, written to a temporary folder and renamed
+    into place.  An entry is checked before use (its marker names the same source hash and
+    version; every file has its recorded size, the small ones their recorded hash): a corrupt,
+    partial or foreign entry is rebuilt, never trusted.
 
     Raises:
         Everything :func:`optimize_folder` raises (an unfusable model is refused with the reason).
     """
+    src = Path(folder).expanduser()
+    if not src.is_dir():
+        raise ModelNotFoundError(f"Model folder {src} does not exist.")
+    root, key, source_hash = _entry_key(src, level, cache_dir)
+    out = root / key[:24]
+    if _valid_entry(out, source_hash):
+        return out
+    return _build_entry(src, root, out, source_hash, level)
+
+
+def auto_fused_folder(
+    folder: str | os.PathLike[str], *, level: str = "rotary", cache_dir: str | os.PathLike[str] | None = None
+) -> Path:
+    """What loading a decoder runs by default: its fused copy, or ``folder`` itself when it cannot be fused.
+
+    A graph the optimizer does not recognise is logged (once: the refusal is remembered in the
+    cache under the same key) and run as it is; nothing here fails a load that would work unfused.
+    """
+    src = Path(folder).expanduser()
+    try:
+        _decoder_graph(src)
+        root, key, source_hash = _entry_key(src, level, cache_dir)
+    except (ModelNotFoundError, UnsupportedModelError, OSError):
+        return src  # no single decoder graph here: the loader says what it makes of the folder
+    out = root / key[:24]
+    if _valid_entry(out, source_hash):
+        return out
+    refused = root / f"{key[:24]}.refused"
+    if refused.is_file():
+        return src
+    try:
+        return _build_entry(src, root, out, source_hash, level)
+    except (UnsupportedModelError, ModelLoadError) as exc:
+        _log.info("running %s unfused: %s", src, exc)
+        root.mkdir(parents=True, exist_ok=True)
+        _write_atomic(refused, f"{src}\n{exc}\n")
+        return src
+
+
+def _entry_key(src: Path, level: str, cache_dir: str | os.PathLike[str] | None) -> tuple[Path, str, str]:
     import hashlib
 
     from inference4py import _env
 
-    src = Path(folder).expanduser()
-    if not src.is_dir():
-        raise ModelNotFoundError(f"Model folder {src} does not exist.")
-    graph = _decoder_graph(src)
-    st = graph.stat()
-    key = hashlib.sha256(
-        f"{graph.resolve()}|{st.st_size}|{st.st_mtime_ns}|{level}|{FUSION_VERSION}".encode()
-    ).hexdigest()
     root = Path(cache_dir).expanduser() if cache_dir is not None else _env.inference4py_cache() / "fused"
-    out = root / key[:24]
-    done = out / ".inference4py-fused"
-    if done.is_file():
-        return out
-    tmp = root / f"{key[:24]}.partial-{os.getpid()}"
+    graph = _decoder_graph(src)
+    inputs = [graph, *(p for p in sorted(graph.parent.iterdir()) if _is_weight_file_of(p, graph))]
+    if (src / "config.json").is_file():
+        inputs.append(src / "config.json")
+    digest = hashlib.sha256()
+    for path in inputs:
+        digest.update(f"{path.relative_to(src)}={_file_hash(path, root)};".encode())
+    source_hash = digest.hexdigest()
+    key = hashlib.sha256(f"{source_hash}|{level}|{FUSION_VERSION}".encode()).hexdigest()
+    return root, key, source_hash
+
+
+def _file_hash(path: Path, root: Path) -> str:
+    """SHA-256 of a file, remembered per (path, size, mtime) in ``root/hashes/`` (hashing GBs once)."""
+    import hashlib
+
+    st = path.stat()
+    stamp = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:32]
+    memo = root / "hashes" / stamp
+    try:
+        text = memo.read_text(encoding="ascii").strip()
+        if len(text) == 64:
+            return text
+    except OSError:
+        pass
+    value = _sha256(path)
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(memo, value)
+    return value
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _valid_entry(out: Path, source_hash: str) -> bool:
+    """Whether ``out`` is a complete fused copy of the source with hash ``source_hash``."""
+    import json
+
+    marker = out / _MARKER
+    if not marker.is_file():
+        return False
+    try:
+        info = json.loads(marker.read_text(encoding="utf-8"))
+        files: dict[str, list[Any]] = info["files"]
+        ok = info["source_sha256"] == source_hash and info["fusion_version"] == FUSION_VERSION and bool(files)
+        for rel, (size, digest) in files.items():
+            path = out / rel
+            if not ok or not path.is_file() or path.stat().st_size != size:
+                ok = False
+                break
+            if digest is not None and _sha256(path) != digest:
+                ok = False
+                break
+    except (OSError, ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        _log.warning("the cached fused copy %s is incomplete, corrupt or not this model's: rebuilding it", out)
+    return ok
+
+
+def _build_entry(src: Path, root: Path, out: Path, source_hash: str, level: str) -> Path:
+    import json
+
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f"{out.name}.partial-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     try:
-        report = optimize_folder(src, tmp, level=level)
-        (tmp / ".inference4py-fused").write_text(f"{src}\n{report.summary()}\n", encoding="utf-8")
-        if out.exists():  # an unfinished copy of another process
+        with _progress(f"fusing {src.name} (first load only)") as bar:
+            report = optimize_folder(src, tmp, level=level)
+            bar.update(1)
+        files = {}
+        for path in sorted(tmp.rglob("*")):
+            if path.is_file():
+                size = path.stat().st_size
+                files[str(path.relative_to(tmp))] = [size, _sha256(path) if size <= _HASHED_BYTES else None]
+        marker = {
+            "source": str(src),
+            "source_sha256": source_hash,
+            "fusion_version": FUSION_VERSION,
+            "level": level,
+            "files": files,
+            "report": report.summary(),
+        }
+        (tmp / _MARKER).write_text(json.dumps(marker, indent=1), encoding="utf-8")
+        if out.exists():  # a stale or corrupt entry, or an unfinished copy of another process
             shutil.rmtree(out, ignore_errors=True)
         os.replace(tmp, out)
     finally:
@@ -118,6 +238,19 @@ def fused_model_folder(
             shutil.rmtree(tmp, ignore_errors=True)
     _log.info("fused %s into %s: %s", src, out, report.summary())
     return out
+
+
+def _progress(description: str) -> Any:
+    """A one-step progress bar on a terminal (tqdm; silent when stderr is not a TTY)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=1, desc=description, unit="model", disable=None, leave=False)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _decoder_graph(folder: Path) -> Path:

@@ -22,7 +22,9 @@ _runtimes: dict = {}
 
 def runtime(name: str):
     if name not in _runtimes:
-        _runtimes[name] = OnnxTextGenerator.builder().model_path(FIXTURES / "models" / name).build()._runtime
+        _runtimes[name] = (
+            OnnxTextGenerator.builder().model_path(FIXTURES / "models" / name).fuse_attention(False).build()._runtime
+        )
     return _runtimes[name]
 
 
