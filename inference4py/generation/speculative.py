@@ -70,7 +70,9 @@ __all__ = [
 _MAX_DRAFT_LIMIT = 64
 
 
-def _check_lengths(num_draft_tokens: int, max_draft_tokens: int) -> None:
+def _check_lengths(num_draft_tokens: int, max_draft_tokens: int, timed: bool) -> None:
+    if not isinstance(timed, bool):
+        raise ConfigurationError(f"timed={timed!r} is invalid: timed must be True or False.")
     for name, value in (("num_draft_tokens", num_draft_tokens), ("max_draft_tokens", max_draft_tokens)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_DRAFT_LIMIT:
             raise ConfigurationError(
@@ -95,6 +97,8 @@ class PromptLookup:
         num_draft_tokens: Draft length to start with.
         max_draft_tokens: Bound on the draft length, which grows by 2 after a fully accepted
             draft and shrinks by 1 after a rejection (never below 1).
+        timed: With greedy search, also fit the draft length to measured pass times (see
+            :class:`DraftLength`; the ids do not change, the draft counts then vary from run to run).
 
     Example:
         >>> PromptLookup(max_ngram=4).max_ngram
@@ -105,6 +109,7 @@ class PromptLookup:
     min_ngram: int = 2
     num_draft_tokens: int = 4
     max_draft_tokens: int = 10
+    timed: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.max_ngram, bool) or not isinstance(self.max_ngram, int) or not 1 <= self.max_ngram <= 16:
@@ -120,7 +125,7 @@ class PromptLookup:
                 f"min_ngram={self.min_ngram!r} is invalid: min_ngram must be an integer from 1 to max_ngram "
                 f"({self.max_ngram})."
             )
-        _check_lengths(self.num_draft_tokens, self.max_draft_tokens)
+        _check_lengths(self.num_draft_tokens, self.max_draft_tokens, self.timed)
 
     @property
     def method(self) -> str:
@@ -137,6 +142,7 @@ class DraftModel:
             of the target itself.
         num_draft_tokens: Draft length to start with.
         max_draft_tokens: Bound on the draft length (it adapts as with :class:`PromptLookup`).
+        timed: As :class:`PromptLookup`'s (the pass times include the draft model's steps).
 
     The draft model runs the call's logits processors and sampling settings on its own logits,
     so its guesses follow the same rules; its own generation defaults are not used.
@@ -145,9 +151,10 @@ class DraftModel:
     model: Any
     num_draft_tokens: int = 4
     max_draft_tokens: int = 8
+    timed: bool = True
 
     def __post_init__(self) -> None:
-        _check_lengths(self.num_draft_tokens, self.max_draft_tokens)
+        _check_lengths(self.num_draft_tokens, self.max_draft_tokens, self.timed)
 
     @property
     def method(self) -> str:
@@ -660,7 +667,9 @@ def speculative_chunks(
         proposer,
         config,
         # greedy ids do not depend on the draft length: it may follow measured pass times
-        lengths=DraftLength(speculation.num_draft_tokens, speculation.max_draft_tokens, timed=not config.sampling),
+        lengths=DraftLength(
+            speculation.num_draft_tokens, speculation.max_draft_tokens, timed=speculation.timed and not config.sampling
+        ),
         counts=counts,
     )
     return SpeculativeStream(stream_generate(tokens, tokenizer, config, recorder=chooser.recorder), counts)
