@@ -24,6 +24,10 @@ plain loop samples from at that position: the logits processors (penalties, cons
 with the position's own token history, then the sampler's temperature, top-k, top-p, min-p.
 A prompt-lookup draft is deterministic: ``q`` is a point mass.
 
+One idea past ~500 lines: the settings, the two proposers, the acceptance rule, the draft-length
+policy and the loop share one contract (what a draft is, what a pass costs and keeps); split
+apart, each would need the others' internals.
+
 Layers: :func:`speculative_tokens` is a token iterator for :func:`~inference4py.generation.generate.stream_generate`
 (so streaming, stop strings, EOS and max_new_tokens work as in the plain loop), and
 :class:`SpeculativeStream` wraps the chunk stream so ``collect`` records the draft counts.
