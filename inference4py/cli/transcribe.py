@@ -86,6 +86,9 @@ def _add_transcribe_arguments(parser: argparse.ArgumentParser) -> None:
         help="transcribe only the speech Silero VAD finds (onnx-community/silero-vad, fetched once)",
     )
     parser.add_argument("--vad-model", metavar="PATH", help="a local Silero VAD .onnx file for --vad (implies --vad)")
+    parser.add_argument(
+        "--progress", action="store_true", help="show a progress bar over the audio's duration on stderr"
+    )
     parser.add_argument("--max-new-tokens", type=int, metavar="N", help="at most N tokens per 30 s window")
     parser.add_argument("--num-beams", type=int, metavar="N", help="beam width (default: greedy)")
 
@@ -125,6 +128,9 @@ def _run_transcribe(args: argparse.Namespace) -> int:
     elif args.vad:
         options["vad"] = True
     files: list[str] = list(args.file)
+    bar = _Progress(sys.stderr) if args.progress else None
+    if bar is not None:
+        options["on_progress"] = bar
     out_dir = Path(args.output_dir).expanduser() if args.output_dir else None
     with builder.timestamps(timestamps).build() as asr:
         streamed = len(files) == 1 and args.batch_size is None and not args.parallel_chunks
@@ -132,6 +138,8 @@ def _run_transcribe(args: argparse.Namespace) -> int:
             echo = _Echo(sys.stdout)  # one file of plain text: streamed as it is decoded
             asr.transcribe(files[0], on_token=echo, **options)
             echo.end_line()
+            if bar is not None:
+                bar.close()
             return EXIT_OK
         if len(files) == 1 and args.batch_size is None and not args.parallel_chunks:
             results = [asr.transcribe(files[0], **options)]
@@ -139,6 +147,8 @@ def _run_transcribe(args: argparse.Namespace) -> int:
             results = asr.transcribe_batch(
                 files, batch_size=args.batch_size or 8, parallel_chunks=args.parallel_chunks, **options
             )
+    if bar is not None:
+        bar.close()
     if args.format == "json" and out_dir is None:
         data = [r.to_dict() | {"file": f} for f, r in zip(files, results)]
         sys.stdout.write(json.dumps(data[0] if len(data) == 1 else data, ensure_ascii=False, indent=2) + "\n")
@@ -156,6 +166,28 @@ def _run_transcribe(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     sys.stdout.flush()
     return EXIT_OK
+
+
+class _Progress:
+    """``[#####.....]  42%  12.6 s / 30.0 s`` on one line of ``stream``, redrawn after each window."""
+
+    def __init__(self, stream: Any, width: int = 30) -> None:
+        self._stream = stream
+        self._width = width
+        self._drawn = False
+
+    def __call__(self, done: float, total: float) -> None:
+        share = 1.0 if total <= 0 else min(max(done / total, 0.0), 1.0)
+        filled = int(round(share * self._width))
+        bar = "#" * filled + "." * (self._width - filled)
+        self._stream.write(f"\r[{bar}] {share * 100:3.0f}%  {done:.1f} s / {total:.1f} s")
+        self._stream.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        if self._drawn:
+            self._stream.write("\n")
+            self._stream.flush()
 
 
 def _render(result: Any, fmt: str, words: bool, timed: bool) -> str:

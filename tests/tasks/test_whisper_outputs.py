@@ -105,3 +105,32 @@ def test_cli_parallel_chunks(tmp_path, capsys):
     with WhisperSpeechModel.builder().model_path(MODELS / "whisper").timestamps().build() as asr:
         (want,) = asr.transcribe_batch([path], language="en", max_new_tokens=24, parallel_chunks=True)
     assert data["text"] == want.text and len(data["segments"]) == len(want.segments)
+
+
+def test_progress(tmp_path, capsys):
+    calls: list[tuple[float, float]] = []
+    long = clips()["long"]
+    with WhisperSpeechModel.builder().model_path(MODELS / "whisper").timestamps().build() as asr:
+        asr.transcribe(
+            (long, SAMPLE_RATE), language="en", max_new_tokens=24, on_progress=lambda d, t: calls.append((d, t))
+        )
+        total = long.size / SAMPLE_RATE
+        assert len(calls) >= 2 and calls[-1] == (pytest.approx(total), pytest.approx(total))
+        assert [d for d, _ in calls] == sorted(d for d, _ in calls) and calls[0][0] < total
+        batched: list[tuple[float, float]] = []
+        asr.transcribe_batch(
+            [(long, SAMPLE_RATE), (clips()["tone"], SAMPLE_RATE)],
+            language="en",
+            max_new_tokens=24,
+            on_progress=lambda d, t: batched.append((d, t)),
+        )
+        assert (
+            batched[-1][0] == pytest.approx(batched[-1][1]) == pytest.approx(total + clips()["tone"].size / SAMPLE_RATE)
+        )
+    path = _write(tmp_path, "long")
+    assert (
+        main(["transcribe", path, "-m", str(MODELS / "whisper"), "-l", "en", "--max-new-tokens", "8", "--progress"])
+        == 0
+    )
+    err = capsys.readouterr().err
+    assert "\r[" in err and err.rstrip().endswith(f"100%  {total:.1f} s / {total:.1f} s")

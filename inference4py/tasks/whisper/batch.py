@@ -11,7 +11,7 @@ its ids are the ids of the file transcribed alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -48,8 +48,10 @@ def run_jobs(
     timestamps: bool,
     policy: CallPolicy,
     overrides: Mapping[str, Any],
+    on_progress: Callable[[float, float], None] | None = None,
 ) -> None:
-    """Run every job to its end, ``batch_size`` windows at a time."""
+    """Run every job to its end, ``batch_size`` windows at a time (``on_progress(done, total)`` after each batch)."""
+    total = sum(job.recording for job in jobs)
     temps = policy.options.temperatures
     while True:
         active = [k for k, job in enumerate(jobs) if job.active]
@@ -104,6 +106,8 @@ def run_jobs(
                 else:
                     for _ in jobs[k].accept(result, capture):
                         pass
+            if on_progress is not None:
+                on_progress(sum(job.done for job in jobs), total)
 
 
 def decode_rows(

@@ -231,6 +231,12 @@ class FileJob:
         return self.seek < self.feats.shape[1]
 
     @property
+    def done(self) -> float:
+        """Seconds of the recording transcribed so far (with VAD: in proportion to the speech done)."""
+        total = self.feats.shape[1]
+        return self.recording if total == 0 else self.recording * min(self.seek, total) / total
+
+    @property
     def needs_language(self) -> bool:
         return self.detect_at is not None and self.prompt[self.detect_at] is None
 

@@ -289,6 +289,7 @@ class WhisperSpeechModel(ClosableTask):
         task: str | None = None,
         timestamps: bool | None = None,
         on_token: Callable[[str], None] | None = None,
+        on_progress: Callable[[float, float], None] | None = None,
         temperature: float | Sequence[float] | None = None,
         compression_ratio_threshold: float | None = 2.4,
         logprob_threshold: float | None = -1.0,
@@ -377,6 +378,9 @@ class WhisperSpeechModel(ClosableTask):
             if kind == "text":
                 if on_token is not None:
                     on_token(value)
+            elif kind == "progress":
+                if on_progress is not None:
+                    on_progress(*value)
             else:
                 result = value
         return result  # type: ignore[return-value]  # _events always ends with ("done", Transcription)
@@ -391,6 +395,7 @@ class WhisperSpeechModel(ClosableTask):
         timestamps: bool | None = None,
         batch_size: int = 8,
         parallel_chunks: bool = False,
+        on_progress: Callable[[float, float], None] | None = None,
         **kwargs: Any,
     ) -> list[Transcription]:
         """Transcribe several recordings, their 30 s windows encoded and decoded as batches.
@@ -409,6 +414,7 @@ class WhisperSpeechModel(ClosableTask):
                 recording alone included.  Each chunk is transcribed as if it were a recording of
                 its own (no context from the chunk before; the language is detected once per
                 recording, on its first chunk); times are mapped back to the recording.
+            on_progress: called after each batch with (seconds of audio done, seconds in all recordings).
             **kwargs: :meth:`transcribe`'s options (``temperature``, thresholds, ``initial_prompt``,
                 ``condition_on_previous_text``, ``word_timestamps``, generation options), except
                 ``on_token`` and beam search.
@@ -442,7 +448,7 @@ class WhisperSpeechModel(ClosableTask):
         self._check_request(lang, task_name, want_ts)
         if parallel_chunks:
             return self._transcribe_chunks(
-                audios, sample_rate, lang, task_name, want_ts, policy, overrides, batch_size, started
+                audios, sample_rate, lang, task_name, want_ts, policy, overrides, batch_size, started, on_progress
             )
         jobs = [self._job(a, sample_rate, lang, task_name, want_ts, policy, overrides) for a in audios]
         if jobs and self._planner.for_call(len(jobs[0].prompt), overrides).num_beams > 1:
@@ -450,7 +456,16 @@ class WhisperSpeechModel(ClosableTask):
                 "transcribe_batch decodes greedily or by sampling: drop num_beams (or use transcribe())."
             )
         rngs = [make_rng(self._planner.for_call(len(j.prompt), overrides).seed) for j in jobs]
-        run_jobs(self, jobs, rngs, batch_size=batch_size, timestamps=want_ts, policy=policy, overrides=overrides)
+        run_jobs(
+            self,
+            jobs,
+            rngs,
+            batch_size=batch_size,
+            timestamps=want_ts,
+            policy=policy,
+            overrides=overrides,
+            on_progress=on_progress,
+        )
         elapsed = time.perf_counter() - started
         return [job.finish(elapsed)[1] for job in jobs]
 
@@ -465,6 +480,7 @@ class WhisperSpeechModel(ClosableTask):
         overrides: Mapping[str, Any],
         batch_size: int,
         started: float,
+        on_progress: Callable[[float, float], None] | None = None,
     ) -> list[Transcription]:
         """``transcribe_batch(parallel_chunks=True)``: every chunk of every recording is a job of its own."""
         from dataclasses import replace
@@ -489,7 +505,16 @@ class WhisperSpeechModel(ClosableTask):
                 "transcribe_batch decodes greedily or by sampling: drop num_beams (or use transcribe())."
             )
         rngs = [make_rng(self._planner.for_call(len(j.prompt), overrides).seed) for j in jobs]
-        run_jobs(self, jobs, rngs, batch_size=batch_size, timestamps=timestamps, policy=plain, overrides=overrides)
+        run_jobs(
+            self,
+            jobs,
+            rngs,
+            batch_size=batch_size,
+            timestamps=timestamps,
+            policy=plain,
+            overrides=overrides,
+            on_progress=on_progress,
+        )
         elapsed = time.perf_counter() - started
         out = []
         for duration, pairs in per_file:
@@ -656,9 +681,10 @@ class WhisperSpeechModel(ClosableTask):
                     break
             if is_silence(result, options):
                 job.skip()
-                continue
-            for piece in job.accept(result, capture):
-                yield "text", piece
+            else:
+                for piece in job.accept(result, capture):
+                    yield "text", piece
+            yield "progress", (job.done, job.recording)
         tail, transcription = job.finish(time.perf_counter() - started)
         if tail:
             yield "text", tail
