@@ -388,3 +388,29 @@ def test_longform_policy_on_real_speech():
     spoken = references()["clips"]["en-long"]["text"]
     assert word_error_rate(spoken, result.text) <= WER_BOUNDS["whisper-base"]["en-long"]
     assert word_error_rate(spoken, plain.text) <= WER_BOUNDS["whisper-base"]["en-long"]
+
+
+def test_word_times_with_the_two_decoder_files(tmp_path):
+    """optimum's other layout (decoder_model.onnx + decoder_with_past_model.onnx): both graphs are rewritten."""
+    import os
+
+    from inference4py import WhisperSpeechModel
+
+    source = REAL / "whisper-base-optimum"
+    if not source.is_dir():
+        _missing("whisper-base-optimum")
+    folder = tmp_path / "whisper-base-two-decoders"
+    folder.mkdir()
+    for path in source.iterdir():
+        if path.is_file() and path.name != "decoder_model_merged.onnx":
+            os.link(path, folder / path.name)  # the same files, without the merged decoder
+    case = word_references()["models"]["whisper-base"]["cases"]["en-short"]
+    with WhisperSpeechModel.builder().model_path(folder).build() as asr:
+        assert asr._runtime.first is not asr._runtime.rest  # two graphs
+        result = asr.transcribe(REAL / "audio" / "en-short.wav", language="en", timestamps=True, word_timestamps=True)
+    got = [(w.word, w.start, w.end) for s in result.segments for w in s.words]
+    want = [(w["word"], w["start"], w["end"]) for s in case["segments"] for w in s["words"]]
+    assert [g[0] for g in got] == [w[0] for w in want]
+    for (word, start, end), (_, ref_start, ref_end) in zip(got, want):
+        assert start == pytest.approx(ref_start, abs=0.02 + 1e-6), word
+        assert end == pytest.approx(min(ref_end, result.duration), abs=0.02 + 1e-6), word
