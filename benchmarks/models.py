@@ -28,6 +28,7 @@ class Row:
     ref: str | None = I4PY
     seq2seq: bool = False
     settings: tuple[str, ...] = ("greedy", "sample", "beam4")
+    fuse: bool | None = None  # the builder's fuse_attention(); None: not called (the default load)
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,8 @@ def smollm2() -> Model:
     rows = (
         # inference4py runs optimum's export after `inference4py optimize` (what docs/performance.md recommends)
         Row(I4PY, "inference4py_peer", fused, ref=None),
-        Row(f"{I4PY}[unfused]", "inference4py_peer", opt),
+        Row(f"{I4PY}[default]", "inference4py_peer", opt, ref=None),  # no flags: fused on first load, cached
+        Row(f"{I4PY}[unfused]", "inference4py_peer", opt, fuse=False),
         Row("transformers", "transformers_peer", hf),
         Row("optimum", "optimum_peer", opt),
         Row("genai", "genai_peer", g32, settings=NO_BEAM),

@@ -131,6 +131,7 @@ def task_for(model: Model, row: Row, setting: str, mode: str, args: argparse.Nam
         "folder": str(row.folder),
         "prompt": model.prompt,
         "seq2seq": row.seq2seq,
+        "fuse": row.fuse,
         "max_new_tokens": args.max_new_tokens or model.max_new_tokens,
         "setting": setting,
         "mode": mode,
@@ -362,6 +363,13 @@ def targets(results: dict[str, Any]) -> list[str]:
             goal,
         )
         line(f"smollm2 TTFT inference4py / {peer}", i["ttft_ms"] / p["ttft_ms"] if i and p else None, 1.0, False)
+    d, g = ok("smollm2", "greedy", f"{I4PY}[default]"), ok("smollm2", "greedy", "genai")
+    if has_smollm2:  # issue 19: what a user gets with no flags (the optimum export, fused on first load)
+        line(
+            "smollm2 fp32 decode tok/s inference4py[default] / genai",
+            d["decode_tps"] / g["decode_tps"] if d and g else None,
+            1.3,
+        )
     u, o = ok("smollm2", "greedy", f"{I4PY}[unfused]"), ok("smollm2", "greedy", "optimum")
     if u and o:  # not a target: optimum's export run as exported, without `inference4py optimize`
         out.append(

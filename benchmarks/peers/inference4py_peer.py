@@ -29,6 +29,8 @@ def load(spec: dict[str, Any]) -> Peer:
         from inference4py import OnnxTextGenerator
 
         builder = OnnxTextGenerator.builder().model_path(folder)
+        if spec.get("fuse") is not None:
+            builder = builder.fuse_attention(spec["fuse"])
         if "messages" in prompt:
             builder = builder.chat_template()
         task = builder.build()

@@ -110,8 +110,12 @@ def auto_fused_folder(
 
     A graph the optimizer does not recognise is logged (once: the refusal is remembered in the
     cache under the same key) and run as it is; nothing here fails a load that would work unfused.
+    onnxruntime-genai folders and graphs that already use GroupQueryAttention run as they are.
+    On a cache hit the source graph is not read (only its hash is looked up).
     """
     src = Path(folder).expanduser()
+    if (src / "genai_config.json").is_file():
+        return src
     try:
         _decoder_graph(src)
         root, key, source_hash = _entry_key(src, level, cache_dir)
@@ -122,6 +126,12 @@ def auto_fused_folder(
         return out
     refused = root / f"{key[:24]}.refused"
     if refused.is_file():
+        return src
+    from inference4py.engine.decoder import _has_op
+
+    if _has_op(_decoder_graph(src), b"GroupQueryAttention"):
+        root.mkdir(parents=True, exist_ok=True)
+        _write_atomic(refused, f"{src}\nalready fused (GroupQueryAttention)\n")
         return src
     try:
         return _build_entry(src, root, out, source_hash, level)

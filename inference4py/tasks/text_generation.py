@@ -234,10 +234,14 @@ class OnnxTextGenerator(ClosableTask):
     @classmethod
     def _from_builder(cls, b: TextGeneratorBuilder) -> OnnxTextGenerator:
         folder = b.resolve_folder()
-        if b._fuse is not False and not _already_fused(folder):
-            from inference4py.optimize import auto_fused_folder, fused_model_folder
+        if b._fuse is None:  # the default: a cache hit reads nothing of the source graph
+            from inference4py.optimize import auto_fused_folder
 
-            folder = fused_model_folder(folder) if b._fuse else auto_fused_folder(folder)
+            folder = auto_fused_folder(folder)
+        elif b._fuse and not _already_fused(folder):
+            from inference4py.optimize import fused_model_folder
+
+            folder = fused_model_folder(folder)
         return cls(folder, b)
 
     def __init__(self, folder: Path, builder: TextGeneratorBuilder) -> None:
