@@ -259,3 +259,22 @@ def test_graphs_past_the_in_memory_limit_fuse_through_temporary_files(tmp_path, 
         assert fused.generate(prompt, max_new_tokens=8, do_sample=False).token_ids == (
             plain.generate(prompt, max_new_tokens=8, do_sample=False).token_ids
         )
+
+
+def test_the_fused_head_computes_the_last_position_unless_every_position_is_asked_for(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFERENCE4PY_CACHE", str(tmp_path / "cache"))
+    import onnxruntime as ort
+
+    with OnnxTextGenerator.builder().model_path(MODELS / "qwen2-h16").fuse_attention().build() as fused:
+        names = [i.name for i in ort.InferenceSession(str(fused.folder / "model.onnx")).get_inputs()]
+        assert "num_logits_to_keep" in names and fused._runtime.shared_kv
+        state = fused._runtime.new_state(1)
+        state.prefill(np.array([[5, 9, 13, 2, 7]]))
+        assert state.prefill_logits is None
+        got = fused.generate("The old house", max_new_tokens=4, prompt_logprobs=True, do_sample=False)
+    with OnnxTextGenerator.builder().model_path(MODELS / "qwen2-h16").fuse_attention(False).build() as plain:
+        want = plain.generate("The old house", max_new_tokens=4, prompt_logprobs=True, do_sample=False)
+    assert got.token_ids == want.token_ids
+    ours = [(e.token, round(e.logprob, 4)) for e in got.prompt_logprobs if e is not None]
+    theirs = [(e.token, round(e.logprob, 4)) for e in want.prompt_logprobs if e is not None]
+    assert ours == theirs and len(ours) == len(want.prompt_logprobs) - 1

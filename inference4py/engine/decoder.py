@@ -197,7 +197,6 @@ class DecoderRuntime:
             or not g.has_mask
             or g.layout.cross_entries
             or g.has_cache_branch
-            or g.logits_to_keep
             or len(g.outputs["logits"].shape) != 3
             or any(e.kind != "self" for e in g.layout.self_entries)
         ):
@@ -590,23 +589,34 @@ class DecoderState:
             ]
             last = np.concatenate(rows, axis=0)
         else:
+            # rows of different lengths end at different positions: then every position is kept
+            keep_all = self.keep_prefill_logits or not (counts == n).all()
             logits = self._run_shared(
-                ids, np.ascontiguousarray(self._maskbuf[:, :width]), self._valid
-            )  # [batch, n, vocab]
+                ids, np.ascontiguousarray(self._maskbuf[:, :width]), self._valid, keep_all=keep_all
+            )  # [batch, n, vocab] ([batch, 1, vocab] when the graph keeps the last position only)
             if self.keep_prefill_logits:
                 self.prefill_logits = np.array(logits, dtype=np.float32)
-            last_idx = np.maximum(counts - 1, 0)
-            last = logits[np.arange(self.batch), last_idx] if self.batch > 1 or counts[0] != n else logits[:, -1, :]
+            if logits.shape[1] == n and (self.batch > 1 or counts[0] != n):
+                last = logits[np.arange(self.batch), np.maximum(counts - 1, 0)]
+            else:
+                last = logits[:, -1, :]
         self._valid = new_valid
         self.length += n
         return np.ascontiguousarray(last, dtype=np.float32)
 
     def _run_shared(
-        self, ids: np.ndarray, chunk_mask: np.ndarray, past: np.ndarray, slot: int | None = None
+        self,
+        ids: np.ndarray,
+        chunk_mask: np.ndarray,
+        past: np.ndarray,
+        slot: int | None = None,
+        *,
+        keep_all: bool = False,
     ) -> np.ndarray:
         """One run of the step graph on the shared buffers; ``slot`` binds only that row's part of them.
 
-        ``past`` holds each row's valid tokens before the run (``[rows]``); returns ``[rows, n, vocab]`` logits.
+        ``past`` holds each row's valid tokens before the run (``[rows]``); returns ``[rows, n, vocab]``
+        logits, or ``[rows, 1, vocab]`` when the graph takes ``num_logits_to_keep`` and ``keep_all`` is False.
         """
         g = self.rt.rest
         n = ids.shape[1]
@@ -620,6 +630,10 @@ class DecoderState:
             pos = np.ascontiguousarray((past[:, None] + np.arange(n)[None, :]).astype(self._pos_dtype))
             keep.append(pos)
             binding.bind_cpu_input(g.position_name, pos)
+        if g.logits_to_keep:  # 0 keeps every position (transformers' meaning)
+            count = np.array(0 if keep_all else 1, dtype=g.inputs[g.logits_to_keep].dtype)
+            keep.append(count)
+            binding.bind_cpu_input(g.logits_to_keep, count)
         binding.bind_output("logits", "cpu")
         for entry in g.layout.self_entries:
             arr, value = self._kv[entry.input]

@@ -172,7 +172,9 @@ class RowBatch(DecoderState):
         self._view(b + 1)  # the new slot is part of the bound arrays while it is prefilled
         n = len(ids) - start
         chunk_mask = np.ones((1, start + n), dtype=self._mask_dtype)
-        logits = self._run_shared(ids[None, start:], chunk_mask, np.array([start], dtype=np.int64), slot=b)
+        logits = self._run_shared(
+            ids[None, start:], chunk_mask, np.array([start], dtype=np.int64), slot=b, keep_all=all_logits
+        )
         self._valid = np.concatenate([self._valid[:b], [len(ids)]]).astype(np.int64)
         self._pad = np.zeros(b + 1, dtype=np.int64)
         mask = np.zeros((b + 1, self.capacity), dtype=self._mask_dtype)

@@ -128,6 +128,8 @@ class _SharedRun:
             bind("attention_mask", (np.arange(self.capacity) < total)[None, :])
         if "position_ids" in self.inputs:
             bind("position_ids", np.arange(total - n, total)[None, :])
+        if "num_logits_to_keep" in self.inputs:  # as the engine runs it: the last position only
+            bind("num_logits_to_keep", np.array(1))
         binding.bind_output("logits", "cpu")
         for name, (_, value) in self.kv.items():
             binding.bind_ortvalue_input(name, value)

@@ -70,7 +70,7 @@ def optimize_folder(
 
 
 #: Bumped whenever the rewrite changes, so cached fused folders of older rewrites are not reused.
-FUSION_VERSION = 2
+FUSION_VERSION = 3
 
 _MARKER = ".inference4py-fused"
 _HASHED_BYTES = 64 << 20  # cached files up to this size are checked by hash on every load, larger ones by size

@@ -13,6 +13,7 @@ from typing import Any
 from inference4py.errors import UnsupportedModelError
 
 from .check import _check, _reference_logits
+from .logits import slice_logits
 from .match import _NoMatch
 from .refusals import _unsupported_attention
 from .rewrite import _Fuser
@@ -74,6 +75,8 @@ def fuse_attention(
         except _NoMatch as exc:
             reasons.append(f"{lvl}: {exc}")
             continue
+        if slice_logits(fused):
+            notes = [*notes, "the head computes only the positions asked for (num_logits_to_keep)"]
         diff = _check(fused, reference) if reference is not None else 0.0
         if diff is None:
             reasons.append(f"{lvl}: the fused graph's logits differ from the original's")
