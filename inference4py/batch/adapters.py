@@ -1,0 +1,322 @@
+"""Task adapters: a batch of :class:`~inference4py.batch.inputs.InputRow` -> one result dict per row.
+
+An adapter loads the model once and turns rows into results with the library's batched
+generation (``generate_batch``); a row that cannot run (empty prompt, over-long prompt, malformed
+messages) becomes an error row, and when a whole batch fails the rows are run one by one so one bad
+row never fails its neighbours.
+
+Seeds: with sampling on, row ``id`` of a job with seed ``S`` is sampled with
+``row_seed(S, id) = int.from_bytes(sha256(f"{S}:{id}".encode()).digest()[:8], "big")`` and run on
+its own, so its text does not depend on the batch size or on which replica ran it.  Greedy rows
+need no seed and run batched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from inference4py.batch.inputs import InputRow
+from inference4py.errors import ConfigurationError, InvalidInputError, PromptTooLongError, UnsupportedModelError
+
+__all__ = ["TASKS", "RESULT_COLUMNS", "row_seed", "load_adapter", "TaskAdapter", "error_row"]
+
+#: Tasks the batch runner runs.
+TASKS = ("generate", "chat", "summarize", "translate")
+
+#: The columns of every output row.
+RESULT_COLUMNS = ("id", "text", "finish_reason", "prompt_tokens", "completion_tokens", "error")
+
+
+def row_seed(seed: int, row_id: str) -> int:
+    """The sampling seed of row ``row_id`` in a job seeded with ``seed`` (64 bits, same in every process)."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{row_id}".encode()).digest()[:8], "big")
+
+
+def error_row(row_id: str, exc: BaseException | str) -> dict[str, Any]:
+    """The result of a row that did not run: no text, the error's type and message."""
+    message = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+    return {
+        "id": row_id,
+        "text": None,
+        "finish_reason": None,
+        "prompt_tokens": None,
+        "completion_tokens": None,
+        "error": message,
+    }
+
+
+def _ok_row(row_id: str, result: Any) -> dict[str, Any]:
+    return {
+        "id": row_id,
+        "text": result.text,
+        "finish_reason": result.finish_reason,
+        "prompt_tokens": int(result.prompt_tokens),
+        "completion_tokens": int(result.generated_tokens),
+        "error": None,
+    }
+
+
+class TaskAdapter:
+    """Runs one task's rows on one loaded model; call :meth:`run` per batch, :meth:`close` at the end."""
+
+    task: str = ""
+
+    def __init__(self, model: Any, *, seed: int | None, overrides: Mapping[str, Any]) -> None:
+        self.model = model
+        self.seed = seed
+        self.overrides = dict(overrides)
+        self.sampling = bool(model.generation_config.replace(**_generation_only(overrides)).do_sample)
+
+    def close(self) -> None:
+        self.model.close()
+
+    def run(self, rows: Sequence[InputRow]) -> list[dict[str, Any]]:
+        """One result per row, in order; never raises for a bad row."""
+        results: dict[str, dict[str, Any]] = {}
+        ready: list[tuple[InputRow, Any]] = []
+        for row in rows:
+            try:
+                ready.append((row, self.prepare(row.value)))
+            except Exception as exc:  # a bad row is an error in its own row
+                results[row.id] = error_row(row.id, exc)
+        if self.sampling:
+            for row, source in ready:
+                results[row.id] = self._alone(row, source, seed=self._seed(row))
+        else:
+            for group in self.groups(ready):
+                self._batch(group, results)
+        return [results[row.id] for row in rows]
+
+    # ------------------------------------------------------------------ per task
+    def prepare(self, value: Any) -> Any:
+        """The model input of a row's value; raises for a bad row (before any batch runs)."""
+        raise NotImplementedError
+
+    def groups(self, ready: list[tuple[InputRow, Any]]) -> list[list[tuple[InputRow, Any]]]:
+        """Rows that may share one ``generate_batch`` call (same generation settings alone)."""
+        return [ready] if ready else []
+
+    def call_batch(self, sources: list[Any], group: list[tuple[InputRow, Any]]) -> list[Any]:
+        return list(self.model.generate_batch(sources, **self.overrides))
+
+    def call_alone(self, source: Any, overrides: Mapping[str, Any]) -> Any:
+        return self.model.generate(source, **overrides)
+
+    # ------------------------------------------------------------------ shared
+    def _seed(self, row: InputRow) -> int | None:
+        return None if self.seed is None else row_seed(self.seed, row.id)
+
+    def _batch(self, group: list[tuple[InputRow, Any]], results: dict[str, dict[str, Any]]) -> None:
+        try:
+            outputs = self.call_batch([source for _, source in group], group)
+        except Exception:  # one bad row fails the batch: run each alone to find it
+            for row, source in group:
+                results[row.id] = self._alone(row, source, seed=None)
+            return
+        for (row, _), result in zip(group, outputs):
+            results[row.id] = _ok_row(row.id, result)
+
+    def _alone(self, row: InputRow, source: Any, *, seed: int | None) -> dict[str, Any]:
+        overrides = dict(self.overrides)
+        if seed is not None:
+            overrides["seed"] = seed
+        try:
+            return _ok_row(row.id, self.call_alone(source, overrides))
+        except Exception as exc:
+            return error_row(row.id, exc)
+
+
+def _generation_only(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in overrides.items() if v is not None}
+    if "temperature" in out and "do_sample" not in out:
+        out["do_sample"] = out["temperature"] > 0
+    return out
+
+
+class DecoderAdapter(TaskAdapter):
+    """``generate`` (text prompts) and ``chat`` (message lists, or text as one user message)."""
+
+    def __init__(self, model: Any, *, task: str, seed: int | None, overrides: Mapping[str, Any]) -> None:
+        super().__init__(model, seed=seed, overrides=overrides)
+        self.task = task
+
+    def prepare(self, value: Any) -> Any:
+        if value is None:
+            raise InvalidInputError("The row has no input (the column is missing or null).")
+        if self.task == "chat":
+            if isinstance(value, str):
+                value = [{"role": "user", "content": value}]
+            if not isinstance(value, list) or not all(isinstance(m, Mapping) for m in value):
+                raise InvalidInputError(
+                    f"A chat row needs a list of {{'role': ..., 'content': ...}} messages, got {type(value).__name__}."
+                )
+            value = [dict(m) for m in value]
+        elif not isinstance(value, str):
+            raise InvalidInputError(f"A generate row needs a text prompt, got {type(value).__name__}.")
+        ids = self.model.encode_prompt(value)  # empty / malformed prompts raise here
+        # the settings this row runs with alone (its own room in the context); raises PromptTooLongError
+        config = self.model._planner.for_call(len(ids), _generation_only(self.overrides))
+        return _Planned(ids, config.max_new_tokens)
+
+    def groups(self, ready: list[tuple[InputRow, Any]]) -> list[list[tuple[InputRow, Any]]]:
+        by_limit: dict[int, list[tuple[InputRow, Any]]] = {}
+        for row, planned in ready:
+            by_limit.setdefault(planned.max_new_tokens, []).append((row, planned))
+        return list(by_limit.values())
+
+    def call_batch(self, sources: list[Any], group: list[tuple[InputRow, Any]]) -> list[Any]:
+        overrides = {**self.overrides, "max_new_tokens": sources[0].max_new_tokens}
+        return list(self.model.generate_batch([s.ids for s in sources], **overrides))
+
+    def call_alone(self, source: Any, overrides: Mapping[str, Any]) -> Any:
+        return self.model.generate(source.ids, **{**overrides, "max_new_tokens": source.max_new_tokens})
+
+
+class _Planned:
+    """A decoder row ready to run: its prompt ids and the new-token limit it has alone."""
+
+    __slots__ = ("ids", "max_new_tokens")
+
+    def __init__(self, ids: list[int], max_new_tokens: int) -> None:
+        self.ids = ids
+        self.max_new_tokens = max_new_tokens
+
+
+class Seq2SeqAdapter(TaskAdapter):
+    """``summarize`` and ``translate`` on an encoder-decoder model: the task's prompt format, then batched."""
+
+    def __init__(
+        self, model: Any, *, task: str, seed: int | None, overrides: Mapping[str, Any], prefix: str, fmt: Any
+    ) -> None:
+        super().__init__(model, seed=seed, overrides=overrides)
+        self.task = task
+        self._prefix = prefix
+        self._format = fmt
+        config = model.generation_config.replace(**_generation_only(overrides))
+        self._beams = config.num_beams > 1 or config.num_return_sequences > 1
+
+    def prepare(self, value: Any) -> Any:
+        if not isinstance(value, str) or not value.strip():
+            what = "no input (the column is missing or null)" if value is None else "an empty text"
+            if value is not None and not isinstance(value, str):
+                what = f"a {type(value).__name__}, not a text"
+            raise InvalidInputError(f"The row has {what}: pass the text to {self.task}.")
+        text = self._prefix + (self._format(value) if self._format else value)
+        ids = self.model.encode_source(text)  # raises for an empty input
+        limit = self.model._runtime.max_source_positions  # checked here so one long row does not fail its batch
+        if limit and len(ids) > limit:
+            raise PromptTooLongError(
+                f"The input has {len(ids)} tokens but the encoder accepts at most {limit}: shorten this row."
+            )
+        return text
+
+    def groups(self, ready: list[tuple[InputRow, Any]]) -> list[list[tuple[InputRow, Any]]]:
+        if self._beams:  # generate_batch runs greedy / sampling only: beam search runs per row
+            return [[item] for item in ready]
+        return super().groups(ready)
+
+    def call_batch(self, sources: list[Any], group: list[tuple[InputRow, Any]]) -> list[Any]:
+        if self._beams:
+            return [self.model.generate(s, **self.overrides) for s in sources]
+        return super().call_batch(sources, group)
+
+
+def load_adapter(
+    model: str,
+    *,
+    task: str,
+    seed: int | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    threads: int | None = None,
+    source_language: str | None = None,
+    target_language: str | None = None,
+) -> TaskAdapter:
+    """Load ``model`` (hub id or local folder) for ``task`` and return its adapter.
+
+    Raises:
+        ConfigurationError: an unknown task, or a task this model type cannot run.
+        UnsupportedModelError: ``transcribe`` (not in the batch runner yet).
+    """
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if task == "transcribe":
+        raise UnsupportedModelError(
+            "The batch runner does not transcribe yet (issue 21): run WhisperSpeechModel.transcribe_batch() "
+            "over your audio files, or use --task generate|chat|summarize|translate."
+        )
+    if task not in TASKS:
+        raise ConfigurationError(f"Unknown batch task {task!r}: use one of {', '.join(TASKS)}.")
+    if task in ("generate", "chat"):
+        from inference4py.tasks.text_generation import OnnxTextGenerator
+
+        builder = _source(OnnxTextGenerator.builder(), model)
+        if threads:
+            builder = builder.intra_op_threads(threads)
+        return DecoderAdapter(builder.build(), task=task, seed=seed, overrides=overrides)
+    return _seq2seq_adapter(model, task, seed, overrides, threads, source_language, target_language)
+
+
+def _source(builder: Any, model: str) -> Any:
+    return builder.model_path(model) if Path(model).expanduser().is_dir() else builder.model_id(model)
+
+
+def _model_type(model: str) -> str:
+    from inference4py import hub
+    from inference4py.engine.pipeline import read_model_config
+
+    folder = Path(model).expanduser()
+    if not folder.is_dir():
+        folder = hub.resolve_model_folder(model)
+    return str(read_model_config(folder).get("model_type", ""))
+
+
+def _seq2seq_adapter(
+    model: str,
+    task: str,
+    seed: int | None,
+    overrides: dict[str, Any],
+    threads: int | None,
+    source_language: str | None,
+    target_language: str | None,
+) -> TaskAdapter:
+    from inference4py.tasks.bart import BartSummarizer
+    from inference4py.tasks.flan_t5 import FlanT5TextGenerator, flan_t5_prompt
+    from inference4py.tasks.languages import Language
+    from inference4py.tasks.marian import MarianTranslator
+
+    kind = _model_type(model)
+    classes = {"t5": FlanT5TextGenerator, "bart": BartSummarizer, "marian": MarianTranslator}
+    usable = {"summarize": ("t5", "bart"), "translate": ("t5", "marian")}[task]
+    if kind not in usable:
+        raise ConfigurationError(
+            f"--task {task} runs on {' or '.join(usable)} models; {model} is a {kind or 'model of unknown type'} "
+            f"model. Pick another model or task (decoder-only models: --task generate or chat)."
+        )
+    builder = _source(classes[kind].builder(), model)
+    if threads:
+        builder = builder.intra_op_threads(threads)
+    loaded = builder.build()
+    prefix, fmt = "", None
+    if kind == "t5" and task == "summarize":
+
+        def fmt(text: str) -> str:
+            return flan_t5_prompt(text, task="summarize")
+
+    elif kind == "t5":
+        if source_language is None or target_language is None:
+            loaded.close()
+            raise ConfigurationError("Translating with a T5 model needs both languages: --source en --target fr.")
+        src, tgt = Language.of(source_language), Language.of(target_language)
+
+        def fmt(text: str) -> str:
+            return flan_t5_prompt(text, task="translate", source=src, target=tgt)
+
+    elif kind == "marian":
+        try:  # the ">>xxx<< " token of a multilingual model; "" for a fixed pair (raises for a pair it cannot do)
+            prefix = loaded._target_prefix(target_language, source_language)
+        except Exception:
+            loaded.close()
+            raise
+    return Seq2SeqAdapter(loaded, task=task, seed=seed, overrides=overrides, prefix=prefix, fmt=fmt)
