@@ -62,7 +62,7 @@ class OutputFolder:
         """Record the job's settings, or refuse when the folder holds results made with others."""
         file = self.path / _JOB
         wanted = json.loads(json.dumps(dict(settings), default=str))
-        if file.is_file():
+        if file.is_file() and self.parts():  # settings of a folder with no results yet are simply replaced
             found = json.loads(file.read_text(encoding="utf-8"))
             if found != wanted:
                 changed = sorted(k for k in {*found, *wanted} if found.get(k) != wanted.get(k))

@@ -127,6 +127,11 @@ def run_batch(
         raise ConfigurationError(f"seed must be an integer, got {seed!r}.")
     if task == "transcribe":
         load_adapter(model, task=task)  # raises the not-yet-supported error
+    use_ray = replicas is not None or ray_address is not None
+    if use_ray:
+        from inference4py.batch.ray_runner import require_ray
+
+        require_ray()  # before anything is written
     column = column or DEFAULT_COLUMNS[task]
     overrides = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p, "top_k": top_k}
     overrides = {k: v for k, v in overrides.items() if v is not None}
@@ -148,7 +153,6 @@ def run_batch(
     )
     done = folder.done_ids()
     pending = [row for row in rows if row.id not in done]
-    use_ray = replicas is not None or ray_address is not None
     report = BatchReport(total=len(rows), skipped=len(rows) - len(pending), engine="ray" if use_ray else "local")
     adapter_options: dict[str, Any] = {
         "model": model,
