@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from inference4py.cli.base import EXIT_ERROR, EXIT_INTERRUPTED, Command
+from inference4py.cli.batch import _add_batch_arguments, _run_batch
 from inference4py.cli.convert import _add_convert_arguments, _run_convert
 from inference4py.cli.generate import _CHAT_HELP, _add_chat_arguments, _add_generate_arguments, _run_chat, _run_generate
 from inference4py.cli.models import _add_inspect_arguments, _add_pull_arguments, _run_inspect, _run_pull
@@ -65,6 +66,11 @@ COMMANDS: dict[str, Command] = {
         help="turn a question into SQL for a schema",
         add_arguments=_add_sql_arguments,
         run=_run_sql,
+    ),
+    "batch": Command(
+        help="run a task over every row of a JSONL/CSV/Parquet file, resumable, locally or on Ray (--replicas)",
+        add_arguments=_add_batch_arguments,
+        run=_run_batch,
     ),
     "quantize": Command(
         help="weight-only int4/int8 quantization of a model folder (onnxruntime MatMulNBits)",
