@@ -6,20 +6,24 @@ messages) becomes an error row, and when a whole batch fails the rows are run on
 row never fails its neighbours.
 
 Seeds: with sampling on, row ``id`` of a job with seed ``S`` is sampled with
-``row_seed(S, id) = int.from_bytes(sha256(f"{S}:{id}".encode()).digest()[:8], "big")`` and run on
-its own, so its text does not depend on the batch size or on which replica ran it.  Greedy rows
-need no seed and run batched.
+``row_seed(S, id) = int.from_bytes(sha256(f"{S}:{id}".encode()).digest()[:8], "big")``, with a
+random stream of its own, so its text does not depend on the batch size or on which replica ran it.
+Decoder rows are then decoded together by the library's scheduler (one sampler per request);
+encoder-decoder rows run one at a time.  Greedy rows need no seed and run through ``generate_batch``.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+import queue
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from inference4py.batch.inputs import InputRow
 from inference4py.errors import ConfigurationError, InvalidInputError, PromptTooLongError, UnsupportedModelError
+from inference4py.generation.generate import collect
 
 __all__ = ["TASKS", "RESULT_COLUMNS", "row_seed", "load_adapter", "TaskAdapter", "error_row"]
 
@@ -83,8 +87,7 @@ class TaskAdapter:
             except Exception as exc:  # a bad row is an error in its own row
                 results[row.id] = error_row(row.id, exc)
         if self.sampling:
-            for row, source in ready:
-                results[row.id] = self._alone(row, source, seed=self._seed(row))
+            self.run_sampled(ready, results)
         else:
             for group in self.groups(ready):
                 self._batch(group, results)
@@ -104,6 +107,11 @@ class TaskAdapter:
 
     def call_alone(self, source: Any, overrides: Mapping[str, Any]) -> Any:
         return self.model.generate(source, **overrides)
+
+    def run_sampled(self, ready: list[tuple[InputRow, Any]], results: dict[str, dict[str, Any]]) -> None:
+        """Sampled rows, each with its own seed (here one at a time, as ``generate`` alone)."""
+        for row, source in ready:
+            results[row.id] = self._alone(row, source, seed=self._seed(row))
 
     # ------------------------------------------------------------------ shared
     def _seed(self, row: InputRow) -> int | None:
@@ -142,6 +150,7 @@ class DecoderAdapter(TaskAdapter):
     def __init__(self, model: Any, *, task: str, seed: int | None, overrides: Mapping[str, Any]) -> None:
         super().__init__(model, seed=seed, overrides=overrides)
         self.task = task
+        self._batched: Any = None  # the scheduler of sampled rows, made on first use
 
     def prepare(self, value: Any) -> Any:
         if value is None:
@@ -173,6 +182,54 @@ class DecoderAdapter(TaskAdapter):
 
     def call_alone(self, source: Any, overrides: Mapping[str, Any]) -> Any:
         return self.model.generate(source.ids, **{**overrides, "max_new_tokens": source.max_new_tokens})
+
+    def run_sampled(self, ready: list[tuple[InputRow, Any]], results: dict[str, dict[str, Any]]) -> None:
+        """Sampled rows decoded together by the library's scheduler, each with its own seed and sampler.
+
+        ``generate_batch`` shares one random stream across its rows; the scheduler
+        (:class:`~inference4py.tasks.batched.BatchedTextGenerator`) gives every request its own, so a
+        row's tokens are those of ``generate(prompt, seed=row_seed(...))`` alone.
+        """
+        if not ready:
+            return
+        if self._batched is None:
+            self._batched = self.model.batched(max_concurrent=max(1, len(ready)), max_waiting=1 << 20)
+        started = time.perf_counter()
+        pending = []
+        for row, planned in ready:
+            items: queue.SimpleQueue[Any] = queue.SimpleQueue()
+            overrides = {**self.overrides, "max_new_tokens": planned.max_new_tokens}
+            seed = self._seed(row)
+            if seed is not None:
+                overrides["seed"] = seed
+            try:
+                submission = self._batched.submit(planned.ids, items.put, **overrides)
+            except Exception as exc:
+                results[row.id] = error_row(row.id, exc)
+                continue
+            pending.append((row, submission, items))
+        for row, submission, items in pending:
+            try:
+                result = collect(_drain(items), prompt_tokens=submission.prompt_tokens, started=started)
+                results[row.id] = _ok_row(row.id, submission.finish(result))
+            except Exception as exc:
+                results[row.id] = error_row(row.id, exc)
+
+    def close(self) -> None:
+        if self._batched is not None:
+            self._batched.close()
+        super().close()
+
+
+def _drain(items: queue.SimpleQueue[Any]) -> Iterator[Any]:
+    """A request's chunks from the scheduler, up to the one with a finish reason (an exception is raised)."""
+    while True:
+        item = items.get()
+        if isinstance(item, BaseException):
+            raise item
+        yield item
+        if item.finish_reason is not None:
+            return
 
 
 class _Planned:

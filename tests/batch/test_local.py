@@ -242,3 +242,21 @@ def test_input_errors_name_the_fix(tmp_path):
         run_batch(src, tmp_path / "o6", model=QWEN, task="transcribe", progress=False)
     with pytest.raises(ConfigurationError, match="batch_size must be a positive integer"):
         run_batch(src, tmp_path / "o7", model=QWEN, batch_size=0, progress=False)
+
+
+def test_sampled_decoder_rows_are_decoded_together(qwen):
+    from inference4py.batch.adapters import load_adapter
+    from inference4py.batch.inputs import InputRow
+
+    adapter = load_adapter(QWEN, task="generate", seed=3, overrides={"temperature": 0.9, "max_new_tokens": 6})
+    try:
+        rows = [InputRow(f"id{i}", p) for i, p in enumerate(PROMPTS[:4])] + [InputRow("bad", "")]
+        results = adapter.run(rows)
+        stats = adapter._batched.stats
+        assert stats.completed == 4 and stats.step_rows > stats.steps  # more than one row per decode step
+        assert results[-1]["error"].startswith("InvalidInputError:")
+        for row, got in zip(rows[:4], results):
+            alone = qwen.generate(row.value, seed=row_seed(3, row.id), temperature=0.9, max_new_tokens=6)
+            assert (got["text"], got["completion_tokens"]) == (alone.text, alone.generated_tokens)
+    finally:
+        adapter.close()
