@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from inference4py import errors
 from inference4py.batch.adapters import RESULT_COLUMNS, load_adapter
 from inference4py.batch.inputs import InputRow
-from inference4py.errors import ConfigurationError
+from inference4py.errors import ConfigurationError, Inference4pyError, InferenceError
 
 __all__ = ["Replica", "run_on_ray", "require_ray", "RAY_INSTALL"]
 
 RAY_INSTALL = 'pip install "inference4py[ray]"'
+_RAISED = re.compile(r"inference4py\.errors\.(\w+): (.+)")
 
 
 def require_ray() -> Any:
@@ -69,6 +72,37 @@ def _schema() -> Any:
     from inference4py.batch.outputs import _schema as schema
 
     return schema()
+
+
+def _library_error(exc: BaseException) -> Exception:
+    """The library's own error behind a Ray failure (a replica's ``__init__`` or batch raised it), else InferenceError."""
+    seen: set[int] = set()
+    todo: list[Any] = [exc]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, Inference4pyError):
+            try:
+                return type(current)(str(current))
+            except TypeError:
+                return InferenceError(str(current))
+        todo += [getattr(current, "cause", None), current.__cause__, current.__context__]
+    # an actor whose __init__ raised comes back as ActorDiedError holding the traceback as text only
+    found = _RAISED.findall(str(exc))
+    if found:
+        name, message = found[-1]
+        cls = getattr(errors, name, None)
+        if isinstance(cls, type) and issubclass(cls, Inference4pyError):
+            try:
+                return cls(message.strip())
+            except TypeError:
+                pass
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return InferenceError(
+        f"The Ray job failed: {type(exc).__name__}: {first} (the Ray logs have the rest); rerun to resume."
+    )
 
 
 def _cpus_per_replica(ray: Any, replicas: int) -> int:
@@ -128,12 +162,15 @@ def run_on_ray(
                 max_task_retries=max_task_retries,
             )
         written: set[str] = set()
-        for table in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
-            # a batch retried after a replica died may come back twice: keep the first copy
-            fresh = [r for r in table.to_pylist() if r["id"] not in written]
-            written.update(r["id"] for r in fresh)
-            if fresh:
-                write(fresh)
+        try:
+            for table in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+                # a batch retried after a replica died may come back twice: keep the first copy
+                fresh = [r for r in table.to_pylist() if r["id"] not in written]
+                written.update(r["id"] for r in fresh)
+                if fresh:
+                    write(fresh)
+        except ray.exceptions.RayError as exc:
+            raise _library_error(exc) from exc
         return written
     finally:
         if started_here:

@@ -73,3 +73,12 @@ def test_without_ray_installed_the_error_names_the_extra(tmp_path, monkeypatch):
         run_batch(src, tmp_path / "out", model=QWEN, replicas=2, progress=False)
     # without replicas / ray_address the job runs here
     assert run_batch(src, tmp_path / "out", model=QWEN, max_new_tokens=2, progress=False).completed == 1
+
+
+def test_a_replica_that_cannot_load_raises_the_librarys_error(tmp_path):
+    from inference4py.errors import ModelNotFoundError
+
+    src = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "Hi"}])
+    with pytest.raises(ModelNotFoundError, match="does not exist"):
+        run_batch(src, tmp_path / "out", model=str(tmp_path / "no-model"), replicas=1, progress=False)
+    assert not list((tmp_path / "out").glob("part-*"))
