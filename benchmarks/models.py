@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,6 +10,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORK = HERE / "work"
 FIXTURES = ROOT / "tests" / "fixtures" / "models"
+REAL = Path.home() / ".cache" / "inference4py" / "real"  # tools/build_real.py's folders (real weights)
+# OpenVINO GenAI runs in its own venv (never a dependency of the library): see benchmarks/README.md.
+OPENVINO = Path(os.environ.get("INFERENCE4PY_OV_MODELS", Path.home() / ".cache" / "inference4py" / "openvino"))
+OV_PYTHON = os.environ.get("INFERENCE4PY_OV_PYTHON", "/work/ov-venv/bin/python")
+OV_HINT = "see benchmarks/README.md, OpenVINO GenAI"
 
 I4PY = "inference4py"
 
@@ -29,6 +35,7 @@ class Row:
     seq2seq: bool = False
     settings: tuple[str, ...] = ("greedy", "sample", "beam4")
     fuse: bool | None = None  # the builder's fuse_attention(); None: not called (the default load)
+    python: str | None = None  # the worker's interpreter (None: the driver's own), e.g. the OpenVINO venv
 
 
 @dataclass(frozen=True)
@@ -41,7 +48,50 @@ class Model:
     iters: int = 30  # measured generations per process (a tiny generation lasts ~30 ms: many, or noise wins)
 
 
+def openvino_rows(name: str, fp32_ref: str = I4PY, int4_ref: str = f"{I4PY}[genai-int4]") -> tuple[Row, ...]:
+    """OpenVINO GenAI on optimum-intel's exports of ``name`` (fp32 and int4 sym, group 32), in its venv."""
+    return (
+        Row("openvino", "openvino_peer", OPENVINO / f"{name}-fp32", ref=fp32_ref, settings=NO_BEAM, python=OV_PYTHON),
+        Row(
+            "openvino[int4]",
+            "openvino_peer",
+            OPENVINO / f"{name}-int4",
+            precision="int4",
+            ref=int4_ref,
+            settings=NO_BEAM,
+            python=OV_PYTHON,
+        ),
+    )
+
+
 SMOLLM2_PROMPT = {"messages": [{"role": "user", "content": "What is the capital of France?"}]}
+
+
+def long_prompt() -> dict:
+    """``--prompt long``: one chat turn of about 1,000 tokens (retrieval-style context, then a question).
+
+    Deterministic: 22 shipping records made from fixed lists; with each model's chat template,
+    1,029 tokens for SmolLM2 and 953 for Qwen2.5 (both templates add their default system turn).
+    """
+    goods = ("copper wire", "oak planks", "glass jars", "wool blankets", "steel bolts", "paper rolls")
+    cities = ("Lyon", "Porto", "Ghent", "Turin", "Bremen", "Malmo", "Leeds", "Brno", "Split")
+    states = ("delivered", "in transit", "held at customs", "returned")
+    lines = []
+    for i in range(22):
+        lines.append(
+            f"Order {1001 + i}: {3 + (i * 7) % 40} crates of {goods[i % 6]} left {cities[i % 9]} for "
+            f"{cities[(i + 1 + i % 8) % 9]} on 2024-{1 + i % 12:02d}-{1 + (i * 11) % 28:02d}, carrier "
+            f"{('North', 'Delta', 'Orbit', 'Keel')[i % 4]} Freight, status {states[(i * 5) % 4]}."
+        )
+    content = (
+        "Here are this quarter's shipping records.\n\n"
+        + "\n".join(lines)
+        + "\n\nWhich orders went to Lyon, what did they carry, and which of them were delivered? "
+        "Answer with a short list, then explain any delays you can infer from the records."
+    )
+    return {"messages": [{"role": "user", "content": content}]}
+
+
 TINY_PROMPT = {"text": "The old house stood at the end of the road"}
 SEQ2SEQ_PROMPT = {"text": "The library runs generative models on a small runtime and keeps the loop in Python."}
 NO_BEAM = ("greedy", "sample")
@@ -74,8 +124,25 @@ def smollm2() -> Model:
             "bare-iobinding[genai-int4]", "bare_loop", g4, precision="int4", ref=f"{I4PY}[genai-int4]", settings=NO_BEAM
         ),
         Row(f"{I4PY}[quantized-int4]", "inference4py_peer", q4, precision="int4", ref=None, settings=NO_BEAM),
+        *openvino_rows("smollm2"),
     )
     return Model("smollm2", SMOLLM2_PROMPT, 128, rows, build_hint="python benchmarks/build_smollm2.py", iters=2)
+
+
+def qwen25_coder() -> Model:
+    """Qwen2.5-Coder-0.5B-Instruct (real weights, tools/build_real.py): inference4py, genai, OpenVINO GenAI."""
+    name = "qwen2.5-coder"
+    opt, fused, g32, g4 = (REAL / f"{name}-{x}" for x in ("optimum", "fused", "genai-fp32", "genai-int4"))
+    rows = (
+        Row(I4PY, "inference4py_peer", fused, ref=None, settings=NO_BEAM),
+        Row(f"{I4PY}[default]", "inference4py_peer", opt, ref=None, settings=NO_BEAM),
+        Row(f"{I4PY}[unfused]", "inference4py_peer", opt, fuse=False, settings=NO_BEAM),
+        Row("genai", "genai_peer", g32, settings=NO_BEAM),
+        Row(f"{I4PY}[genai-int4]", "inference4py_peer", g4, precision="int4", ref=None, settings=NO_BEAM),
+        Row("genai[int4]", "genai_peer", g4, precision="int4", ref=f"{I4PY}[genai-int4]", settings=NO_BEAM),
+        *openvino_rows(name),
+    )
+    return Model(name, SMOLLM2_PROMPT, 128, rows, build_hint="python tools/build_real.py", iters=2)
 
 
 def tiny_decoder(name: str) -> Model:
@@ -111,8 +178,12 @@ def tiny_seq2seq(name: str) -> Model:
 
 
 def resolve(key: str) -> list[Model]:
+    if "," in key:
+        return [m for k in key.split(",") if k.strip() for m in resolve(k.strip())]
     if key == "smollm2":
         return [smollm2()]
+    if key in ("qwen2.5-coder", "qwen-coder"):
+        return [qwen25_coder()]
     if key in ("gpt2", "llama", "qwen2"):
         return [tiny_decoder(key)]
     if key in ("t5", "bart"):
@@ -121,4 +192,6 @@ def resolve(key: str) -> list[Model]:
         return [tiny_decoder(k) for k in ("gpt2", "llama", "qwen2")] + [tiny_seq2seq(k) for k in ("t5", "bart")]
     if key == "all":
         return resolve("tiny") + resolve("smollm2")
-    raise SystemExit(f"unknown model {key!r}: use smollm2, tiny, gpt2, llama, qwen2, t5, bart or all")
+    raise SystemExit(
+        f"unknown model {key!r}: use smollm2, qwen2.5-coder, tiny, gpt2, llama, qwen2, t5, bart, all or a comma list"
+    )

@@ -1,8 +1,8 @@
 """Benchmark inference4py against its peers on the same model, prompt and settings.
 
-    python benchmarks/run.py [--model tiny|smollm2|gpt2|llama|qwen2|t5|bart|all] [--runs N]
+    python benchmarks/run.py [--model tiny|smollm2|qwen2.5-coder|gpt2|llama|qwen2|t5|bart|all] [--runs N]
                              [--settings greedy,sample,beam4] [--peers NAME,...] [--memory]
-                             [--markdown docs/performance.md]
+                             [--prompt chat|long] [--markdown docs/performance.md]
 
 Each (row, setting) runs in its own process (benchmarks/worker.py): load, one warm-up
 generation, ``--iters`` measured generations, then the prompt alone (prefill + one
@@ -14,7 +14,9 @@ token (from the text prompt: template + tokenization + prefill), decode tokens/s
 (tokens 2..n over the time between the first and the last token), ms per token
 (whole call / tokens), peak RSS during generation and over the whole process, and
 ratios to the inference4py row on the same weights.  ``--memory`` adds a 1,000-token
-generation and 100 repeated generations (RSS growth).  Results: a JSON file in
+generation and 100 repeated generations (RSS growth); ``--prompt long`` a ~1,000-token chat
+turn instead of the model's prompt (prefill / TTFT).  A row with ``python`` set (OpenVINO GenAI)
+runs its worker with that interpreter.  Results: a JSON file in
 benchmarks/results/ and, with ``--markdown``, the tables inside the given page
 (between ``<!-- bench:KEY -->`` markers, so the page regenerates in place).
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -39,7 +42,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python benchmarks/run.py`: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.models import I4PY, ROOT, Model, Row, resolve  # noqa: E402
+from benchmarks.models import I4PY, OV_HINT, ROOT, Model, Row, long_prompt, resolve  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PACKAGES = (
@@ -53,6 +56,8 @@ PACKAGES = (
     "numpy",
     "tokenizers",
 )
+# Read from the interpreter of rows that run elsewhere (Row.python), e.g. the OpenVINO venv.
+FOREIGN_PACKAGES = ("openvino", "openvino-genai", "openvino-tokenizers", "optimum-intel", "nncf")
 
 
 # ---------------------------------------------------------------------------------------------- machine
@@ -98,7 +103,24 @@ def source_digest() -> str:
 
 
 # ---------------------------------------------------------------------------------------------- workers
+def foreign_versions(python: str) -> dict[str, str | None]:
+    """FOREIGN_PACKAGES' versions as another interpreter sees them (None: not installed there)."""
+    code = (
+        "import json, importlib.metadata as m\n"
+        "def v(n):\n"
+        "    try:\n        return m.version(n)\n"
+        "    except m.PackageNotFoundError:\n        return None\n"
+        f"print(json.dumps({{n: v(n) for n in {FOREIGN_PACKAGES!r}}}))"
+    )
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+        return json.loads(out)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return {}
+
+
 def run_worker(task: dict[str, Any], timeout: float) -> dict[str, Any]:
+    python = task.get("python") or sys.executable
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         task_path, out_path = Path(tmp) / "task.json", Path(tmp) / "out.json"
         task_path.write_text(json.dumps(task), encoding="utf-8")
@@ -109,9 +131,11 @@ def run_worker(task: dict[str, Any], timeout: float) -> dict[str, Any]:
             "HF_HUB_OFFLINE": "1",
             "PYTHONWARNINGS": "ignore",
         }
+        if python != sys.executable:  # another venv: `benchmarks` from this checkout (inference4py need not be there)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "benchmarks.worker", str(task_path), str(out_path)],
+                [python, "-m", "benchmarks.worker", str(task_path), str(out_path)],
                 cwd=ROOT,
                 env=env,
                 capture_output=True,
@@ -130,6 +154,7 @@ def task_for(model: Model, row: Row, setting: str, mode: str, args: argparse.Nam
         "module": row.module,
         "folder": str(row.folder),
         "prompt": model.prompt,
+        "python": row.python,
         "seq2seq": row.seq2seq,
         "fuse": row.fuse,
         "max_new_tokens": args.max_new_tokens or model.max_new_tokens,
@@ -139,6 +164,16 @@ def task_for(model: Model, row: Row, setting: str, mode: str, args: argparse.Nam
         "iters": args.iters or model.iters,
         **extra,
     }
+
+
+def missing(row: Row, model: Model) -> str | None:
+    """Why a row cannot run here (its folder or its interpreter is absent), or None."""
+    if row.python and not Path(row.python).is_file():
+        return f"interpreter {row.python} missing ({OV_HINT})"
+    if not row.folder.exists():
+        hint = OV_HINT if row.module == "openvino_peer" else (model.build_hint or "build it")
+        return f"{row.folder} missing ({hint})"
+    return None
 
 
 def selected_rows(model: Model, args: argparse.Namespace) -> list[Row]:
@@ -157,11 +192,9 @@ def bench_speed(model: Model, args: argparse.Namespace, log) -> dict[str, Any]: 
         for r in rows:
             if setting not in r.settings:
                 continue
-            if not r.folder.exists():
-                out.setdefault(setting, {})[r.name] = {
-                    "status": "skipped",
-                    "reason": f"{r.folder} missing ({model.build_hint or 'build it'})",
-                }
+            why = missing(r, model)
+            if why:
+                out.setdefault(setting, {})[r.name] = {"status": "skipped", "reason": why}
                 continue
             runnable.append(r)
         raw: dict[str, list[dict[str, Any]]] = {r.name: [] for r in runnable}
@@ -238,7 +271,7 @@ def aggregate(results: list[dict[str, Any]], row: Row) -> dict[str, Any]:
 
 def bench_memory(model: Model, args: argparse.Namespace, log) -> dict[str, Any]:  # noqa: ANN001
     out: dict[str, Any] = {"long": {}, "growth": {}}
-    rows = [r for r in selected_rows(model, args) if r.folder.exists()]
+    rows = [r for r in selected_rows(model, args) if not missing(r, model)]
     for r in rows:
         res = run_worker(
             task_for(model, r, "greedy", "memory", args, max_new_tokens=args.memory_tokens, warmup_tokens=8),
@@ -400,6 +433,18 @@ def targets(results: dict[str, Any]) -> list[str]:
                 f"- (info) smollm2 int4 decode tok/s inference4py[quantized-int4] / genai[int4]: "
                 f"{q4['decode_tps'] / g4['decode_tps']:.2f}"
             )
+    for model in ("smollm2", "qwen2.5-coder"):  # issue 23: against OpenVINO GenAI, when its rows were run
+        greedy = results.get(model, {}).get("speed", {}).get("greedy", {})
+        for mine, theirs, goal in ((I4PY, "openvino", 1.0), (f"{I4PY}[genai-int4]", "openvino[int4]", 1.3)):
+            if theirs not in greedy:
+                continue
+            a, b = ok(model, "greedy", mine), ok(model, "greedy", theirs)
+            line(
+                f"{model} decode tok/s {mine} / {theirs}",
+                a["decode_tps"] / b["decode_tps"] if a and b and a["decode_tps"] and b["decode_tps"] else None,
+                goal,
+            )
+            line(f"{model} TTFT {mine} / {theirs}", a["ttft_ms"] / b["ttft_ms"] if a and b else None, 1.0, False)
     for model in ("gpt2", "llama", "qwen2", "t5", "bart"):
         for setting in ("greedy", "sample"):
             i, b = ok(model, setting, I4PY), ok(model, setting, "bare-iobinding")
@@ -484,6 +529,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settings", default="greedy,sample,beam4", help="comma list of greedy, sample, beam4")
     ap.add_argument("--peers", default="", help="comma list of row names (default: all)")
     ap.add_argument("--max-new-tokens", type=int, default=0, help="override the model's default")
+    ap.add_argument(
+        "--prompt",
+        choices=("chat", "long"),
+        default="chat",
+        help="chat: the model's own prompt; long: a ~1,000-token chat turn (prefill / TTFT; chat models only)",
+    )
     ap.add_argument("--memory", action="store_true", help="also: one long generation and repeated generations")
     ap.add_argument("--only-memory", action="store_true", help="the memory part alone (its own page section)")
     ap.add_argument("--memory-tokens", type=int, default=1000)
@@ -507,6 +558,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.markdown:
             only_memory = "--only-memory" in saved["command"]
             model = saved["command"].split("--model", 1)[1].split()[0] if "--model" in saved["command"] else "tiny"
+            model += "-long" if "--prompt long" in saved["command"] else ""
             update_markdown(args.markdown, model + ("-memory" if only_memory else ""), report)
         return 0
     args.settings = [s.strip() for s in args.settings.split(",") if s.strip()]
@@ -518,13 +570,27 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    for model in resolve(args.model):
+    models = resolve(args.model)
+    for python in sorted({r.python for m in models for r in selected_rows(m, args) if r.python}):
+        if Path(python).is_file():  # versions of the rows that run in another venv (OpenVINO GenAI)
+            env["versions"].update({k: v for k, v in foreign_versions(python).items() if v})
+            env.setdefault("foreign_python", []).append(python)
+    for model in models:
+        if args.prompt == "long":
+            if "messages" not in model.prompt:
+                log(f"== {model.key}: skipped (--prompt long is for chat models)")
+                continue
+            model = dataclasses.replace(model, prompt=long_prompt())
         log(f"== {model.key}")
-        prompt_desc = (
-            ("chat prompt " + json.dumps(model.prompt["messages"][-1]["content"]))
-            if "messages" in model.prompt
-            else "text prompt " + json.dumps(model.prompt["text"])
-        )
+        if args.prompt == "long":
+            content = model.prompt["messages"][-1]["content"]
+            prompt_desc = (
+                f"long chat prompt (~1,000 tokens, {len(content)} characters: benchmarks/models.py long_prompt)"
+            )
+        elif "messages" in model.prompt:
+            prompt_desc = "chat prompt " + json.dumps(model.prompt["messages"][-1]["content"])
+        else:
+            prompt_desc = "text prompt " + json.dumps(model.prompt["text"])
         res: dict[str, Any] = {
             "spec": {
                 "prompt": model.prompt,
@@ -545,14 +611,15 @@ def main(argv: list[str] | None = None) -> int:
     print(report)
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = args.out or RESULTS / f"{args.model}-{stamp}.json"
+    suffix = "-long" if args.prompt == "long" else ""
+    out = args.out or RESULTS / f"{args.model.replace(',', '+')}{suffix}-{stamp}.json"
     out.write_text(
         json.dumps({"machine": env, "command": command, "results": results, "targets": targets(results)}, indent=1),
         encoding="utf-8",
     )
     log(f"results: {out}")
     if args.markdown:
-        section = args.model + ("-memory" if args.only_memory else "")
+        section = args.model + suffix + ("-memory" if args.only_memory else "")
         update_markdown(args.markdown, section, report)
         log(f"tables written into {args.markdown} (section bench:{section})")
     return 0
