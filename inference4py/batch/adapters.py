@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from inference4py.batch.inputs import InputRow
-from inference4py.errors import ConfigurationError, InvalidInputError, PromptTooLongError, UnsupportedModelError
+from inference4py.errors import AudioError, ConfigurationError, InvalidInputError, PromptTooLongError
 from inference4py.generation.generate import collect
 
 __all__ = ["TASKS", "RESULT_COLUMNS", "row_seed", "load_adapter", "TaskAdapter", "error_row"]
 
 #: Tasks the batch runner runs.
-TASKS = ("generate", "chat", "summarize", "translate")
+TASKS = ("generate", "chat", "summarize", "translate", "transcribe")
 
 #: The columns of every output row.
 RESULT_COLUMNS = ("id", "text", "finish_reason", "prompt_tokens", "completion_tokens", "error")
@@ -108,6 +108,9 @@ class TaskAdapter:
     def call_alone(self, source: Any, overrides: Mapping[str, Any]) -> Any:
         return self.model.generate(source, **overrides)
 
+    def _row(self, row_id: str, result: Any) -> dict[str, Any]:
+        return _ok_row(row_id, result)
+
     def run_sampled(self, ready: list[tuple[InputRow, Any]], results: dict[str, dict[str, Any]]) -> None:
         """Sampled rows, each with its own seed (here one at a time, as ``generate`` alone)."""
         for row, source in ready:
@@ -125,14 +128,14 @@ class TaskAdapter:
                 results[row.id] = self._alone(row, source, seed=None)
             return
         for (row, _), result in zip(group, outputs):
-            results[row.id] = _ok_row(row.id, result)
+            results[row.id] = self._row(row.id, result)
 
     def _alone(self, row: InputRow, source: Any, *, seed: int | None) -> dict[str, Any]:
         overrides = dict(self.overrides)
         if seed is not None:
             overrides["seed"] = seed
         try:
-            return _ok_row(row.id, self.call_alone(source, overrides))
+            return self._row(row.id, self.call_alone(source, overrides))
         except Exception as exc:
             return error_row(row.id, exc)
 
@@ -281,6 +284,53 @@ class Seq2SeqAdapter(TaskAdapter):
         return super().call_batch(sources, group)
 
 
+class TranscribeAdapter(TaskAdapter):
+    """``transcribe``: a column of audio file paths through ``WhisperSpeechModel.transcribe_batch``.
+
+    A row's result has the transcription's text and its token count; Whisper reports no finish
+    reason or prompt tokens (null).  With a seed each row runs alone with its own seed (Whisper's
+    temperature fallback samples), as ``transcribe(path, seed=row_seed(...))``.
+    """
+
+    task = "transcribe"
+
+    def __init__(self, model: Any, *, seed: int | None, overrides: Mapping[str, Any], language: str | None) -> None:
+        self.model = model
+        self.seed = seed
+        self.overrides = dict(overrides)
+        if language is not None:
+            self.overrides["language"] = language
+        self.sampling = seed is not None
+
+    def prepare(self, value: Any) -> Any:
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidInputError(
+                "The row has no audio path (the column is missing, null or empty): pass the path of an audio file."
+            )
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise AudioError(
+                f"The audio file {value!r} does not exist: fix the path (a relative path starts at the input file's folder)."
+            )
+        return str(path)
+
+    def call_batch(self, sources: list[Any], group: list[tuple[InputRow, Any]]) -> list[Any]:
+        return list(self.model.transcribe_batch(sources, batch_size=len(sources), **self.overrides))
+
+    def call_alone(self, source: Any, overrides: Mapping[str, Any]) -> Any:
+        return self.model.transcribe(source, **overrides)
+
+    def _row(self, row_id: str, result: Any) -> dict[str, Any]:
+        return {
+            "id": row_id,
+            "text": result.text,
+            "finish_reason": None,
+            "prompt_tokens": None,
+            "completion_tokens": len(result.token_ids),
+            "error": None,
+        }
+
+
 def load_adapter(
     model: str,
     *,
@@ -295,14 +345,9 @@ def load_adapter(
 
     Raises:
         ConfigurationError: an unknown task, or a task this model type cannot run.
-        UnsupportedModelError: ``transcribe`` (not in the batch runner yet).
+        UnsupportedModelError: a model the task's class cannot run (e.g. ``transcribe`` on a text model).
     """
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    if task == "transcribe":
-        raise UnsupportedModelError(
-            "The batch runner does not transcribe yet (issue 21): run WhisperSpeechModel.transcribe_batch() "
-            "over your audio files, or use --task generate|chat|summarize|translate."
-        )
     if task not in TASKS:
         raise ConfigurationError(f"Unknown batch task {task!r}: use one of {', '.join(TASKS)}.")
     if task in ("generate", "chat"):
@@ -312,6 +357,13 @@ def load_adapter(
         if threads:
             builder = builder.intra_op_threads(threads)
         return DecoderAdapter(builder.build(), task=task, seed=seed, overrides=overrides)
+    if task == "transcribe":
+        from inference4py.tasks.whisper import WhisperSpeechModel
+
+        builder = _source(WhisperSpeechModel.builder(), model)
+        if threads:
+            builder = builder.intra_op_threads(threads)
+        return TranscribeAdapter(builder.build(), seed=seed, overrides=overrides, language=source_language)
     return _seq2seq_adapter(model, task, seed, overrides, threads, source_language, target_language)
 
 

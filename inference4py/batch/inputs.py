@@ -25,7 +25,13 @@ FORMATS = ("jsonl", "csv", "parquet")
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 
 #: The column read when ``column`` is not given, per task.
-DEFAULT_COLUMNS = {"generate": "prompt", "chat": "messages", "summarize": "text", "translate": "text"}
+DEFAULT_COLUMNS = {
+    "generate": "prompt",
+    "chat": "messages",
+    "summarize": "text",
+    "translate": "text",
+    "transcribe": "audio",
+}
 
 BATCH_INSTALL = 'pip install "inference4py[batch]"'
 

@@ -91,14 +91,15 @@ def run_batch(
         input: a .jsonl, .csv or .parquet file.
         output_dir: the folder of result parts (created if needed).
         model: hub id or local model folder.
-        task: ``"generate"``, ``"chat"``, ``"summarize"`` or ``"translate"``.
-        column: the input column (default: prompt / messages / text by task).
+        task: ``"generate"``, ``"chat"``, ``"summarize"``, ``"translate"`` or ``"transcribe"``.
+        column: the input column (default: prompt / messages / text / audio by task); for
+            ``transcribe`` a column of audio file paths, relative ones from the input file's folder.
         id_column: a column of unique row ids (default: the row number).
         batch_size: rows per ``generate_batch`` call and per output part.
         seed: with sampling, row ``id`` uses ``row_seed(seed, id)`` (see :mod:`inference4py.batch.adapters`).
         max_new_tokens, temperature, top_p, top_k: generation options for every row.
         source_language, target_language: for ``translate`` (a T5 model needs both, a multilingual
-            Marian model the target).
+            Marian model the target); ``source_language`` is the spoken language for ``transcribe``.
         output_format: ``"parquet"`` (default when pyarrow is installed) or ``"jsonl"``.
         replicas: model copies on Ray (one actor each).
         ray_address: ``"auto"`` or a cluster address; Ray is used when set.
@@ -114,10 +115,10 @@ def run_batch(
     Raises:
         ConfigurationError: bad options, a missing extra (pyarrow, ray), an output folder of another job.
         InvalidInputError: an unreadable input file (missing, malformed JSONL, repeated ids).
-        UnsupportedModelError: ``task="transcribe"`` (not in the batch runner yet).
+        UnsupportedModelError: a model the task's class cannot run.
     """
     started = time.perf_counter()
-    if task not in (*TASKS, "transcribe"):
+    if task not in TASKS:
         raise ConfigurationError(f"Unknown batch task {task!r}: use one of {', '.join(TASKS)}.")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigurationError(f"batch_size must be a positive integer, got {batch_size!r}.")
@@ -125,8 +126,6 @@ def run_batch(
         raise ConfigurationError(f"replicas must be a positive integer, got {replicas!r}.")
     if seed is not None and not isinstance(seed, int):
         raise ConfigurationError(f"seed must be an integer, got {seed!r}.")
-    if task == "transcribe":
-        load_adapter(model, task=task)  # raises the not-yet-supported error
     use_ray = replicas is not None or ray_address is not None
     if use_ray:
         from inference4py.batch.ray_runner import require_ray
@@ -137,6 +136,9 @@ def run_batch(
     overrides = {k: v for k, v in overrides.items() if v is not None}
     folder = OutputFolder(output_dir, output_format=output_format)
     rows = read_rows(input, column=column, id_column=id_column, chat=task == "chat")
+    if task == "transcribe":  # audio paths are relative to the input file's folder, wherever the replicas run
+        base = Path(input).expanduser().resolve().parent
+        rows = [InputRow(r.id, _audio_path(r.value, base)) for r in rows]
     folder.check_job(
         {
             "input": str(Path(input).expanduser().resolve()),
@@ -217,6 +219,13 @@ def _run_local(
             write(adapter.run(chunk))
     finally:
         adapter.close()
+
+
+def _audio_path(value: Any, base: Path) -> Any:
+    if not isinstance(value, str) or not value.strip():
+        return value  # the adapter turns it into an error row
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else base / path)
 
 
 def _chunks(rows: list[InputRow], size: int) -> Iterator[list[InputRow]]:

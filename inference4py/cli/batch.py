@@ -33,7 +33,9 @@ def _add_batch_arguments(parser: argparse.ArgumentParser) -> None:
         "--task", default="generate", choices=_TASKS, help="what to run on each row (default: generate)"
     )
     parser.add_argument(
-        "--column", metavar="NAME", help="the input column (default: prompt, messages for chat, text for seq2seq)"
+        "--column",
+        metavar="NAME",
+        help="the input column (default: prompt; messages for chat, text for summarize/translate, audio for transcribe)",
     )
     parser.add_argument("--id-column", metavar="NAME", help="a column of unique row ids (default: the row number)")
     parser.add_argument(
@@ -46,7 +48,11 @@ def _add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seed", type=int, metavar="N", help="with sampling, each row's seed comes from N and the row's id"
     )
-    parser.add_argument("--source", metavar="LANG", help="translate: the source language (a T5 model needs it)")
+    parser.add_argument(
+        "--source",
+        metavar="LANG",
+        help="translate: the source language (a T5 model needs it); transcribe: the spoken language",
+    )
     parser.add_argument("--target", metavar="LANG", help="translate: the target language (T5, multilingual Marian)")
     parser.add_argument(
         "--format", choices=("parquet", "jsonl"), help="output parts (default: parquet when pyarrow is installed)"

@@ -31,8 +31,25 @@ def test_batch_command_errors_are_clean(tmp_path, capsys):
     src = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "Hi"}])
     assert main(["batch", "-m", QWEN, "-i", str(src), "-o", str(tmp_path / "o"), "--column", "nope"]) == 2
     assert "error: in.jsonl has no column 'nope'" in capsys.readouterr().err
-    assert main(["batch", "-m", QWEN, "-i", str(src), "-o", str(tmp_path / "o"), "--task", "transcribe"]) == 2
-    assert "does not transcribe yet" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "batch",
+                "-m",
+                QWEN,
+                "-i",
+                str(src),
+                "-o",
+                str(tmp_path / "o"),
+                "--task",
+                "translate",
+                "--column",
+                "prompt",
+            ]
+        )
+        == 2
+    )
+    assert "error: --task translate runs on t5 or marian models" in capsys.readouterr().err
     assert main(["batch", "-m", QWEN, "-i", str(src), "-o", str(tmp_path / "o"), "--batch-size", "0"]) == 2
 
 

@@ -7,7 +7,7 @@ import pytest
 from inference4py import BartSummarizer, FlanT5TextGenerator, MarianTranslator
 from inference4py.batch import RESULT_COLUMNS, read_results, row_seed, run_batch
 from inference4py.batch.runner import _Stop
-from inference4py.errors import ConfigurationError, InvalidInputError, UnsupportedModelError
+from inference4py.errors import ConfigurationError, InvalidInputError
 from tests.batch.conftest import (
     BART,
     LONG,
@@ -238,8 +238,6 @@ def test_input_errors_name_the_fix(tmp_path):
         run_batch(tmp_path / "x.txt", tmp_path / "o4", model=QWEN, progress=False)
     with pytest.raises(InvalidInputError, match="does not exist"):
         run_batch(tmp_path / "missing.jsonl", tmp_path / "o5", model=QWEN, progress=False)
-    with pytest.raises(UnsupportedModelError, match="does not transcribe yet"):
-        run_batch(src, tmp_path / "o6", model=QWEN, task="transcribe", progress=False)
     with pytest.raises(ConfigurationError, match="batch_size must be a positive integer"):
         run_batch(src, tmp_path / "o7", model=QWEN, batch_size=0, progress=False)
 
