@@ -108,6 +108,8 @@ def run_batch(
             on Ray, the CPUs per replica).
         max_restarts, max_task_retries: how often Ray restarts a dead replica and retries its batch.
         progress: draw a progress bar on stderr.
+        _stop_after_parts, _crash_once: test hooks (stop as if killed after that many parts; make the
+            replica meeting row ``id`` exit abruptly once, ``(id, marker file)``); not for use.
 
     Returns:
         A :class:`BatchReport`.

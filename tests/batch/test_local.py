@@ -258,3 +258,12 @@ def test_sampled_decoder_rows_are_decoded_together(qwen):
             assert (got["text"], got["completion_tokens"]) == (alone.text, alone.generated_tokens)
     finally:
         adapter.close()
+
+
+def test_progress_shows_rows_rate_tokens_and_errors(tmp_path, capsys):
+    src = write_jsonl(tmp_path / "in.jsonl", [{"prompt": p} for p in [*PROMPTS[:3], ""]])
+    run_batch(src, tmp_path / "out", model=QWEN, max_new_tokens=4, batch_size=2)
+    err = capsys.readouterr().err
+    assert "4/4" in err and "row/s" in err and "tok/s" in err and "1 errors" in err
+    run_batch(src, tmp_path / "quiet", model=QWEN, max_new_tokens=4, batch_size=2, progress=False)
+    assert capsys.readouterr().err == ""
