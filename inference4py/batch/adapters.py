@@ -73,6 +73,7 @@ class TaskAdapter:
         self.seed = seed
         self.overrides = dict(overrides)
         self.sampling = bool(model.generation_config.replace(**_generation_only(overrides)).do_sample)
+        # json_schema (CONTROL_KEYS) stays in ``overrides``: every generate / generate_batch call takes it
 
     def close(self) -> None:
         self.model.close()
@@ -140,8 +141,12 @@ class TaskAdapter:
             return error_row(row.id, exc)
 
 
+#: Per-call options that shape the output rather than the search (passed through to every call).
+CONTROL_KEYS = ("json_schema",)
+
+
 def _generation_only(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in overrides.items() if v is not None}
+    out = {k: v for k, v in overrides.items() if v is not None and k not in CONTROL_KEYS}
     if "temperature" in out and "do_sample" not in out:
         out["do_sample"] = out["temperature"] > 0
     return out
@@ -359,6 +364,9 @@ def load_adapter(
         return DecoderAdapter(builder.build(), task=task, seed=seed, overrides=overrides)
     if task == "transcribe":
         from inference4py.tasks.whisper import WhisperSpeechModel
+
+        if any(k in overrides for k in CONTROL_KEYS):
+            raise ConfigurationError("A JSON schema constrains generated text: drop json_schema for --task transcribe.")
 
         builder = _source(WhisperSpeechModel.builder(), model)
         if threads:

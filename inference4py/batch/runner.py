@@ -8,9 +8,10 @@ written exactly once even when Ray retries a batch.
 
 from __future__ import annotations
 
+import json
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,7 @@ def run_batch(
     top_k: int | None = None,
     source_language: str | None = None,
     target_language: str | None = None,
+    json_schema: Mapping[str, Any] | str | None = None,
     output_format: str | None = None,
     replicas: int | None = None,
     ray_address: str | None = None,
@@ -100,6 +102,8 @@ def run_batch(
         max_new_tokens, temperature, top_p, top_k: generation options for every row.
         source_language, target_language: for ``translate`` (a T5 model needs both, a multilingual
             Marian model the target); ``source_language`` is the spoken language for ``transcribe``.
+        json_schema: every row's text must match this JSON schema (a dict or JSON text; needs the
+            ``structured`` extra, docs/structured-output.md); not for ``transcribe``.
         output_format: ``"parquet"`` (default when pyarrow is installed) or ``"jsonl"``.
         replicas: model copies on Ray (one actor each).
         ray_address: ``"auto"`` or a cluster address; Ray is used when set.
@@ -134,8 +138,10 @@ def run_batch(
 
         require_ray()  # before anything is written
     column = column or DEFAULT_COLUMNS[task]
-    overrides = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p, "top_k": top_k}
-    overrides = {k: v for k, v in overrides.items() if v is not None}
+    given = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p, "top_k": top_k}
+    overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    if json_schema is not None:
+        overrides["json_schema"] = _schema(json_schema)
     folder = OutputFolder(output_dir, output_format=output_format)
     rows = read_rows(input, column=column, id_column=id_column, chat=task == "chat")
     if task == "transcribe":  # audio paths are relative to the input file's folder, wherever the replicas run
@@ -221,6 +227,17 @@ def _run_local(
             write(adapter.run(chunk))
     finally:
         adapter.close()
+
+
+def _schema(value: Mapping[str, Any] | str) -> dict[str, Any]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(f"json_schema is not valid JSON ({exc.msg}): pass a dict or JSON text.") from exc
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"json_schema must be a JSON object (a dict), got {type(value).__name__}.")
+    return dict(value)
 
 
 def _audio_path(value: Any, base: Path) -> Any:

@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from inference4py.cli.base import EXIT_OK
+from inference4py.errors import ConfigurationError
 
 _TASKS = ("generate", "chat", "summarize", "translate", "transcribe")
 
@@ -55,6 +56,11 @@ def _add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--target", metavar="LANG", help="translate: the target language (T5, multilingual Marian)")
     parser.add_argument(
+        "--json-schema",
+        metavar="FILE",
+        help="a JSON schema file every row's output must match (needs the structured extra)",
+    )
+    parser.add_argument(
         "--format", choices=("parquet", "jsonl"), help="output parts (default: parquet when pyarrow is installed)"
     )
     parser.add_argument(
@@ -81,6 +87,14 @@ def _add_batch_arguments(parser: argparse.ArgumentParser) -> None:
 def _run_batch(args: argparse.Namespace) -> int:
     from inference4py.batch import run_batch
 
+    schema = None
+    if args.json_schema is not None:
+        try:
+            with open(args.json_schema, encoding="utf-8") as fh:
+                schema = fh.read()
+        except OSError as exc:
+            raise ConfigurationError(f"Cannot read --json-schema {args.json_schema}: {exc.strerror}.") from exc
+
     report = run_batch(
         args.input,
         args.output,
@@ -96,6 +110,7 @@ def _run_batch(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         source_language=args.source,
         target_language=args.target,
+        json_schema=schema,
         output_format=args.format,
         replicas=args.replicas,
         ray_address=args.ray_address,

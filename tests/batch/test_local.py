@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from inference4py import BartSummarizer, FlanT5TextGenerator, MarianTranslator
 from inference4py.batch import RESULT_COLUMNS, read_results, row_seed, run_batch
 from inference4py.batch.runner import _Stop
+from inference4py.cli import main
 from inference4py.errors import ConfigurationError, InvalidInputError
 from tests.batch.conftest import (
     BART,
@@ -267,3 +270,21 @@ def test_progress_shows_rows_rate_tokens_and_errors(tmp_path, capsys):
     assert "4/4" in err and "row/s" in err and "tok/s" in err and "1 errors" in err
     run_batch(src, tmp_path / "quiet", model=QWEN, max_new_tokens=4, batch_size=2, progress=False)
     assert capsys.readouterr().err == ""
+
+
+def test_json_schema_rows_equal_alone(tmp_path, qwen):
+    pytest.importorskip("llguidance")
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    src = write_jsonl(tmp_path / "in.jsonl", [{"prompt": p} for p in PROMPTS[:4]])
+    (tmp_path / "schema.json").write_text(json.dumps(schema), encoding="utf-8")
+    argv = ["batch", "-m", QWEN, "-i", str(src), "-o", str(tmp_path / "out"), "--json-schema"]
+    assert main([*argv, str(tmp_path / "schema.json"), "--max-new-tokens", "12", "--no-progress"]) == 0
+    rows = by_id(read_results(tmp_path / "out"))
+    for i, prompt in enumerate(PROMPTS[:4]):
+        alone = qwen.generate(prompt, json_schema=schema, max_new_tokens=12)
+        assert rows[str(i)]["text"] == alone.text
+        assert alone.text.startswith("{")  # the schema did constrain the output
+        assert qwen.generate(prompt, max_new_tokens=12).text != alone.text
+    with pytest.raises(ConfigurationError, match="json_schema is not valid JSON"):
+        run_batch(src, tmp_path / "o2", model=QWEN, json_schema="{nope", progress=False)
+    assert main([*argv, str(tmp_path / "missing.json")]) == 2
