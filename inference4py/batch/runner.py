@@ -138,6 +138,8 @@ def run_batch(
 
         require_ray()  # before anything is written
     column = column or DEFAULT_COLUMNS[task]
+    if Path(model).expanduser().is_dir():  # a local folder: the same one wherever a replica's working folder is
+        model = str(Path(model).expanduser().resolve())
     given = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p, "top_k": top_k}
     overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if json_schema is not None:
