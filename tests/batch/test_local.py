@@ -273,7 +273,6 @@ def test_progress_shows_rows_rate_tokens_and_errors(tmp_path, capsys):
 
 
 def test_json_schema_rows_equal_alone(tmp_path, qwen):
-    pytest.importorskip("llguidance")
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
     src = write_jsonl(tmp_path / "in.jsonl", [{"prompt": p} for p in PROMPTS[:4]])
     (tmp_path / "schema.json").write_text(json.dumps(schema), encoding="utf-8")

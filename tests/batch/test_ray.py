@@ -5,13 +5,12 @@ from __future__ import annotations
 import sys
 
 import pytest
+import ray  # ray[data] is in the test extra: a missing install fails here, it is not skipped
 
 from inference4py.batch import read_results, run_batch
 from inference4py.batch.runner import _Stop
 from inference4py.errors import ConfigurationError
 from tests.batch.conftest import LONG, PROMPTS, QWEN, T5, by_id, write_jsonl
-
-ray = pytest.importorskip("ray", reason="the Ray runner needs ray[data] (in the test extra)")
 
 
 @pytest.fixture(scope="module", autouse=True)

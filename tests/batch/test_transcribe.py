@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import soundfile as sf  # librosa's dependency, installed with the library
 
 from inference4py import WhisperSpeechModel
 from inference4py.audio import SAMPLE_RATE
@@ -12,7 +13,6 @@ from tests.batch.conftest import by_id, write_csv, write_jsonl
 from tests.conftest import MODELS
 
 WHISPER = str(MODELS / "whisper")
-sf = pytest.importorskip("soundfile")  # librosa's dependency, installed with the library
 
 
 @pytest.fixture(scope="module")
