@@ -234,6 +234,17 @@ def test_cli_generate_with_fused_attention(tmp_path, monkeypatch, capsys):
     assert any((tmp_path / "cache" / "fused").iterdir())
 
 
+def test_cli_generate_without_fusion_leaves_the_cache_alone(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("INFERENCE4PY_CACHE", str(tmp_path / "cache"))
+    args = ["generate", "--no-fuse-attention", "--model", str(MODELS / "llama-h16"), "--max-new-tokens", "8"]
+    assert main([*args, "--greedy", "The old house"]) == 0
+    unfused = capsys.readouterr().out
+    assert not (tmp_path / "cache" / "fused").exists()
+    assert main([args[0], *args[2:], "--greedy", "The old house"]) == 0  # the default: fused, same text
+    assert capsys.readouterr().out == unfused
+    assert _entries(tmp_path / "cache" / "fused")
+
+
 def test_graphs_past_the_in_memory_limit_fuse_through_temporary_files(tmp_path, monkeypatch):
     # Past ~2 GB a graph cannot be serialized in memory (protobuf's limit): its weights go to a
     # temporary file for each check session. Lowering the threshold sends a fixture down that path;

@@ -72,10 +72,19 @@ def _add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--greedy", action="store_true", help="always take the most likely token")
     group.add_argument("--system", metavar="PROMPT", help="system prompt (needs a model with a chat template)")
-    parser.add_argument(
+    fusion = parser.add_mutually_exclusive_group()
+    fusion.add_argument(
         "--fuse-attention",
         action="store_true",
-        help="run a fused copy of the graph (inference4py optimize; made once, cached; needs the onnx package)",
+        default=None,
+        help="insist on a fused copy of the graph: a graph that cannot be fused is an error "
+        "(default: fused when the optimizer recognises it, as it is otherwise; made once, cached)",
+    )
+    fusion.add_argument(
+        "--no-fuse-attention",
+        dest="fuse_attention",
+        action="store_false",
+        help="run the export as it is, without the fused copy",
     )
 
 
@@ -103,8 +112,8 @@ def _build_generator(args: argparse.Namespace) -> Any:
         builder = builder.system_prompt(args.system)
     if getattr(args, "chat_template", False):
         builder = builder.chat_template()
-    if args.fuse_attention:
-        builder = builder.fuse_attention()
+    if args.fuse_attention is not None:
+        builder = builder.fuse_attention(args.fuse_attention)
     return builder.build()
 
 
