@@ -57,6 +57,8 @@ _EXPORTS: dict[str, str] = {
     "RequestTimeoutError": "inference4py.errors",
     "GeneratorClosedError": "inference4py.errors",
     "BatchedTextGenerator": "inference4py.tasks.batched",
+    "PromptLookup": "inference4py.generation.speculative",
+    "DraftModel": "inference4py.generation.speculative",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -76,6 +78,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from inference4py.generation.result import (
         GenerationResult as GenerationResult,
     )
+    from inference4py.generation.speculative import DraftModel as DraftModel
+    from inference4py.generation.speculative import PromptLookup as PromptLookup
     from inference4py.tasks.bart import BartSummarizer as BartSummarizer
     from inference4py.tasks.batched import BatchedTextGenerator as BatchedTextGenerator
     from inference4py.tasks.coedit import CoeditGrammarCorrector as CoeditGrammarCorrector
