@@ -426,8 +426,6 @@ class WhisperSpeechModel(ClosableTask):
             ConfigurationError: ``batch_size`` below 1, ``num_beams`` above 1, invalid options.
             UnsupportedModelError: a backend other than the native one.
         """
-        from inference4py.tasks.whisper.batch import run_jobs
-
         started = time.perf_counter()
         self._check_open()
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -451,6 +449,22 @@ class WhisperSpeechModel(ClosableTask):
                 audios, sample_rate, lang, task_name, want_ts, policy, overrides, batch_size, started, on_progress
             )
         jobs = [self._job(a, sample_rate, lang, task_name, want_ts, policy, overrides) for a in audios]
+        self._run_jobs(jobs, want_ts, policy, overrides, batch_size, on_progress)
+        elapsed = time.perf_counter() - started
+        return [job.finish(elapsed)[1] for job in jobs]
+
+    def _run_jobs(
+        self,
+        jobs: list[FileJob],
+        timestamps: bool,
+        policy: CallPolicy,
+        overrides: Mapping[str, Any],
+        batch_size: int,
+        on_progress: Callable[[float, float], None] | None,
+    ) -> None:
+        """Decode ``jobs`` as batches of up to ``batch_size`` rows (greedy or sampling, each its own seed)."""
+        from inference4py.tasks.whisper.batch import run_jobs
+
         if jobs and self._planner.for_call(len(jobs[0].prompt), overrides).num_beams > 1:
             raise ConfigurationError(
                 "transcribe_batch decodes greedily or by sampling: drop num_beams (or use transcribe())."
@@ -461,13 +475,11 @@ class WhisperSpeechModel(ClosableTask):
             jobs,
             rngs,
             batch_size=batch_size,
-            timestamps=want_ts,
+            timestamps=timestamps,
             policy=policy,
             overrides=overrides,
             on_progress=on_progress,
         )
-        elapsed = time.perf_counter() - started
-        return [job.finish(elapsed)[1] for job in jobs]
 
     def _transcribe_chunks(
         self,
@@ -485,7 +497,7 @@ class WhisperSpeechModel(ClosableTask):
         """``transcribe_batch(parallel_chunks=True)``: every chunk of every recording is a job of its own."""
         from dataclasses import replace
 
-        from inference4py.tasks.whisper.batch import cut_chunks, merge_chunks, run_jobs
+        from inference4py.tasks.whisper.batch import cut_chunks, merge_chunks
 
         rate = self._features["sample_rate"]
         per_file: list[tuple[float, list[Any]]] = []
@@ -500,21 +512,7 @@ class WhisperSpeechModel(ClosableTask):
             file_jobs = [self._job_of(c.samples, lang, task, timestamps, plain, overrides) for c in chunks]
             per_file.append((samples.size / rate, list(zip(chunks, file_jobs))))
             jobs.extend(file_jobs)
-        if jobs and self._planner.for_call(len(jobs[0].prompt), overrides).num_beams > 1:
-            raise ConfigurationError(
-                "transcribe_batch decodes greedily or by sampling: drop num_beams (or use transcribe())."
-            )
-        rngs = [make_rng(self._planner.for_call(len(j.prompt), overrides).seed) for j in jobs]
-        run_jobs(
-            self,
-            jobs,
-            rngs,
-            batch_size=batch_size,
-            timestamps=timestamps,
-            policy=plain,
-            overrides=overrides,
-            on_progress=on_progress,
-        )
+        self._run_jobs(jobs, timestamps, plain, overrides, batch_size, on_progress)
         elapsed = time.perf_counter() - started
         out = []
         for duration, pairs in per_file:
