@@ -15,9 +15,8 @@ encoder-decoder rows run one at a time.  Greedy rows need no seed and run throug
 from __future__ import annotations
 
 import hashlib
-import queue
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -205,20 +204,19 @@ class DecoderAdapter(TaskAdapter):
         started = time.perf_counter()
         pending = []
         for row, planned in ready:
-            items: queue.SimpleQueue[Any] = queue.SimpleQueue()
             overrides = {**self.overrides, "max_new_tokens": planned.max_new_tokens}
             seed = self._seed(row)
             if seed is not None:
                 overrides["seed"] = seed
             try:
-                submission = self._batched.submit(planned.ids, items.put, **overrides)
+                submission, chunks = self._batched._open(planned.ids, overrides)
             except Exception as exc:
                 results[row.id] = error_row(row.id, exc)
                 continue
-            pending.append((row, submission, items))
-        for row, submission, items in pending:
+            pending.append((row, submission, chunks))
+        for row, submission, chunks in pending:
             try:
-                result = collect(_drain(items), prompt_tokens=submission.prompt_tokens, started=started)
+                result = collect(chunks, prompt_tokens=submission.prompt_tokens, started=started)
                 results[row.id] = _ok_row(row.id, submission.finish(result))
             except Exception as exc:
                 results[row.id] = error_row(row.id, exc)
@@ -227,17 +225,6 @@ class DecoderAdapter(TaskAdapter):
         if self._batched is not None:
             self._batched.close()
         super().close()
-
-
-def _drain(items: queue.SimpleQueue[Any]) -> Iterator[Any]:
-    """A request's chunks from the scheduler, up to the one with a finish reason (an exception is raised)."""
-    while True:
-        item = items.get()
-        if isinstance(item, BaseException):
-            raise item
-        yield item
-        if item.finish_reason is not None:
-            return
 
 
 class _Planned:
