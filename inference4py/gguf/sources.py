@@ -115,23 +115,12 @@ def gguf_from_hub(
         ModelNotFoundError: the repo or the file does not exist.
         HubError: offline and not cached, or the download failed.
     """
-    from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
-    from inference4py.hub.failures import _hub_errors
+    from inference4py.hub.download import download_file
 
-    offline = local_files_only or _env.offline()
     try:
-        with _hub_errors(repo_id, revision):
-            path = hf_hub_download(
-                repo_id,
-                filename,
-                revision=revision,
-                token=token,
-                cache_dir=_env.hf_hub_cache(),
-                endpoint=_env.hf_endpoint(),
-                local_files_only=offline,
-            )
+        path = download_file(repo_id, filename, revision=revision, token=token, local_files_only=local_files_only)
     except HubError as exc:
         cause = exc.__cause__
         if isinstance(cause, LocalEntryNotFoundError):  # (a subclass of EntryNotFoundError: first)

@@ -91,6 +91,36 @@ def _resolve_repo(
     return Path(snapshot) / selection.folder if selection.folder else Path(snapshot)
 
 
+def download_file(
+    repo_id: str,
+    filename: str,
+    *,
+    revision: str | None = None,
+    token: str | bool | None = None,
+    local_files_only: bool = False,
+) -> Path:
+    """One file of a Hub repo, through the Hugging Face cache, with the library's cache, endpoint and
+    offline settings (offline, or with ``local_files_only``, only the cache is looked at).
+
+    Raises:
+        HubError, ModelNotFoundError: as :func:`~inference4py.hub.failures._hub_errors` maps
+            huggingface_hub's errors (the original is the ``__cause__``).
+    """
+    from huggingface_hub import hf_hub_download
+
+    with _hub_errors(repo_id, revision):
+        local = hf_hub_download(
+            repo_id,
+            filename,
+            revision=revision,
+            token=token,
+            cache_dir=_env.hf_hub_cache(),
+            endpoint=_env.hf_endpoint(),
+            local_files_only=local_files_only or _env.offline(),
+        )
+    return Path(local)
+
+
 def _list_repo_files(
     repo_id: str, *, revision: str | None, token: str | bool | None, endpoint: str | None
 ) -> list[str]:

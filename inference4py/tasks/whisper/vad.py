@@ -48,7 +48,6 @@ from typing import Any
 
 import numpy as np
 
-from inference4py import _env
 from inference4py.engine.sessions import SessionOptions, create_session, graph_inputs, graph_outputs, run_session
 from inference4py.errors import AudioError, ConfigurationError, ModelFilesMissingError, UnsupportedModelError
 
@@ -318,20 +317,9 @@ class SileroVad:
             HubError: the file cannot be downloaded and is not in the cache.
             ModelNotFoundError: the repo or revision does not exist.
         """
-        from huggingface_hub import hf_hub_download
+        from inference4py.hub.download import download_file
 
-        from inference4py.hub.failures import _hub_errors
-
-        with _hub_errors(repo_id, revision):
-            local = hf_hub_download(
-                repo_id,
-                filename,
-                revision=revision,
-                token=token,
-                cache_dir=_env.hf_hub_cache(),
-                endpoint=_env.hf_endpoint(),
-                local_files_only=local_files_only or _env.offline(),
-            )
+        local = download_file(repo_id, filename, revision=revision, token=token, local_files_only=local_files_only)
         return cls(local, session_options=session_options)
 
     def __repr__(self) -> str:
