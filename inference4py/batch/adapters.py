@@ -174,7 +174,7 @@ class DecoderAdapter(TaskAdapter):
             raise InvalidInputError(f"A generate row needs a text prompt, got {type(value).__name__}.")
         ids = self.model.encode_prompt(value)  # empty / malformed prompts raise here
         # the settings this row runs with alone (its own room in the context); raises PromptTooLongError
-        config = self.model._planner.for_call(len(ids), _generation_only(self.overrides))
+        config = self.model.call_settings(len(ids), **_generation_only(self.overrides))
         return _Planned(ids, config.max_new_tokens)
 
     def groups(self, ready: list[tuple[InputRow, Any]]) -> list[list[tuple[InputRow, Any]]]:
@@ -258,7 +258,7 @@ class Seq2SeqAdapter(TaskAdapter):
             raise InvalidInputError(f"The row has {what}: pass the text to {self.task}.")
         text = self._prefix + (self._format(value) if self._format else value)
         ids = self.model.encode_source(text)  # raises for an empty input
-        limit = self.model._runtime.max_source_positions  # checked here so one long row does not fail its batch
+        limit = self.model.max_source_tokens  # checked here so one long row does not fail its batch
         if limit and len(ids) > limit:
             raise PromptTooLongError(
                 f"The input has {len(ids)} tokens but the encoder accepts at most {limit}: shorten this row."
@@ -419,7 +419,7 @@ def _seq2seq_adapter(
 
     elif kind == "marian":
         try:  # the ">>xxx<< " token of a multilingual model; "" for a fixed pair (raises for a pair it cannot do)
-            prefix = loaded._target_prefix(target_language, source_language)
+            prefix = loaded.target_prefix(target_language, source_language)
         except Exception:
             loaded.close()
             raise

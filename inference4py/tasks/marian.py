@@ -49,7 +49,12 @@ class MarianTranslator(Seq2SeqTask):
             self._targets = cached
         return cached
 
-    def _target_prefix(self, target: Language | str | None, source: Language | str | None) -> str:
+    def target_prefix(self, target: Language | str | None, source: Language | str | None = None) -> str:
+        """The ``>>xxx<< `` text a multilingual model needs before the source ("" for a one-pair model).
+
+        Raises :class:`~inference4py.errors.UnsupportedModelError` for a pair the model cannot do and
+        :class:`~inference4py.errors.ConfigurationError` when a multilingual model gets no target.
+        """
         fixed_src = self._preset_fields.get("source")
         fixed_tgt = self._preset_fields.get("target")
         codes = self.target_languages
@@ -93,5 +98,5 @@ class MarianTranslator(Seq2SeqTask):
         **overrides: Any,
     ) -> TextOutput:
         """Translate ``text``; ``target`` is needed only for multilingual models."""
-        prefix = self._target_prefix(target, source)
+        prefix = self.target_prefix(target, source)
         return self._run_formatted(text, on_token, overrides, lambda t: prefix + t)

@@ -161,6 +161,12 @@ class Seq2SeqTask(ClosableTask):
     def generation_config(self) -> GenerationConfig:
         return self._planner.base
 
+    @property
+    def max_source_tokens(self) -> int | None:
+        """The most source tokens the encoder accepts (None when the folder does not say)."""
+        limit = self._runtime.max_source_positions
+        return int(limit) if limit else None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(folder={str(self.folder)!r}, builder={self._builder_repr})"
 
@@ -191,7 +197,7 @@ class Seq2SeqTask(ClosableTask):
             raise InvalidInputError(
                 f"Unsupported input of type {type(source).__name__}: pass a non-empty str or a list of token ids."
             )
-        limit = self._runtime.max_source_positions
+        limit = self.max_source_tokens
         if self._truncate and limit and len(ids) > limit:
             eos = self.tokenizer.eos_token_id
             ids = ids[: limit - 1] + [ids[-1]] if eos is not None and ids[-1] == eos else ids[:limit]

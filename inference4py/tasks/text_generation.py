@@ -271,6 +271,15 @@ class OnnxTextGenerator(ClosableTask):
         """The defaults every call starts from (folder + builder options)."""
         return self._planner.base
 
+    def call_settings(self, prompt_tokens: int, **overrides: Any) -> GenerationConfig:
+        """The settings a call with a prompt of ``prompt_tokens`` tokens runs with.
+
+        ``max_new_tokens`` is what is left of the context after the prompt unless set. Raises
+        :class:`~inference4py.errors.PromptTooLongError` when the prompt leaves no room, and
+        :class:`~inference4py.errors.ConfigurationError` for an unknown option — before any model work.
+        """
+        return self._planner.for_call(prompt_tokens, overrides)
+
     def __repr__(self) -> str:
         return f"OnnxTextGenerator(folder={str(self.folder)!r}, builder={self._builder_repr})"
 

@@ -199,7 +199,7 @@ def test_wrong_model_for_class():
 
 def test_over_long_input_errors_or_truncates():
     t = task("bart")
-    limit = t._runtime.max_source_positions
+    limit = t.max_source_tokens
     long_text = "word " * (limit * 2)
     with pytest.raises(PromptTooLongError, match="truncat"):
         t.summarize(long_text)

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from inference4py import OnnxTextGenerator
-from inference4py.errors import InvalidInputError, PromptTooLongError
+from inference4py.errors import ConfigurationError, InvalidInputError, PromptTooLongError
 from tests.conftest import FIXTURES, load_reference
 
 REF = load_reference("decoder")["models"]
@@ -203,6 +203,17 @@ def test_prompt_longer_than_context():
     # Without an explicit max_new_tokens the limit shrinks to fit the context.
     result = gen.generate(long_ids)
     assert result.generated_tokens <= 5
+
+
+def test_call_settings_plan_a_call_before_any_model_work():
+    gen = generator("gpt2")
+    context = gen._runtime.max_positions
+    assert gen.call_settings(context - 5).max_new_tokens == 5  # what is left of the context
+    assert gen.call_settings(10, max_new_tokens=7, temperature=0.5).do_sample
+    with pytest.raises(PromptTooLongError, match="max_new_tokens"):
+        gen.call_settings(context - 5, max_new_tokens=20)
+    with pytest.raises(ConfigurationError, match="Unknown generation option"):
+        gen.call_settings(10, max_new_token=3)
 
 
 def test_out_of_vocabulary_ids_are_rejected():
