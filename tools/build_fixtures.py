@@ -35,6 +35,7 @@ BUILDERS = {
     "logprobs": "tools.fixtures.logprobs",  # transformers' raw-logit log-probabilities (after decoder)
     "gguf_tokenizers": "tools.fixtures.gguf_tokenizers",
     "gguf_models": "tools.fixtures.gguf_models",  # tiny GGUF decoders (F32/F16/Q8_0) + transformers' greedy ids  # tokenizer-only GGUFs + transformers / llama.cpp refs
+    "vision_language": "tools.fixtures.vision_language",  # tiny LLaVA in vision_encoder / embed_tokens / decoder parts
 }
 
 
