@@ -1,0 +1,61 @@
+"""One image of any accepted form -> an RGB PIL image."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inference4py.errors import InvalidInputError
+
+__all__ = ["ImageInput", "load_image"]
+
+ImageInput = str | os.PathLike[str] | bytes | bytearray | Any  # Any: a PIL image or an HxWx3 uint8 array
+
+
+def load_image(item: ImageInput, index: int = 0) -> Any:
+    """``item`` as an RGB ``PIL.Image.Image``, fully decoded.
+
+    Args:
+        item: a file path, encoded bytes (PNG, JPEG, WebP, ...), a PIL image or an
+            ``H x W x 3`` (or 4) uint8 array.
+        index: the image's position in the call, for messages (from 0).
+
+    Raises:
+        InvalidInputError: a missing file, undecodable bytes, an unsupported type or array.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    n = index + 1
+    if isinstance(item, (str, os.PathLike)):
+        path = Path(item)
+        if not path.is_file():
+            raise InvalidInputError(f"Image file {path} does not exist. Check the path.")
+        item = path.read_bytes()
+    if isinstance(item, np.ndarray):
+        if item.dtype != np.uint8 or item.ndim != 3 or item.shape[2] not in (3, 4):
+            raise InvalidInputError(
+                f"Image {n}: arrays must be H x W x 3 (or 4) uint8, got {item.dtype} {item.shape}. "
+                "Convert it with np.asarray(image, dtype=np.uint8)."
+            )
+        return Image.fromarray(item).convert("RGB")
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        data = bytes(item)
+        if not data:
+            raise InvalidInputError(f"Image {n} is empty (0 bytes). Pass a PNG, JPEG, WebP, GIF or BMP image.")
+        try:
+            with Image.open(io.BytesIO(data)) as opened:
+                opened.load()  # a full decode: truncated files fail here
+                return opened.convert("RGB")
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+            raise InvalidInputError(
+                f"Image {n} cannot be decoded ({exc}). Pass a PNG, JPEG, WebP, GIF or BMP image."
+            ) from exc
+    if isinstance(item, Image.Image):
+        return item.convert("RGB")
+    raise InvalidInputError(
+        f"Image {n} has unsupported type {type(item).__name__}: pass a path, bytes, a PIL image or a uint8 array."
+    )
