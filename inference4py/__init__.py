@@ -57,6 +57,8 @@ _EXPORTS: dict[str, str] = {
     "RequestTimeoutError": "inference4py.errors",
     "GeneratorClosedError": "inference4py.errors",
     "BatchedTextGenerator": "inference4py.tasks.batched",
+    "OnnxEmbedder": "inference4py.tasks.embedding",
+    "EmbedderBuilder": "inference4py.tasks.embedding",
     "PromptLookup": "inference4py.generation.speculative",
     "DraftModel": "inference4py.generation.speculative",
 }
@@ -83,6 +85,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from inference4py.tasks.bart import BartSummarizer as BartSummarizer
     from inference4py.tasks.batched import BatchedTextGenerator as BatchedTextGenerator
     from inference4py.tasks.coedit import CoeditGrammarCorrector as CoeditGrammarCorrector
+    from inference4py.tasks.embedding import EmbedderBuilder as EmbedderBuilder
+    from inference4py.tasks.embedding import OnnxEmbedder as OnnxEmbedder
     from inference4py.tasks.flan_t5 import FlanT5TextGenerator as FlanT5TextGenerator
     from inference4py.tasks.languages import Language as Language
     from inference4py.tasks.marian import MarianTranslator as MarianTranslator

@@ -34,6 +34,7 @@ BUILDERS = {
     "tool_calls": "tools.fixtures.tool_calls",  # Qwen2.5's template rendered by transformers with tools= (text + ids)
     "logprobs": "tools.fixtures.logprobs",  # transformers' raw-logit log-probabilities (after decoder)
     "gguf_tokenizers": "tools.fixtures.gguf_tokenizers",
+    "embedding": "tools.fixtures.embedding",  # tiny sentence-transformers BERT (onnx/model.onnx) + encode() vectors
     "gguf_models": "tools.fixtures.gguf_models",  # tiny GGUF decoders (F32/F16/Q8_0) + transformers' greedy ids  # tokenizer-only GGUFs + transformers / llama.cpp refs
     "vision_language": "tools.fixtures.vision_language",  # tiny LLaVA in vision_encoder / embed_tokens / decoder parts
 }

@@ -35,6 +35,9 @@ SUPPORT_FILES: frozenset[str] = frozenset(
         "normalizer.json",
         "genai_config.json",
         "inference4py.json",
+        # sentence-transformers: the module list and the Transformer module's settings
+        "modules.json",
+        "sentence_bert_config.json",
     }
 )
 
@@ -54,6 +57,8 @@ _LAYOUTS: tuple[tuple[str, ...], ...] = (
     ("decoder_model",),
 )
 _ONNX_SUBFOLDER = "onnx"
+# sentence-transformers saves module i of modules.json in "<i>_<Name>/" (only its config is needed)
+_ST_MODULE_CONFIG = re.compile(r"^\d+_[A-Za-z]\w*/config\.json$")
 _GENAI_CONFIG = "genai_config.json"
 _DATA_SUFFIXES = ("_data", ".data")
 
@@ -92,7 +97,8 @@ def select_model_files(
     ``model_fp16.onnx``); None (or ``"fp32"``) means the full-precision files.
     The external-data files of the chosen graphs (``<name>.onnx_data``,
     ``<name>.onnx.data``, ``<name>.onnx_data_*``) and the config/tokenizer files
-    in :data:`SUPPORT_FILES` (plus ``*.spm``) come along.
+    in :data:`SUPPORT_FILES` (plus ``*.spm``) come along, and with ``modules.json`` the
+    sentence-transformers module configs (``1_Pooling/config.json``, ...).
 
     Args:
         repo_files: Repo-relative paths with ``/`` separators, e.g. from
@@ -135,6 +141,8 @@ def _select(
         for f in files:
             if posixpath.dirname(f) in {"", folder} and _is_support_file(f):
                 chosen.add(f)
+        if "modules.json" in chosen:  # sentence-transformers' per-module settings (1_Pooling/config.json, ...)
+            chosen.update(f for f in files if _ST_MODULE_CONFIG.match(f))
         return _Selection(sorted(chosen), folder, layout, genai)
 
     # 1. A genai folder at the root: its config is authoritative.
