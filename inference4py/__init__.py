@@ -59,6 +59,8 @@ _EXPORTS: dict[str, str] = {
     "BatchedTextGenerator": "inference4py.tasks.batched",
     "OnnxEmbedder": "inference4py.tasks.embedding",
     "EmbedderBuilder": "inference4py.tasks.embedding",
+    "VisionLanguageModel": "inference4py.tasks.vision_language",
+    "VisionLanguageBuilder": "inference4py.tasks.vision_language",
     "PromptLookup": "inference4py.generation.speculative",
     "DraftModel": "inference4py.generation.speculative",
 }
@@ -98,6 +100,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from inference4py.tasks.text_generation import (
         TextGeneratorBuilder as TextGeneratorBuilder,
     )
+    from inference4py.tasks.vision_language import VisionLanguageBuilder as VisionLanguageBuilder
+    from inference4py.tasks.vision_language import VisionLanguageModel as VisionLanguageModel
     from inference4py.tasks.whisper import (
         Segment as Segment,
     )

@@ -275,7 +275,8 @@ def load_image_processor(folder: str | Path) -> ImageProcessor:
         # (LlavaConfig carries image_seq_length=576 whatever the vision tower).
         processor = {**config, **proc}
         fixed = next((processor[k] for k in _COUNT_KEYS if processor.get(k)), None)
-        vision = model.get("vision_config") if isinstance(model.get("vision_config"), dict) else {}
+        vision_config = model.get("vision_config")
+        vision: dict[str, Any] = vision_config if isinstance(vision_config, dict) else {}
         patch = processor.get("patch_size") or vision.get("patch_size")
         if fixed is None and not patch:
             fixed = next((model[k] for k in _COUNT_KEYS if model.get(k)), None)
