@@ -124,3 +124,84 @@ def test_an_edited_source_gets_a_new_copy(cache, tmp_path):
     with OnnxTextGenerator.builder().model_path(source).build() as gen:
         assert gen.folder != first
     assert len(_entries(cache)) == 2
+
+
+# --------------------------------------------------------------------------- genai folders: the head sliced
+
+GENAI = ["genai-llama", "genai-qwen2", "genai-llama-int4", "genai-gemma3-int4"]
+
+
+def _graph_inputs(folder):
+    import onnx
+
+    return [i.name for i in onnx.load(str(folder / "model.onnx"), load_external_data=False).graph.input]
+
+
+@pytest.mark.parametrize("name", GENAI)
+def test_a_genai_folder_loads_with_its_head_sliced_and_the_same_ids(name, cache):
+    prompts = [*PROMPTS, "a", "to be"]  # one- and two-token prompts too: the sliced head's edge cases
+    with OnnxTextGenerator.builder().model_path(MODELS / name).fuse_attention(False).build() as plain:
+        assert "num_logits_to_keep" not in _graph_inputs(plain.folder)
+        want = [tuple(plain.generate(p, max_new_tokens=12, do_sample=False).token_ids) for p in prompts]
+        want_batch = [tuple(r.token_ids) for r in plain.generate_batch(prompts, max_new_tokens=6)]
+    with OnnxTextGenerator.builder().model_path(MODELS / name).build() as gen:
+        assert gen.folder != MODELS / name and _entries(cache) == [gen.folder]
+        assert "num_logits_to_keep" in _graph_inputs(gen.folder)
+        assert [tuple(gen.generate(p, max_new_tokens=12, do_sample=False).token_ids) for p in prompts] == want
+        assert [tuple(r.token_ids) for r in gen.generate_batch(prompts, max_new_tokens=6)] == want_batch
+        # the weights are the source's file, linked, not a second copy
+        assert (gen.folder / "model.onnx.data").stat().st_ino == (MODELS / name / "model.onnx.data").stat().st_ino
+
+
+@pytest.mark.parametrize("name", ["genai-llama", "genai-llama-int4"])
+def test_the_sliced_head_gives_the_last_positions_logits_bit_for_bit(name, cache):
+    """A 4-bit head keeps two rows (a one-row MatMulNBits takes another kernel); a float head one."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from inference4py.optimize import sliced_genai_folder
+
+    sliced = sliced_genai_folder(MODELS / name)
+    config = json.loads((MODELS / name / "genai_config.json").read_text())["model"]["decoder"]
+    n = 7
+
+    def run(folder, keep=None):
+        session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+        feeds = {"input_ids": np.arange(5, 5 + n, dtype=np.int64)[None], "attention_mask": np.ones((1, n), np.int64)}
+        for i in session.get_inputs():
+            if i.name.startswith("past_key_values"):
+                feeds[i.name] = np.zeros((1, config["num_key_value_heads"], 0, config["head_size"]), np.float32)
+            elif i.name == "position_ids":
+                feeds[i.name] = np.arange(n, dtype=np.int64)[None]
+        if keep is not None:
+            feeds["num_logits_to_keep"] = np.array(keep, np.int64)
+        return session.run(["logits"], feeds)[0]
+
+    full = run(MODELS / name)
+    last = run(sliced, keep=1)
+    rows = 2 if name.endswith("int4") else 1
+    assert last.shape == (1, rows, full.shape[-1])
+    assert np.array_equal(last[:, -1], full[:, -1])
+    assert np.array_equal(run(sliced, keep=0), full)
+
+
+def test_a_genai_folder_whose_head_is_not_a_matmul_runs_as_it_is(cache, tmp_path, caplog):
+    import shutil
+
+    import onnx
+
+    source = tmp_path / "genai-llama"
+    shutil.copytree(MODELS / "genai-llama", source)
+    model = onnx.load(str(source / "model.onnx"), load_external_data=False)
+    head = next(n for n in model.graph.node if "logits" in n.output)
+    head.output[0] = "head_out"
+    model.graph.node.append(onnx.helper.make_node("Identity", ["head_out"], ["logits"]))
+    onnx.save(model, str(source / "model.onnx"))
+    with (
+        caplog.at_level(logging.INFO, logger="inference4py.optimize"),
+        OnnxTextGenerator.builder().model_path(source).build() as gen,
+    ):
+        assert gen.folder == source
+        assert gen.generate("The quick brown fox", max_new_tokens=4).generated_tokens == 4
+    assert any("as it is" in r.message for r in caplog.records)
+    assert _entries(cache) == []

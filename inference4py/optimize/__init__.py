@@ -63,6 +63,7 @@ from .folder import _read_json as _read_json
 from .folder import auto_fused_folder as auto_fused_folder
 from .folder import fused_model_folder as fused_model_folder
 from .folder import optimize_folder as optimize_folder
+from .folder import sliced_genai_folder as sliced_genai_folder
 from .fuse import _LEVELS as _LEVELS
 from .fuse import FusionReport as FusionReport
 from .fuse import _copy as _copy
@@ -82,4 +83,11 @@ from .rewrite import _evaluate as _evaluate
 from .rewrite import _Fuser as _Fuser
 from .rewrite import _needed as _needed
 
-__all__ = ["FusionReport", "auto_fused_folder", "fuse_attention", "fused_model_folder", "optimize_folder"]
+__all__ = [
+    "FusionReport",
+    "auto_fused_folder",
+    "fuse_attention",
+    "fused_model_folder",
+    "optimize_folder",
+    "sliced_genai_folder",
+]

@@ -110,12 +110,13 @@ def auto_fused_folder(
 
     A graph the optimizer does not recognise is logged (once: the refusal is remembered in the
     cache under the same key) and run as it is; nothing here fails a load that would work unfused.
-    onnxruntime-genai folders and graphs that already use GroupQueryAttention run as they are.
+    Graphs that already use GroupQueryAttention run as they are; onnxruntime-genai folders get
+    their language-model head sliced (:func:`sliced_genai_folder`).
     On a cache hit the source graph is not read (only its hash is looked up).
     """
     src = Path(folder).expanduser()
     if (src / "genai_config.json").is_file():
-        return src
+        return sliced_genai_folder(src, cache_dir=cache_dir)
     try:
         _decoder_graph(src)
         root, key, source_hash = _entry_key(src, level, cache_dir)
@@ -142,16 +143,88 @@ def auto_fused_folder(
         return src
 
 
+_SLICE_LEVEL = "logits"  # the cache level of a genai folder's sliced copy (no fusion)
+
+
+def sliced_genai_folder(folder: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """An onnxruntime-genai folder whose graph computes the logits of the positions asked for only.
+
+    onnxruntime-genai's builder computes the language-model head for every prompt position
+    (for SmolLM2's int4 folder, 13 % of a chat prompt's prefill).  The copy adds
+    ``num_logits_to_keep`` (:func:`~inference4py.optimize.logits.slice_logits`) and is kept in
+    the cache like the fused copies, keyed and checked the same way.  Only the graph's proto is
+    rewritten: the weights file and the other files are hard links to the source's (copies on
+    another file system).  A graph without a ``MatMul`` head, or one that takes the input already,
+    runs as it is; so does the folder when the cache cannot be written.
+    """
+    src = Path(folder).expanduser()
+    try:
+        root, key, source_hash = _entry_key(src, _SLICE_LEVEL, cache_dir)
+    except (ModelNotFoundError, OSError, ValueError, KeyError, TypeError, AttributeError):
+        return src  # the loader says what it makes of the folder
+    out = root / key[:24]
+    if _valid_entry(out, source_hash):
+        return out
+    refused = root / f"{key[:24]}.refused"
+    if refused.is_file():
+        return src
+
+    def make(source: Path, tmp: Path) -> str:
+        from .logits import slice_logits
+
+        onnx = _import_onnx()
+        graph = _genai_graph(source)
+        model = onnx.load(str(graph), load_external_data=False)
+        if not slice_logits(model):
+            raise UnsupportedModelError("its logits are not made by a MatMul head, or it slices them already")
+        tmp.mkdir(parents=True)
+        for path in source.rglob("*"):
+            if path.is_dir() or path == graph:
+                continue
+            target = tmp / path.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(path, target)
+            except OSError:
+                shutil.copy2(path, target)
+        onnx.save(model, str(tmp / graph.relative_to(source)))
+        return "the head computes only the positions asked for (num_logits_to_keep)"
+
+    try:
+        return _build_entry(src, root, out, source_hash, _SLICE_LEVEL, make=make, what="preparing")
+    except (UnsupportedModelError, ModelLoadError, OSError) as exc:
+        _log.info("running %s as it is: %s", src, exc)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            _write_atomic(refused, f"{src}\n{exc}\n")
+        except OSError:
+            pass
+        return src
+
+
+def _genai_graph(folder: Path) -> Path:
+    """The decoder graph a ``genai_config.json`` names."""
+    import json
+
+    config = json.loads((folder / "genai_config.json").read_text(encoding="utf-8"))
+    name = config["model"]["decoder"].get("filename") or "model.onnx"
+    graph = folder / name
+    if not graph.is_file():
+        raise ModelNotFoundError(f"{folder}/genai_config.json names {name}, which is not in the folder.")
+    return graph
+
+
 def _entry_key(src: Path, level: str, cache_dir: str | os.PathLike[str] | None) -> tuple[Path, str, str]:
     import hashlib
 
     from inference4py import _env
 
     root = Path(cache_dir).expanduser() if cache_dir is not None else _env.inference4py_cache() / "fused"
-    graph = _decoder_graph(src)
+    graph = _decoder_graph(src) if level != _SLICE_LEVEL else _genai_graph(src)
     inputs = [graph, *(p for p in sorted(graph.parent.iterdir()) if _is_weight_file_of(p, graph))]
-    if (src / "config.json").is_file():
-        inputs.append(src / "config.json")
+    for name in ("config.json", "genai_config.json"):
+        if (src / name).is_file():
+            inputs.append(src / name)
     digest = hashlib.sha256()
     for path in inputs:
         digest.update(f"{path.relative_to(src)}={_file_hash(path, root)};".encode())
@@ -215,16 +288,20 @@ def _valid_entry(out: Path, source_hash: str) -> bool:
     return ok
 
 
-def _build_entry(src: Path, root: Path, out: Path, source_hash: str, level: str) -> Path:
+def _build_entry(
+    src: Path, root: Path, out: Path, source_hash: str, level: str, make: Any = None, what: str = "fusing"
+) -> Path:
+    """Write ``out`` through a temporary folder: ``make(src, tmp)`` (default: :func:`optimize_folder`)."""
     import json
 
+    make = make or (lambda a, b: optimize_folder(a, b, level=level).summary())
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f"{out.name}.partial-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     try:
-        with _progress(f"fusing {src.name} (first load only)") as bar:
-            report = optimize_folder(src, tmp, level=level)
+        with _progress(f"{what} {src.name} (first load only)") as bar:
+            summary = make(src, tmp)
             bar.update(1)
         files = {}
         for path in sorted(tmp.rglob("*")):
@@ -237,7 +314,7 @@ def _build_entry(src: Path, root: Path, out: Path, source_hash: str, level: str)
             "fusion_version": FUSION_VERSION,
             "level": level,
             "files": files,
-            "report": report.summary(),
+            "report": summary,
         }
         (tmp / _MARKER).write_text(json.dumps(marker, indent=1), encoding="utf-8")
         if out.exists():  # a stale or corrupt entry, or an unfinished copy of another process
@@ -246,7 +323,7 @@ def _build_entry(src: Path, root: Path, out: Path, source_hash: str, level: str)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    _log.info("fused %s into %s: %s", src, out, report.summary())
+    _log.info("rewrote %s into %s: %s", src, out, summary)
     return out
 
 

@@ -6,6 +6,11 @@ prompt's prefill for SmolLM2 (a 49,152-token vocabulary) and a fifth of a 1,000-
 rewrite slices the hidden states before the head, as transformers' ``logits_to_keep`` does:
 ``k > 0`` keeps the last k positions, ``0`` keeps them all (prompt log-probabilities and
 speculative verification need every position).  The engine feeds the input when a graph has it.
+
+A 4-bit head (``MatMulNBits``) keeps at least two positions: onnxruntime computes a one-row
+``MatMulNBits`` with another kernel than a several-row one, so slicing a prompt down to one row
+would change its last logits; two rows take the several-row kernel, whose rows do not depend on
+the others, and the engine reads the last one.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ def slice_logits(model: Any) -> bool:
         return False
     output = next((o for o in graph.output if o.name == "logits"), None)
     index = next((i for i, n in enumerate(graph.node) if "logits" in n.output), None)
-    if output is None or index is None or graph.node[index].op_type != "MatMul":
+    if output is None or index is None or graph.node[index].op_type not in ("MatMul", "MatMulNBits"):
         return False
     head = graph.node[index]
     dims = output.type.tensor_type.shape.dim
@@ -41,7 +46,8 @@ def slice_logits(model: Any) -> bool:
         return False
     hidden = head.input[0]
     name = {
-        k: f"{_PREFIX}/{k}" for k in ("zero", "end", "axis", "shape", "is_all", "neg", "start", "start_1d", "hidden")
+        k: f"{_PREFIX}/{k}"
+        for k in ("zero", "end", "axis", "shape", "is_all", "neg", "start", "start_1d", "hidden", "rows", "kept")
     }
     graph.initializer.extend(
         [
@@ -51,9 +57,14 @@ def slice_logits(model: Any) -> bool:
             numpy_helper.from_array(np.array([1], dtype=np.int64), name["shape"]),  # a scalar as a 1-D start
         ]
     )
-    nodes = [
-        helper.make_node("Equal", [KEEP_INPUT, name["zero"]], [name["is_all"]], name=f"{_PREFIX}/Equal"),
-        helper.make_node("Neg", [KEEP_INPUT], [name["neg"]], name=f"{_PREFIX}/Neg"),
+    kept = KEEP_INPUT
+    nodes = [helper.make_node("Equal", [KEEP_INPUT, name["zero"]], [name["is_all"]], name=f"{_PREFIX}/Equal")]
+    if head.op_type == "MatMulNBits":  # never a one-row product: see the module's docstring
+        graph.initializer.append(numpy_helper.from_array(np.array(2, dtype=np.int64), name["rows"]))
+        nodes.append(helper.make_node("Max", [KEEP_INPUT, name["rows"]], [name["kept"]], name=f"{_PREFIX}/Max"))
+        kept = name["kept"]
+    nodes += [
+        helper.make_node("Neg", [kept], [name["neg"]], name=f"{_PREFIX}/Neg"),
         helper.make_node(
             "Where", [name["is_all"], name["zero"], name["neg"]], [name["start"]], name=f"{_PREFIX}/Where"
         ),
