@@ -64,7 +64,8 @@ def load_models(models: Sequence[str], names: Sequence[str] = ()) -> dict[str, A
     A GGUF source is converted once (cached, docs/gguf.md) and served as a text generator.
 
     Whisper becomes a ``WhisperSpeechModel`` (the audio routes), another encoder-decoder model a
-    ``Seq2SeqTask`` (``/v1/completions``), anything else an ``OnnxTextGenerator``.
+    ``Seq2SeqTask`` (``/v1/completions``), a sentence encoder an ``OnnxEmbedder`` (``/v1/embeddings``),
+    anything else an ``OnnxTextGenerator``.
     """
     if not models:
         raise ConfigurationError("Give at least one model to serve: --model FOLDER_OR_REPO_ID.")
@@ -87,11 +88,14 @@ def _load_model(model: str) -> Any:
     from inference4py.gguf.sources import is_gguf_source
     from inference4py.hub import resolve_model_folder
     from inference4py.serve.audio import speech_model
+    from inference4py.tasks.embedding import OnnxEmbedder, is_embedding_model
     from inference4py.tasks.seq2seq_base import Seq2SeqTask
 
     if is_gguf_source(model):
         return OnnxTextGenerator.builder().model_path(model).build()
     folder = resolve_model_folder(model)
+    if is_embedding_model(folder):  # before the pipeline: an encoder-only graph is no decoder
+        return OnnxEmbedder.builder().model_path(folder).build()
     try:
         spec = load_pipeline(folder)
     except Inference4pyError:

@@ -24,6 +24,7 @@ from inference4py.errors import Inference4pyError, PromptTooLongError, QueueFull
 from inference4py.generation.logprobs import TokenLogprob
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.serve.audio import add_audio_routes
+from inference4py.serve.embeddings import add_embedding_routes, is_embedder
 from inference4py.serve.guard import Guard
 from inference4py.serve.metrics import prometheus
 from inference4py.serve.page import add_page_route
@@ -117,7 +118,7 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _not_found(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        message = f"{request.method} {request.url.path}: {exc.detail}. Routes: /v1/models, /v1/chat/completions, /v1/completions, /v1/audio/transcriptions, /v1/audio/translations, /health, /metrics and the chat page at /."
+        message = f"{request.method} {request.url.path}: {exc.detail}. Routes: /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/audio/transcriptions, /v1/audio/translations, /health, /metrics and the chat page at /."
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return JSONResponse(error_body(message, kind), status_code=exc.status_code)
 
@@ -156,6 +157,7 @@ def create_app(
         return {"object": "list", "data": data}
 
     add_audio_routes(app, workers)
+    add_embedding_routes(app, workers)
     add_page_route(app)
 
     @app.post("/v1/chat/completions", response_model=None)
@@ -201,6 +203,8 @@ def _worker(workers: Mapping[str, ModelWorker], name: str, route: str) -> ModelW
     worker = workers.get(name)
     if worker is None:
         raise unknown_model(name, workers)
+    if is_embedder(worker.model):
+        raise ApiError(400, f"{name!r} is an embedding model: send its input to /v1/embeddings.", "model")
     if not hasattr(worker.model, "stream_chunks"):  # a speech model
         raise ApiError(
             400,

@@ -19,6 +19,7 @@ __all__ = [
     "ChatCompletionRequest",
     "ChatMessage",
     "CompletionRequest",
+    "EmbeddingRequest",
     "StreamOptions",
     "error_body",
     "new_id",
@@ -115,6 +116,20 @@ class CompletionRequest(_Request):
     prompt: str | list[int]
     logprobs: int | None = Field(default=None, ge=0, le=20)
     echo: bool = False
+
+
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    # token-id inputs parse, so that the route can refuse them with a message instead of a type error
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(default=None, ge=1)
+    user: str | None = None
+
+    def unknown_fields(self) -> list[str]:
+        return sorted(self.model_extra or {})
 
 
 def new_id(prefix: str) -> str:
