@@ -28,7 +28,7 @@ __all__ = ["BITS", "convert_gguf", "default_bits", "file_digest", "gguf_folder"]
 _log = logging.getLogger("inference4py.gguf")
 
 BITS = (4, 8, 16, 32)
-CONVERTER_VERSION = 1  # bump when the folders it writes change: old cache entries are then rebuilt
+CONVERTER_VERSION = 2  # bump when the folders it writes change: old cache entries are then rebuilt
 _MARKER = "inference4py-gguf.json"
 _FLOAT_TYPES = frozenset({"F32", "F16", "BF16"})
 

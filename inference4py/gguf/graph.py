@@ -4,7 +4,8 @@ The graph is the layout the library already runs fastest (a shared past/present 
 
 * inputs ``input_ids`` ``[batch, seq]`` int64, ``attention_mask`` ``[batch, total]`` int64 and
   ``past_key_values.{i}.key`` / ``.value`` ``[batch, kv_heads, past, head_dim]`` float32;
-* outputs ``logits`` ``[batch, seq, vocab]`` float32 and ``present.{i}.key`` / ``.value``;
+* input ``num_logits_to_keep`` (int64 scalar: the last k positions get logits, 0 keeps them all);
+* outputs ``logits`` ``[batch, kept, vocab]`` float32 and ``present.{i}.key`` / ``.value``;
 * one com.microsoft ``GroupQueryAttention`` per layer with rotary positions inside it (cos/sin
   caches as initializers, ``do_rotary=1``); ``seqlens_k`` / ``total_sequence_length`` come from
   ``attention_mask`` in the graph, as genai's builder computes them;
@@ -342,6 +343,23 @@ def build_decoder(gguf: GGUFFile, bits: int = 32) -> tuple[Any, dict[str, Any]]:
         )
         h, residual = b.skip_rms_norm(residual, m, gguf.tensor(norm_name), norm, hp.eps)
 
+    # The head computes only the positions asked for: num_logits_to_keep = k > 0 keeps the last k,
+    # 0 keeps all (as optimize/logits.py adds to exports). A 4/8-bit head keeps at least two rows:
+    # onnxruntime's one-row MatMulNBits takes another kernel, whose logits differ from the prompt's.
+    keep = "num_logits_to_keep"
+    kept = b.one("Max", [keep, b.ints([2])], "/lm_head/keep/Max") if bits in (4, 8) else keep
+    start = b.one(
+        "Where",
+        [
+            b.one("Equal", [keep, b.ints([0])], "/lm_head/keep/Equal"),
+            b.ints([0]),
+            b.one("Neg", [kept], "/lm_head/keep/Neg"),
+        ],
+        "/lm_head/keep/Where",
+    )
+    start = b.one("Reshape", [start, b.ints([1])], "/lm_head/keep/Reshape")
+    h = b.one("Slice", [h, start, b.ints([np.iinfo(np.int64).max]), b.ints([1])], "/lm_head/keep/Slice")
+
     # lm_head
     if lm_weight is not None:
         logits = b.linear(h, lm_weight, "lm_head")
@@ -353,7 +371,7 @@ def build_decoder(gguf: GGUFFile, bits: int = 32) -> tuple[Any, dict[str, Any]]:
         table_f32 = b.one("Cast", [table], "/lm_head/Cast", to=TensorProto.FLOAT) if bits == 16 else table
         y = b.one("Gemm", [flat, table_f32], "/lm_head/Gemm", transB=1)
         out_shape = b.one(
-            "Concat", [b.one("Shape", ["input_ids"], "/lm_head/Shape"), b.ints([-1])], "/lm_head/Concat", axis=0
+            "Concat", [b.one("Shape", [h], "/lm_head/Shape", start=0, end=2), b.ints([-1])], "/lm_head/Concat", axis=0
         )
         logits = b.one("Reshape", [y, out_shape], "/lm_head/Reshape_out")
     if hp.final_softcap:  # Gemma 2: tanh(logits / cap) * cap
@@ -371,8 +389,9 @@ def build_decoder(gguf: GGUFFile, bits: int = 32) -> tuple[Any, dict[str, Any]]:
     inputs = [
         helper.make_tensor_value_info("input_ids", i64, ["batch_size", "sequence_length"]),
         helper.make_tensor_value_info("attention_mask", i64, ["batch_size", "total_sequence_length"]),
+        helper.make_tensor_value_info(keep, i64, []),
     ]
-    outputs = [helper.make_tensor_value_info("logits", f32, ["batch_size", "sequence_length", hp.vocab])]
+    outputs = [helper.make_tensor_value_info("logits", f32, ["batch_size", "logits_length", hp.vocab])]
     for i in range(hp.layers):
         for kind in ("key", "value"):
             inputs.append(

@@ -127,16 +127,38 @@ def _agreement(folder: Path, entry: dict[str, Any]) -> float:
     return agree / total
 
 
-def _last_logits(model: Any, prompt_ids: list[int]) -> np.ndarray:
+def _logits(model: Any, prompt_ids: list[int], keep: int = 0) -> np.ndarray:
+    """``[kept, vocab]`` logits of a prefill (``keep``: the graph's num_logits_to_keep, 0 for all)."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     ids = np.array([prompt_ids], dtype=np.int64)
     feeds: dict[str, np.ndarray] = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    feeds["num_logits_to_keep"] = np.array(keep, dtype=np.int64)
     for i in session.get_inputs():
         if i.name.startswith("past_key_values."):
             feeds[i.name] = np.zeros((1, i.shape[1], 0, i.shape[3]), np.float32)
-    return session.run(["logits"], feeds)[0][0, -1]
+    return session.run(["logits"], feeds)[0][0]
+
+
+def _last_logits(model: Any, prompt_ids: list[int]) -> np.ndarray:
+    return _logits(model, prompt_ids)[-1]
+
+
+@pytest.mark.parametrize("bits", [32, 16, 8, 4])
+def test_the_head_computes_the_positions_asked_for_with_the_same_last_logits(bits):
+    """num_logits_to_keep = 1 gives the whole prompt's last logits bit for bit; a 4/8-bit head
+    (MatMulNBits, whose one-row kernel differs) keeps two rows, a float head one."""
+    name = next(n for n, m in MODELS.items() if m["type"] == "F32")
+    model = build_decoder(GGUFFile(GGUF_DIR / name), bits)[0]
+    prompt = MODELS[name]["cases"][0]["prompt_ids"]
+    assert len(prompt) > 2
+    every = _logits(model, prompt)
+    last = _logits(model, prompt, keep=1)
+    assert every.shape[0] == len(prompt)
+    assert last.shape[0] == (2 if bits in (4, 8) else 1)
+    assert np.array_equal(last[-1], every[-1])
+    assert np.array_equal(_logits(model, prompt, keep=3), every[-3:])
 
 
 @pytest.mark.parametrize("bits", [8, 4])
