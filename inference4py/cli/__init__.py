@@ -16,6 +16,7 @@ One idea per module:
 - ``generate``: ``generate`` and ``chat`` (decoder-only models);
 - ``seq2seq``: ``summarize``, ``translate``, ``correct`` and ``sql`` (encoder-decoder models);
 - ``transcribe``: ``transcribe`` (Whisper);
+- ``embed``: ``embed`` (sentence encoders);
 - ``models``: ``pull`` and ``inspect``;
 - ``rewrite``: ``quantize`` and ``optimize``;
 - ``app``: :data:`COMMANDS`, :func:`build_parser` and :func:`main`.

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from inference4py.cli.base import EXIT_ERROR, EXIT_INTERRUPTED, Command
 from inference4py.cli.batch import _add_batch_arguments, _run_batch
 from inference4py.cli.convert import _add_convert_arguments, _run_convert
+from inference4py.cli.embed import _add_embed_arguments, _run_embed
 from inference4py.cli.generate import _CHAT_HELP, _add_chat_arguments, _add_generate_arguments, _run_chat, _run_generate
 from inference4py.cli.models import _add_inspect_arguments, _add_pull_arguments, _run_inspect, _run_pull
 from inference4py.cli.rewrite import _add_optimize_arguments, _add_quantize_arguments, _run_optimize, _run_quantize
@@ -66,6 +67,11 @@ COMMANDS: dict[str, Command] = {
         help="turn a question into SQL for a schema",
         add_arguments=_add_sql_arguments,
         run=_run_sql,
+    ),
+    "embed": Command(
+        help="sentence embeddings of texts (sentence-transformers ONNX models), one JSON line per text",
+        add_arguments=_add_embed_arguments,
+        run=_run_embed,
     ),
     "batch": Command(
         help="run a task over every row of a JSONL/CSV/Parquet file, resumable, locally or on Ray (--replicas)",
