@@ -1,36 +1,26 @@
 """VisionLanguageModel: text about images on the native loop (vision encoder + embedding + decoder).
 
-A vision-language folder holds three sessions:
-
-- a vision encoder: ``pixel_values`` (+ ``image_sizes``) -> image features, one row per image token;
-- an embedding session: ``input_ids`` -> ``inputs_embeds`` (genai's also takes the image features and
-  puts them in place of the image tokens itself);
-- a decoder driven by ``inputs_embeds`` with a KV cache (``past_key_values.{i}.key|value``).
-
-Two layouts are found from the files: onnxruntime-genai's (``genai_config.json`` with ``vision`` and
-``embedding`` sections, e.g. Phi-3-vision: vision.onnx, embedding.onnx, the decoder) and the
-optimum / onnx-community parts (``vision_encoder.onnx``, ``embed_tokens.onnx``,
-``decoder_model_merged.onnx``, possibly under ``onnx/``).  Images are preprocessed with pillow +
-numpy as the folder's processor configuration says (:mod:`inference4py.vision`); each image's
-placeholder in the prompt becomes as many image tokens as its features have rows.  The token loop,
-processors, samplers, stop sequences and streaming are the text generator's.
+Two folder layouts are found from the files: onnxruntime-genai's (``genai_config.json`` with
+``vision`` and ``embedding`` sections, e.g. Phi-3-vision: vision.onnx, embedding.onnx, the decoder)
+and the optimum / onnx-community parts (``vision_encoder.onnx``, ``embed_tokens.onnx``,
+``decoder_model_merged.onnx``, possibly under ``onnx/``); :mod:`inference4py.vision.runtime` runs
+them.  Images are preprocessed with pillow + numpy as the folder's processor configuration says
+(:mod:`inference4py.vision`); each image's placeholder in the prompt becomes as many image tokens
+as the processor counts for it.  The token loop, processors, samplers, stop sequences and
+streaming are the text generator's.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from inference4py.engine.kv_cache import KVLayout, discover_layout
-from inference4py.engine.sessions import SessionOptions, create_session, graph_inputs, graph_outputs, run_session
-from inference4py.errors import ConfigurationError, InvalidInputError, ModelFilesMissingError, UnsupportedModelError
+from inference4py.errors import ConfigurationError, InvalidInputError, UnsupportedModelError
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.generate import collect, generate_chunks
 from inference4py.generation.result import GenerationChunk, GenerationResult
@@ -38,226 +28,13 @@ from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder
 from inference4py.tasks.prompts import ChatOptions, PromptEncoder
 from inference4py.tokenization import Tokenizer, load_tokenizer
 from inference4py.vision import ImageBatch, ImageInput, load_image, load_image_processor
+from inference4py.vision.runtime import VisionSessions, VisionState, find_layout, read_json
 
 __all__ = ["VisionLanguageModel", "VisionLanguageBuilder", "VisionPrompt"]
 
 Message = Mapping[str, Any]
 VisionPrompt = str | Sequence[Message]
 Images = ImageInput | Sequence[ImageInput] | None
-
-_OPTIMUM_FILES = ("vision_encoder.onnx", "embed_tokens.onnx", "decoder_model_merged.onnx")
-_TEXT_DECODERS = ("model.onnx", "decoder_model_merged.onnx", "decoder_model.onnx")
-# How genai model types mark "image n here" ({n} from 1); their processors split the prompt there.
-_GENAI_TAGS = {"phi3v": "<|image_{n}|>"}
-
-
-# --------------------------------------------------------------------------- folder layouts
-@dataclass(frozen=True)
-class _Layout:
-    kind: str  # "genai" | "optimum"
-    vision: Path
-    embedding: Path
-    decoder: Path
-    image_token: str  # the placeholder text of one image in a rendered prompt ("<image>", "<|image_{n}|>")
-    image_token_id: int | None  # optimum: the id the placeholder expands to; genai: None (negative ids)
-    defaults: dict[str, Any]  # genai_config.json's token ids / context (genai layout only)
-
-
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UnsupportedModelError(f"{path} is not readable JSON ({exc}). Re-download the model.") from exc
-    return data if isinstance(data, dict) else {}
-
-
-def _find_layout(folder: Path, tokenizer: Tokenizer) -> _Layout:
-    genai = folder / "genai_config.json"
-    if genai.is_file():
-        return _genai_layout(folder, _json(genai))
-    for where in (folder, folder / "onnx"):
-        present = [name for name in _OPTIMUM_FILES if (where / name).is_file()]
-        if len(present) == len(_OPTIMUM_FILES):
-            return _optimum_layout(folder, where, tokenizer)
-        if "vision_encoder.onnx" in present:
-            missing = [n for n in _OPTIMUM_FILES if n not in present]
-            raise ModelFilesMissingError(
-                f"{where} has vision_encoder.onnx but not {', '.join(missing)}: a vision-language model needs "
-                f"all of {', '.join(_OPTIMUM_FILES)}. Download the missing parts.",
-                missing,
-            )
-    if any((w / n).is_file() for w in (folder, folder / "onnx") for n in _TEXT_DECODERS):
-        raise UnsupportedModelError(
-            f"{folder} holds a text-only model (no vision encoder): it takes no images. Use OnnxTextGenerator."
-        )
-    raise UnsupportedModelError(
-        f"{folder} is not a vision-language model folder: it needs {', '.join(_OPTIMUM_FILES)} (optimum / "
-        "onnx-community layout, possibly under onnx/) or an onnxruntime-genai genai_config.json with vision and "
-        "embedding sessions."
-    )
-
-
-def _genai_layout(folder: Path, config: dict[str, Any]) -> _Layout:
-    model = config.get("model", {})
-    kind = str(model.get("type"))
-    if not isinstance(model.get("vision"), dict) or not isinstance(model.get("embedding"), dict):
-        raise UnsupportedModelError(
-            f"{folder} is a genai {kind!r} model without vision and embedding sessions in genai_config.json: it "
-            "takes no images. Use OnnxTextGenerator (or inference4py_genai.TextGenerator) for text-only models."
-        )
-    tag = _GENAI_TAGS.get(kind)
-    if tag is None:
-        raise UnsupportedModelError(
-            f"genai model type {kind!r} is not run natively (supported: {', '.join(_GENAI_TAGS)}). Run the folder "
-            "with inference4py_genai.VisionLanguageModel."
-        )
-    decoder = model.get("decoder", {})
-    defaults = {k: model[k] for k in ("eos_token_id", "pad_token_id", "bos_token_id") if model.get(k) is not None} | {
-        "context": model.get("context_length"),
-        "num_kv_heads": decoder.get("num_key_value_heads"),
-        "head_size": decoder.get("head_size"),
-    }
-    return _Layout(
-        "genai",
-        folder / str(model["vision"].get("filename", "vision.onnx")),
-        folder / str(model["embedding"].get("filename", "embedding.onnx")),
-        folder / str(decoder.get("filename", "model.onnx")),
-        tag,
-        None,
-        defaults,
-    )
-
-
-def _optimum_layout(folder: Path, where: Path, tokenizer: Tokenizer) -> _Layout:
-    config = _json(folder / "config.json") if (folder / "config.json").is_file() else {}
-    processor = _json(folder / "processor_config.json") if (folder / "processor_config.json").is_file() else {}
-    token_id = config.get("image_token_index", config.get("image_token_id"))
-    token = processor.get("image_token")
-    if token is None and isinstance(token_id, int):
-        token = tokenizer.id_to_token(token_id)
-    if token is None:
-        token = "<image>"
-    if token_id is None:
-        token_id = tokenizer.token_to_id(token)
-    if not isinstance(token_id, int):
-        raise UnsupportedModelError(
-            f"Cannot tell the image token of {folder}: config.json has no image_token_index / image_token_id and "
-            f"the tokenizer has no {token!r}. Add image_token_index to config.json."
-        )
-    vision, embedding, decoder = (where / n for n in _OPTIMUM_FILES)
-    return _Layout("optimum", vision, embedding, decoder, token, int(token_id), {})
-
-
-# --------------------------------------------------------------------------- the three sessions
-class _Sessions:
-    """The vision encoder, the embedding session and the inputs_embeds decoder, with what each expects."""
-
-    def __init__(self, layout: _Layout, config: Mapping[str, Any], options: SessionOptions) -> None:
-        self.vision = create_session(layout.vision, options)
-        self.embedding = create_session(layout.embedding, options)
-        self.decoder = create_session(layout.decoder, options)
-        self.vision_inputs = graph_inputs(self.vision)
-        self.embedding_inputs = graph_inputs(self.embedding)
-        self.feature_name = self.vision.get_outputs()[0].name  # image_features
-        self.embeds_name = self.embedding.get_outputs()[0].name  # inputs_embeds
-        # genai's embedding session takes the image features and merges them itself
-        self.merges_features = self.feature_name in self.embedding_inputs
-        inputs, outputs = graph_inputs(self.decoder), graph_outputs(self.decoder)
-        if "inputs_embeds" not in inputs or "logits" not in outputs:
-            raise UnsupportedModelError(
-                f"{layout.decoder.name} is not an inputs_embeds decoder (inputs: {sorted(inputs)[:6]}). A "
-                "vision-language folder needs a decoder that takes inputs_embeds and returns logits."
-            )
-        self.layout: KVLayout = discover_layout(
-            inputs,
-            outputs,
-            config,
-            graph_name=layout.decoder.name,
-            num_kv_heads=layout.defaults.get("num_kv_heads"),
-            head_size=layout.defaults.get("head_size"),
-        )
-        self.decoder_inputs = inputs
-        hidden = inputs["inputs_embeds"].dim(-1) or graph_outputs(self.embedding)[self.embeds_name].dim(-1)
-        if hidden is None:
-            raise UnsupportedModelError(
-                f"{layout.decoder.name}'s inputs_embeds has no fixed hidden size: re-export it with a static last axis."
-            )
-        self.hidden = int(hidden)
-        self.embeds_dtype = inputs["inputs_embeds"].dtype
-        vocab = outputs["logits"].dim(-1)
-        self.vocab_size = int(vocab) if vocab else None
-
-    def image_features(self, batch: ImageBatch) -> np.ndarray:
-        """``[image tokens of every image, hidden]`` for the call's images."""
-        feeds = {k: v for k, v in batch.inputs.items() if k in self.vision_inputs}
-        (features,) = run_session(self.vision, feeds, [self.feature_name], what="vision encoder")
-        return np.asarray(features).reshape(-1, features.shape[-1])
-
-    def embed(self, ids: np.ndarray, features: np.ndarray | None) -> np.ndarray:
-        """``[1, n, hidden]`` embeddings of ``ids`` ``[1, n]``; image rows from ``features`` when given."""
-        feeds: dict[str, Any] = {"input_ids": ids.astype(self.embedding_inputs["input_ids"].dtype)}
-        if self.merges_features:
-            dtype = self.embedding_inputs[self.feature_name].dtype
-            feeds[self.feature_name] = (features if features is not None else np.zeros((0, self.hidden))).astype(dtype)
-        (embeds,) = run_session(self.embedding, feeds, [self.embeds_name], what="embedding session")
-        return np.asarray(embeds)
-
-
-class _State:
-    """One call's decoder state: ``prefill`` embeds the prompt (image features in place), ``step`` one token.
-
-    The prompt's ids as the model reads them (``model_ids``: genai's negative image ids, or the image
-    token id) and the positions of image tokens are fixed at construction; ``prefill`` receives the
-    ids the token loop sees (one row per beam) and takes only their row count from them.
-    """
-
-    def __init__(self, sessions: _Sessions, model_ids: np.ndarray, image_mask: np.ndarray, features: np.ndarray):
-        self.s = sessions
-        self.model_ids = model_ids  # [1, n]
-        self.image_mask = image_mask  # [n] bool
-        self.features = features  # [image tokens, hidden]
-        self.past: dict[str, np.ndarray] = {}
-        self.length = 0
-        self.rows = 1
-
-    def _run(self, embeds: np.ndarray) -> np.ndarray:
-        s, n = self.s, embeds.shape[1]
-        total = self.length + n
-        feeds: dict[str, Any] = {"inputs_embeds": embeds.astype(s.embeds_dtype, copy=False), **self.past}
-        names = s.decoder_inputs
-        if "attention_mask" in names:
-            feeds["attention_mask"] = np.ones((self.rows, total), dtype=names["attention_mask"].dtype)
-        if "position_ids" in names:
-            positions = np.arange(self.length, total, dtype=names["position_ids"].dtype)
-            feeds["position_ids"] = np.broadcast_to(positions, (self.rows, n)).copy()
-        if "use_cache_branch" in names:
-            feeds["use_cache_branch"] = np.array([self.length > 0])
-        for name in ("num_logits_to_keep", "logits_to_keep"):
-            if name in names:
-                feeds[name] = np.array(1, dtype=names[name].dtype)
-        entries = s.layout.self_entries
-        wanted = ["logits", *(e.output for e in entries)]
-        logits, *present = run_session(s.decoder, feeds, wanted, what="decoder")
-        self.past = {e.input: p for e, p in zip(entries, present, strict=True)}
-        self.length = total
-        return np.ascontiguousarray(logits[:, -1, :], dtype=np.float32)  # [rows, vocab]
-
-    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray:
-        self.rows = int(input_ids.shape[0])
-        embeds = self.s.embed(self.model_ids, self.features)  # [1, n, hidden]
-        if not self.s.merges_features and self.image_mask.any():
-            embeds[0, self.image_mask] = self.features.astype(embeds.dtype, copy=False)
-        self.past = {e.input: self.s.layout.empty(e, self.rows) for e in self.s.layout.self_entries}
-        return self._run(np.repeat(embeds, self.rows, axis=0))
-
-    def step(self, tokens: np.ndarray) -> np.ndarray:
-        ids = np.asarray(tokens, dtype=np.int64).reshape(-1, 1)  # [rows, 1]
-        embeds = np.concatenate([self.s.embed(ids[i : i + 1], None) for i in range(ids.shape[0])])
-        return self._run(embeds)
-
-    def reorder(self, indices: np.ndarray) -> None:
-        self.past = {k: v[indices] for k, v in self.past.items()}
-        self.rows = len(indices)
 
 
 # --------------------------------------------------------------------------- the task
@@ -295,6 +72,11 @@ class VisionLanguageModel(ClosableTask):
         return VisionLanguageBuilder()
 
     @classmethod
+    def phi3Vision(cls) -> VisionLanguageBuilder:  # noqa: N802 - inference4j's name
+        """Phi-3.5 Vision Instruct (4.2B), inference4j/phi-3.5-vision-instruct (an onnxruntime-genai folder)."""
+        return VisionLanguageBuilder(preset="phi3Vision", model_id="inference4j/phi-3.5-vision-instruct")
+
+    @classmethod
     def _from_builder(cls, b: VisionLanguageBuilder) -> VisionLanguageModel:
         return cls(b.resolve_folder(), b)
 
@@ -302,12 +84,12 @@ class VisionLanguageModel(ClosableTask):
         self.folder = Path(folder)
         self._builder_repr = repr(builder)
         self.tokenizer: Tokenizer = load_tokenizer(self.folder)
-        self._layout = _find_layout(self.folder, self.tokenizer)
+        self._layout = find_layout(self.folder, self.tokenizer)
         self.image_processor = load_image_processor(self.folder)
-        config = _json(self.folder / "config.json") if (self.folder / "config.json").is_file() else {}
+        config = read_json(self.folder / "config.json") if (self.folder / "config.json").is_file() else {}
         nested = config.get("text_config")
         text_config: dict[str, Any] = nested if isinstance(nested, dict) else {}
-        self._sessions = _Sessions(self._layout, {**config, **text_config}, builder.session_options())
+        self._sessions = VisionSessions(self._layout, {**config, **text_config}, builder.session_options())
         defaults, totals = resolve_generation_defaults(self.folder)
         genai = {k: v for k, v in self._layout.defaults.items() if k.endswith("token_id")}
         if genai:
@@ -513,7 +295,7 @@ class VisionLanguageModel(ClosableTask):
     # ------------------------------------------------------------------ generation
     def _prepare(
         self, images: Images, prompt: VisionPrompt, overrides: Mapping[str, Any]
-    ) -> tuple[list[int], GenerationConfig, _State]:
+    ) -> tuple[list[int], GenerationConfig, VisionState]:
         self._check_open()
         messages, found = self._messages(prompt, images)
         batch = self.image_processor([load_image(item, i) for i, item in enumerate(found)])
@@ -528,7 +310,7 @@ class VisionLanguageModel(ClosableTask):
                 "folder's processor configuration (image_seq_length / patch_size) does not match the encoder."
             )
         visible = np.where(mask, self._layout.image_token_id or 0, model_ids[0])  # genai's negative ids hidden
-        return [int(i) for i in visible], config, _State(self._sessions, model_ids, mask, features)
+        return [int(i) for i in visible], config, VisionState(self._sessions, model_ids, mask, features)
 
     def stream_chunks(self, images: Images, prompt: VisionPrompt, **overrides: Any) -> Iterator[GenerationChunk]:
         """The middle tier: :class:`GenerationChunk` objects with token ids and a finish reason."""

@@ -221,3 +221,9 @@ def test_exported_builder_repr_and_close():
 
     with pytest.raises(GeneratorClosedError):
         vlm.generate(None, "Hi")
+
+
+def test_preset_records_the_model():
+    b = VisionLanguageModel.phi3Vision()
+    assert b._model_id == "inference4j/phi-3.5-vision-instruct"
+    assert "phi3Vision" in repr(b.max_new_tokens(10)) and "max_new_tokens=10" in repr(b)
