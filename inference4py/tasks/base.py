@@ -1,4 +1,5 @@
-"""What every generative task class shares: the builder and the generate/stream facade.
+"""What task classes share: the model-source builder (every task), the generation builder and the
+generate/stream facade (generative tasks).
 
 A task class is a preset: a few recorded parameters (default model, prompt
 format, chat template) over the generic engine.  Builders are chainable,
@@ -20,7 +21,7 @@ from inference4py.errors import ConfigurationError, GeneratorClosedError, Prompt
 from inference4py.generation.config import GenerationConfig, read_generation_defaults
 from inference4py.generation.processors import LogitsProcessor
 
-__all__ = ["GenerationBuilder", "DEFAULT_MAX_NEW_TOKENS"]
+__all__ = ["GenerationBuilder", "ModelSourceBuilder", "DEFAULT_MAX_NEW_TOKENS"]
 
 DEFAULT_MAX_NEW_TOKENS = 256
 
@@ -28,18 +29,16 @@ _GEN_FIELDS = {f.name for f in dataclasses.fields(GenerationConfig)}
 
 T = TypeVar("T")
 B = TypeVar("B", bound="GenerationBuilder[Any]")
+S = TypeVar("S", bound="ModelSourceBuilder")
 
 
-class GenerationBuilder(Generic[T]):
-    """Chainable, validated options shared by every generative task class.
+class ModelSourceBuilder:
+    """Where a model comes from and how its sessions run: the options every task builder shares.
 
-    Subclasses set ``_task`` (the class ``build()`` creates) and may add
-    options of their own.  Each setter returns the builder.
+    Each setter validates its value and returns the builder.
     """
 
-    _task: Any = None
-
-    def __init__(self, *, preset: str | None = None, model_id: str | None = None, **preset_fields: Any) -> None:
+    def __init__(self, *, preset: str | None = None, model_id: str | None = None) -> None:
         self._preset = preset
         self._model_id = model_id
         self._model_path: str | None = None
@@ -49,48 +48,43 @@ class GenerationBuilder(Generic[T]):
         self._variant: str | None = None
         self._providers: tuple[str, ...] | None = None
         self._threads: int | None = None
-        self._generation: dict[str, Any] = {}
-        self._stops: list[str] = []
-        self._eos: list[int] = []
-        self._processors: list[LogitsProcessor] = []
-        self._preset_fields = dict(preset_fields)
 
     # ------------------------------------------------------------------ where the model comes from
-    def model_id(self: B, model_id: str) -> B:
+    def model_id(self: S, model_id: str) -> S:
         """Hugging Face repo id to download (``"org/name"``)."""
         if not isinstance(model_id, str) or not model_id.strip():
             raise ConfigurationError("model_id must be a non-empty string like 'inference4j/gpt2'.")
         self._model_id, self._model_path = model_id, None
         return self
 
-    def model_path(self: B, path: str | os.PathLike[str]) -> B:
+    def model_path(self: S, path: str | os.PathLike[str]) -> S:
         """Local model folder (no download)."""
         self._model_path, self._model_id = os.fspath(path), None
         return self
 
-    def revision(self: B, revision: str) -> B:
+    def revision(self: S, revision: str) -> S:
         """Branch, tag or commit of the hub repo."""
         self._revision = revision
         return self
 
-    def token(self: B, token: str | bool) -> B:
+    def token(self: S, token: str | bool) -> S:
         """Hugging Face token for private or gated repos (default: HF_TOKEN / the saved login)."""
         self._token = token
         return self
 
-    def local_files_only(self: B, value: bool = True) -> B:
+    def local_files_only(self: S, value: bool = True) -> S:
         """Never contact the hub; use the local cache only."""
         self._local_files_only = bool(value)
         return self
 
-    def variant(self: B, variant: str) -> B:
+    def variant(self: S, variant: str) -> S:
         """Which precision of a hub repo to download when it has several (e.g. "fp16", "quantized", "q4")."""
         if not isinstance(variant, str) or not variant:
             raise ConfigurationError("variant must be a non-empty string such as 'fp16' or 'quantized'.")
         self._variant = variant
         return self
 
-    def providers(self: B, providers: Sequence[str]) -> B:
+    def providers(self: S, providers: Sequence[str]) -> S:
         """onnxruntime execution providers in priority order."""
         if isinstance(providers, str):
             providers = [providers]
@@ -98,11 +92,55 @@ class GenerationBuilder(Generic[T]):
         SessionOptions(providers=self._providers)  # validates now
         return self
 
-    def intra_op_threads(self: B, threads: int) -> B:
+    def intra_op_threads(self: S, threads: int) -> S:
         """Threads onnxruntime may use inside one operator."""
         SessionOptions(intra_op_threads=threads)
         self._threads = threads
         return self
+
+    # ------------------------------------------------------------------ resolving
+    def _source(self) -> tuple[str | None, str | None]:
+        return self._model_id, self._model_path
+
+    def resolve_folder(self) -> Path:
+        """The local model folder (downloading it if needed)."""
+        from inference4py import hub
+
+        if self._model_path is not None:
+            return hub.local_model_folder(self._model_path)
+        if self._model_id is None:
+            raise ConfigurationError(
+                f"No model chosen{' for preset ' + self._preset if self._preset else ''}: call "
+                ".model_id('org/name') or .model_path('folder') before build()."
+            )
+        return hub.resolve_model_folder(
+            self._model_id,
+            revision=self._revision,
+            token=self._token,
+            local_files_only=self._local_files_only,
+            variant=self._variant,
+        )
+
+    def session_options(self) -> SessionOptions:
+        return SessionOptions(providers=self._providers, intra_op_threads=self._threads)
+
+
+class GenerationBuilder(ModelSourceBuilder, Generic[T]):
+    """Chainable, validated options shared by every generative task class.
+
+    Subclasses set ``_task`` (the class ``build()`` creates) and may add
+    options of their own.  Each setter returns the builder.
+    """
+
+    _task: Any = None
+
+    def __init__(self, *, preset: str | None = None, model_id: str | None = None, **preset_fields: Any) -> None:
+        super().__init__(preset=preset, model_id=model_id)
+        self._generation: dict[str, Any] = {}
+        self._stops: list[str] = []
+        self._eos: list[int] = []
+        self._processors: list[LogitsProcessor] = []
+        self._preset_fields = dict(preset_fields)
 
     # ------------------------------------------------------------------ generation options
     def _set(self: B, **values: Any) -> B:
@@ -223,31 +261,6 @@ class GenerationBuilder(Generic[T]):
         return self
 
     # ------------------------------------------------------------------ build
-    def _source(self) -> tuple[str | None, str | None]:
-        return self._model_id, self._model_path
-
-    def resolve_folder(self) -> Path:
-        """The local model folder (downloading it if needed)."""
-        from inference4py import hub
-
-        if self._model_path is not None:
-            return hub.local_model_folder(self._model_path)
-        if self._model_id is None:
-            raise ConfigurationError(
-                f"No model chosen{' for preset ' + self._preset if self._preset else ''}: call "
-                ".model_id('org/name') or .model_path('folder') before build()."
-            )
-        return hub.resolve_model_folder(
-            self._model_id,
-            revision=self._revision,
-            token=self._token,
-            local_files_only=self._local_files_only,
-            variant=self._variant,
-        )
-
-    def session_options(self) -> SessionOptions:
-        return SessionOptions(providers=self._providers, intra_op_threads=self._threads)
-
     def generation_overrides(self) -> dict[str, Any]:
         """Options the user set explicitly (HF names)."""
         out = dict(self._generation)

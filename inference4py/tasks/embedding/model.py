@@ -1,338 +1,56 @@
-"""OnnxEmbedder: sentence embeddings from a sentence-transformers model exported to ONNX.
-
-One pass, no generation loop: tokenize (special tokens added, truncated to the model's
-``max_seq_length``), run the encoder on a right-padded batch with its attention mask, pool the
-token vectors, L2-normalize when the model says so.  Everything comes from the folder, the way
-``SentenceTransformer(folder)`` reads it:
-
-- the graph: ``model.onnx`` or ``onnx/model.onnx`` (``model_<variant>.onnx`` with ``variant``);
-  its ``last_hidden_state`` (or ``token_embeddings``) output is pooled here, a
-  ``sentence_embedding`` output is taken as already pooled;
-- ``modules.json``: the modules in order -- Transformer, Pooling, optionally Normalize;
-- the Pooling module's ``config.json`` (``1_Pooling/config.json``): ``pooling_mode`` (current
-  format: a name or a list) or the ``pooling_mode_*`` booleans (older format), several modes
-  concatenated in sentence-transformers' order;
-- ``sentence_bert_config.json``: ``max_seq_length`` (else the tokenizer's ``model_max_length``,
-  else ``max_position_embeddings``) and ``do_lower_case``;
-- the tokenizer from ``tokenizer.json`` (:func:`inference4py.tokenization.load_tokenizer`).
-
-A folder without ``modules.json`` (a bare ONNX export of an encoder) gets mean pooling and no
-normalization unless the builder says otherwise.  Texts are tokenized as given: sentence-transformers
-before 5.x stripped surrounding whitespace first (a difference only for tokenizers that keep spaces).
-
-Example:
-    >>> from inference4py import OnnxEmbedder
-    >>> with OnnxEmbedder.allMiniLML6V2().build() as embedder:   # doctest: +SKIP
-    ...     vectors = embedder.embed(["A cat sits on the mat.", "A dog plays in the garden."])
-    >>> vectors.shape                                                 # doctest: +SKIP
-    (2, 384)
-"""
+"""OnnxEmbedder and its builder: tokenize, one encoder run per padded batch, pool, normalize."""
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
-from inference4py.engine.sessions import SessionOptions, create_session, graph_inputs, graph_outputs, run_session
-from inference4py.errors import (
-    ConfigurationError,
-    InvalidInputError,
-    ModelFilesMissingError,
-    ModelLoadError,
-    PromptTooLongError,
-    UnsupportedModelError,
+from inference4py.engine.sessions import create_session, graph_inputs, graph_outputs, run_session
+from inference4py.errors import ConfigurationError, InvalidInputError, PromptTooLongError, UnsupportedModelError
+from inference4py.tasks.base import ClosableTask, ModelSourceBuilder
+from inference4py.tasks.embedding.folder import (
+    POOLED_OUTPUT,
+    TOKEN_OUTPUTS,
+    find_graph,
+    max_length,
+    read_sentence_config,
 )
-from inference4py.tasks.base import ClosableTask
+from inference4py.tasks.embedding.pooling import check_modes, l2_normalize, pool
 
-__all__ = ["OnnxEmbedder", "EmbedderBuilder", "POOLING_MODES", "is_embedding_model"]
+__all__ = ["EmbedderBuilder", "OnnxEmbedder"]
 
 _log = logging.getLogger("inference4py.embedding")
 
-#: Pooling modes, in the order sentence-transformers concatenates them when several are on.
-POOLING_MODES: tuple[str, ...] = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
-# the older pooling config's booleans -> mode names
-_LEGACY_KEYS = {
-    "pooling_mode_cls_token": "cls",
-    "pooling_mode_max_tokens": "max",
-    "pooling_mode_mean_tokens": "mean",
-    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
-    "pooling_mode_weightedmean_tokens": "weightedmean",
-    "pooling_mode_lasttoken": "lasttoken",
-}
-_POOLED_OUTPUT = "sentence_embedding"
-_TOKEN_OUTPUTS = ("last_hidden_state", "token_embeddings")
 _KNOWN_INPUTS = frozenset({"input_ids", "attention_mask", "token_type_ids", "position_ids"})
 _DEFAULT_BATCH = 32
 
 B = TypeVar("B", bound="EmbedderBuilder")
 
 
-# ----------------------------------------------------------------------------------- folder config
-@dataclass(frozen=True)
-class SentenceConfig:
-    """What the folder's sentence-transformers files say (None: the file does not say)."""
-
-    pooling: tuple[str, ...] | None = None
-    normalize: bool = False
-    max_seq_length: int | None = None
-    do_lower_case: bool = False
-    unsupported: tuple[str, ...] = ()  # modules after pooling that are not run here (Dense, ...)
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"Cannot read {path}: {exc}. Download the file again.") from exc
-
-
-def pooling_modes(config: dict[str, Any], where: str) -> tuple[str, ...]:
-    """The pooling modes of a sentence-transformers Pooling config (current or older format).
-
-    Raises:
-        UnsupportedModelError: an unknown mode, or none switched on.
-    """
-    mode = config.get("pooling_mode")
-    if mode is not None:
-        modes = (mode,) if isinstance(mode, str) else tuple(mode)
-    else:
-        modes = tuple(name for key, name in _LEGACY_KEYS.items() if config.get(key))
-    unknown = [m for m in modes if m not in POOLING_MODES]
-    if unknown or not modes:
-        raise UnsupportedModelError(
-            f"{where} asks for pooling {list(unknown or modes)}; OnnxEmbedder pools with {', '.join(POOLING_MODES)}. "
-            "Set a supported mode in that file, or choose one with .pooling(...) on the builder."
-        )
-    return modes
-
-
-def read_sentence_config(folder: Path) -> SentenceConfig:
-    """Read ``modules.json`` and the files it points to (see the module docstring)."""
-    modules_file = folder / "modules.json"
-    pooling: tuple[str, ...] | None = None
-    normalize = False
-    unsupported: list[str] = []
-    transformer_dir = folder
-    if modules_file.is_file():
-        modules = _read_json(modules_file)
-        if not isinstance(modules, list):
-            raise ModelLoadError(f"{modules_file} must be a JSON list of modules; download it again.")
-        for module in modules:
-            kind = str(module.get("type", "")).rsplit(".", 1)[-1]
-            path = folder / str(module.get("path", ""))
-            if kind == "Transformer":
-                transformer_dir = path
-            elif kind == "Pooling":
-                where = path / "config.json"
-                if not where.is_file():
-                    raise ModelFilesMissingError(
-                        f"modules.json lists a Pooling module in {path.name or '.'}/ but {where} is missing. "
-                        "Download the folder's sentence-transformers files again (modules.json and every "
-                        "module's config.json).",
-                        [f"{module.get('path', '')}/config.json"],
-                    )
-                pooling = pooling_modes(_read_json(where), str(where))
-            elif kind == "Normalize":
-                normalize = True
-            else:
-                unsupported.append(f"{kind} ({module.get('path') or '.'})")
-    bert = transformer_dir / "sentence_bert_config.json"
-    if not bert.is_file():
-        bert = folder / "sentence_bert_config.json"
-    settings = _read_json(bert) if bert.is_file() else {}
-    length = settings.get("max_seq_length")
-    return SentenceConfig(
-        pooling=pooling,
-        normalize=normalize,
-        max_seq_length=int(length) if isinstance(length, int) and length > 0 else None,
-        do_lower_case=bool(settings.get("do_lower_case", False)),
-        unsupported=tuple(unsupported),
-    )
-
-
-def find_graph(folder: Path, variant: str | None = None) -> Path:
-    """``model.onnx`` (or ``model_<variant>.onnx``) in the folder or its ``onnx/`` sub-folder.
-
-    Raises:
-        ModelFilesMissingError: neither exists; the message lists the ONNX files that do.
-    """
-    name = "model.onnx" if variant in (None, "", "fp32") else f"model_{variant}.onnx"
-    for candidate in (folder / name, folder / "onnx" / name):
-        if candidate.is_file():
-            return candidate
-    found = sorted(p.relative_to(folder).as_posix() for p in [*folder.glob("*.onnx"), *folder.glob("onnx/*.onnx")])
-    listing = f"ONNX files found: {', '.join(found)}." if found else "The folder has no .onnx file at all."
-    raise ModelFilesMissingError(
-        f"No {name} in {folder} nor in {folder / 'onnx'}. {listing} Pass the folder of a sentence-transformers "
-        "model exported to ONNX (e.g. `optimum-cli export onnx --model sentence-transformers/all-MiniLM-L6-v2 "
-        "--task feature-extraction DIR`, then copy modules.json, sentence_bert_config.json and 1_Pooling/ into DIR)"
-        + (", or choose an existing precision with variant=..." if found else "")
-        + ".",
-        [name],
-    )
-
-
-def is_embedding_model(folder: str | os.PathLike[str]) -> bool:
-    """Whether a local folder holds a sentence encoder: sentence-transformers files, or a
-    ``model.onnx`` whose outputs are token or sentence embeddings (and no logits).
-
-    Reads file names and the graph's header only (no session is created).
-    """
-    from inference4py.engine._graph_io import read_graph_io
-
-    path = Path(folder)
-    if (path / "modules.json").is_file() or (path / "sentence_bert_config.json").is_file():
-        return True
-    try:
-        graph = find_graph(path)
-    except ModelFilesMissingError:
-        return False
-    io = read_graph_io(graph)
-    if io is None:
-        return False
-    outputs = set(io[1])
-    return "logits" not in outputs and bool(outputs & {_POOLED_OUTPUT, *_TOKEN_OUTPUTS})
-
-
-# ----------------------------------------------------------------------------------- pooling
-def pool(hidden: np.ndarray, mask: np.ndarray, modes: Sequence[str]) -> np.ndarray:
-    """Pool right-padded token vectors into one vector per row, modes concatenated in the given order.
-
-    Args:
-        hidden: ``[batch, seq, hidden]`` token vectors.
-        mask: ``[batch, seq]`` attention mask (1 = token, 0 = padding), padding on the right.
-        modes: Names from :data:`POOLING_MODES`.
-
-    Returns:
-        ``[batch, hidden * len(modes)]`` float32.
-    """
-    hidden = hidden.astype(np.float32, copy=False)
-    weights = mask.astype(np.float32)[:, :, None]  # [batch, seq, 1]
-    counts = weights.sum(axis=1)  # [batch, 1]
-    lengths = mask.astype(np.int64).sum(axis=1)
-    out = []
-    for mode in modes:
-        if mode == "cls":
-            out.append(hidden[:, 0])
-        elif mode == "max":
-            out.append(np.where(weights > 0, hidden, -np.inf).max(axis=1))
-        elif mode == "mean":
-            out.append((hidden * weights).sum(axis=1) / np.maximum(counts, 1e-9))
-        elif mode == "mean_sqrt_len_tokens":
-            out.append((hidden * weights).sum(axis=1) / np.sqrt(np.maximum(counts, 1e-9)))
-        elif mode == "weightedmean":
-            position = np.arange(1, hidden.shape[1] + 1, dtype=np.float32)[None, :, None]
-            w = weights * position
-            out.append((hidden * w).sum(axis=1) / np.maximum(w.sum(axis=1), 1e-9))
-        elif mode == "lasttoken":
-            out.append(hidden[np.arange(hidden.shape[0]), np.maximum(lengths - 1, 0)])
-        else:  # checked where modes are set
-            raise ConfigurationError(f"Unknown pooling mode {mode!r}; choose from {', '.join(POOLING_MODES)}.")
-    return np.concatenate(out, axis=1).astype(np.float32, copy=False)
-
-
-def l2_normalize(vectors: np.ndarray) -> np.ndarray:
-    """Each row divided by its L2 norm (rows of zeros stay zero), as torch's ``F.normalize``."""
-    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
-    return (vectors / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
-
-
-def _check_modes(modes: str | Sequence[str]) -> tuple[str, ...]:
-    chosen = (modes,) if isinstance(modes, str) else tuple(modes)
-    bad = [m for m in chosen if m not in POOLING_MODES]
-    if bad or not chosen:
-        raise ConfigurationError(
-            f"pooling {list(bad or chosen)} is not supported: choose one or more of {', '.join(POOLING_MODES)}."
-        )
-    return chosen
-
-
-# ----------------------------------------------------------------------------------- builder
-class EmbedderBuilder:
+class EmbedderBuilder(ModelSourceBuilder):
     """Chainable, validated options of an :class:`OnnxEmbedder`; each setter returns the builder.
 
-    Options not set come from the model folder (pooling, normalization, max_seq_length).
+    Where the model comes from and how its session runs are :class:`ModelSourceBuilder`'s options
+    (``model_id``, ``model_path``, ``revision``, ``variant``, ``providers``...); the rest, when not
+    set, comes from the model folder (pooling, normalization, max_seq_length).
     """
 
     def __init__(self, *, preset: str | None = None, model_id: str | None = None) -> None:
-        self._preset = preset
-        self._model_id = model_id
-        self._model_path: str | None = None
-        self._revision: str | None = None
-        self._token: str | bool | None = None
-        self._local_files_only = False
-        self._variant: str | None = None
-        self._providers: tuple[str, ...] | None = None
-        self._threads: int | None = None
+        super().__init__(preset=preset, model_id=model_id)
         self._pooling: tuple[str, ...] | None = None
         self._normalize: bool | None = None
         self._max_seq_length: int | None = None
         self._truncate = True
         self._batch_size = _DEFAULT_BATCH
 
-    # ------------------------------------------------------------------ where the model comes from
-    def model_id(self: B, model_id: str) -> B:
-        """Hugging Face repo id to download (``"org/name"``)."""
-        if not isinstance(model_id, str) or not model_id.strip():
-            raise ConfigurationError(
-                "model_id must be a non-empty string like 'sentence-transformers/all-MiniLM-L6-v2'."
-            )
-        self._model_id, self._model_path = model_id, None
-        return self
-
-    def model_path(self: B, path: str | os.PathLike[str]) -> B:
-        """Local model folder (no download)."""
-        self._model_path, self._model_id = os.fspath(path), None
-        return self
-
-    def revision(self: B, revision: str) -> B:
-        """Branch, tag or commit of the hub repo."""
-        self._revision = revision
-        return self
-
-    def token(self: B, token: str | bool) -> B:
-        """Hugging Face token for private or gated repos (default: HF_TOKEN / the saved login)."""
-        self._token = token
-        return self
-
-    def local_files_only(self: B, value: bool = True) -> B:
-        """Never contact the hub; use the local cache only."""
-        self._local_files_only = bool(value)
-        return self
-
-    def variant(self: B, variant: str) -> B:
-        """Which precision of the graph to use when the repo has several (``model_<variant>.onnx``, e.g. "quantized")."""
-        if not isinstance(variant, str) or not variant:
-            raise ConfigurationError("variant must be a non-empty string such as 'quantized' or 'fp16'.")
-        self._variant = variant
-        return self
-
-    def providers(self: B, providers: Sequence[str]) -> B:
-        """onnxruntime execution providers in priority order."""
-        if isinstance(providers, str):
-            providers = [providers]
-        self._providers = tuple(providers)
-        SessionOptions(providers=self._providers)  # validates now
-        return self
-
-    def intra_op_threads(self: B, threads: int) -> B:
-        """Threads onnxruntime may use inside one operator."""
-        SessionOptions(intra_op_threads=threads)
-        self._threads = threads
-        return self
-
     # ------------------------------------------------------------------ embedding options
     def pooling(self: B, modes: str | Sequence[str]) -> B:
         """Pool with these modes instead of the folder's (several: concatenated). See :data:`POOLING_MODES`."""
-        self._pooling = _check_modes(modes)
+        self._pooling = check_modes(modes)
         return self
 
     def normalize(self: B, value: bool = True) -> B:
@@ -342,7 +60,7 @@ class EmbedderBuilder:
 
     def max_seq_length(self: B, n: int) -> B:
         """Tokens per text, special tokens included (default: the folder's max_seq_length)."""
-        if not isinstance(n, int) or isinstance(n, bool) or n < 2:
+        if not _int_in(n, 2):
             raise ConfigurationError(f"max_seq_length must be an integer >= 2, got {n!r}.")
         self._max_seq_length = n
         return self
@@ -354,30 +72,12 @@ class EmbedderBuilder:
 
     def batch_size(self: B, n: int) -> B:
         """Texts per onnxruntime run (default 32)."""
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        if not _int_in(n, 1):
             raise ConfigurationError(f"batch_size must be an integer >= 1, got {n!r}.")
         self._batch_size = n
         return self
 
     # ------------------------------------------------------------------ build
-    def resolve_folder(self) -> Path:
-        """The local model folder (downloading it if needed)."""
-        from inference4py import hub
-
-        if self._model_path is not None:
-            return hub.local_model_folder(self._model_path)
-        if self._model_id is None:
-            raise ConfigurationError(
-                "No model chosen: call .model_id('org/name') or .model_path('folder') before build()."
-            )
-        return hub.resolve_model_folder(
-            self._model_id,
-            revision=self._revision,
-            token=self._token,
-            local_files_only=self._local_files_only,
-            variant=self._variant,
-        )
-
     def build(self) -> OnnxEmbedder:
         """Load the model and return the embedder."""
         return OnnxEmbedder._from_builder(self)
@@ -399,7 +99,6 @@ class EmbedderBuilder:
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
-# ----------------------------------------------------------------------------------- the task
 class OnnxEmbedder(ClosableTask):
     """Sentence embeddings from an ONNX sentence encoder (sentence-transformers layout).
 
@@ -439,7 +138,7 @@ class OnnxEmbedder(ClosableTask):
         inputs = graph_inputs(session)
         outputs = graph_outputs(session)
         self._inputs = inputs
-        self._output = _POOLED_OUTPUT if pooling is None else next(n for n in _TOKEN_OUTPUTS if n in outputs)
+        self._output = POOLED_OUTPUT if pooling is None else next(n for n in TOKEN_OUTPUTS if n in outputs)
         self._vocab = tokenizer.vocab_size
         self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         # Truncation is the backend's own (special tokens kept, as transformers does); a second copy
@@ -486,15 +185,15 @@ class OnnxEmbedder(ClosableTask):
                 f"{folder} has no tokenizer.json; OnnxEmbedder reads the tokenizer from tokenizer.json. "
                 "Save the model's tokenizer with a recent transformers (tokenizer.save_pretrained) into the folder."
             )
-        session = create_session(graph, SessionOptions(providers=builder._providers, intra_op_threads=builder._threads))
+        session = create_session(graph, builder.session_options())
         inputs, outputs = graph_inputs(session), graph_outputs(session)
         if "input_ids" not in inputs or set(inputs) - _KNOWN_INPUTS:
             raise UnsupportedModelError(
                 f"{graph.name} takes {', '.join(inputs)}; a sentence encoder takes input_ids and optionally "
                 f"attention_mask, token_type_ids, position_ids. For text generation use OnnxTextGenerator."
             )
-        pooled = _POOLED_OUTPUT in outputs
-        if not pooled and not any(n in outputs for n in _TOKEN_OUTPUTS):
+        pooled = POOLED_OUTPUT in outputs
+        if not pooled and not any(n in outputs for n in TOKEN_OUTPUTS):
             raise UnsupportedModelError(
                 f"{graph.name} outputs {', '.join(outputs)}; OnnxEmbedder needs last_hidden_state (or "
                 "token_embeddings, or an already pooled sentence_embedding). "
@@ -514,7 +213,7 @@ class OnnxEmbedder(ClosableTask):
             pooling = config.pooling or ("mean",)
             if config.pooling is None:
                 _log.info("%s has no sentence-transformers pooling config: mean pooling", folder)
-        if pooling is not None and not any(n in outputs for n in _TOKEN_OUTPUTS):
+        if pooling is not None and not any(n in outputs for n in TOKEN_OUTPUTS):
             raise ConfigurationError(
                 f"{graph.name} outputs only pooled sentence embeddings: .pooling(...) cannot apply; remove it."
             )
@@ -525,7 +224,7 @@ class OnnxEmbedder(ClosableTask):
             tokenizer,
             pooling=pooling,
             normalize=normalize,
-            max_seq_length=builder._max_seq_length or _max_length(folder, config, tokenizer),
+            max_seq_length=builder._max_seq_length or max_length(folder, config, tokenizer),
             truncate=builder._truncate,
             batch_size=builder._batch_size,
             lower_case=config.do_lower_case,
@@ -608,7 +307,7 @@ class OnnxEmbedder(ClosableTask):
         self._check_open()
         rows = _check_ids(token_ids, self._vocab, self.max_seq_length)
         size = batch_size if batch_size is not None else self.batch_size
-        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        if not _int_in(size, 1):
             raise InvalidInputError(f"batch_size must be an integer >= 1, got {size!r}.")
         # longest first, as sentence-transformers batches: less padding per run
         order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
@@ -620,11 +319,7 @@ class OnnxEmbedder(ClosableTask):
         if self.normalize:
             vectors = l2_normalize(vectors)
         if dimensions is not None:
-            if (
-                not isinstance(dimensions, int)
-                or isinstance(dimensions, bool)
-                or not 1 <= dimensions <= vectors.shape[1]
-            ):
+            if not _int_in(dimensions, 1, vectors.shape[1]):
                 raise InvalidInputError(
                     f"dimensions must be an integer from 1 to {vectors.shape[1]} (this model's size), got {dimensions!r}."
                 )
@@ -663,22 +358,9 @@ class OnnxEmbedder(ClosableTask):
         )
 
 
-def _max_length(folder: Path, config: SentenceConfig, tokenizer: Any) -> int:
-    """sentence_bert_config.json's max_seq_length, else the tokenizer's, else the model's positions."""
-    positions = None
-    config_file = folder / "config.json"
-    if config_file.is_file():
-        data = _read_json(config_file)
-        value = data.get("max_position_embeddings") if isinstance(data, dict) else None
-        positions = value if isinstance(value, int) and value > 0 else None
-    for length in (config.max_seq_length, tokenizer.model_max_length, positions):
-        if isinstance(length, int) and length > 0:
-            return min(length, positions) if positions else length
-    raise UnsupportedModelError(
-        f"{folder} says nothing about the longest input (no max_seq_length in sentence_bert_config.json, no "
-        "model_max_length in tokenizer_config.json, no max_position_embeddings in config.json): set one with "
-        ".max_seq_length(n) on the builder."
-    )
+def _int_in(value: Any, low: int, high: int | None = None) -> bool:
+    """Whether ``value`` is an int (not a bool) from ``low`` to ``high`` (inclusive; None: no upper bound)."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value and (high is None or value <= high)
 
 
 def _check_texts(texts: Any) -> list[str]:
