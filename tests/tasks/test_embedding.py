@@ -372,3 +372,50 @@ def test_preset_downloads_what_it_needs_from_a_hub(monkeypatch):
     assert {"onnx/model.onnx", "modules.json", "1_Pooling/config.json", "tokenizer.json"} <= fetched
     assert "pytorch_model.bin" not in fetched and "onnx/model_O4.onnx" not in fetched
     np.testing.assert_allclose(vectors, _expected("mean_normalize"), atol=TOL, rtol=0)
+
+
+# --------------------------------------------------------------------------- other graph layouts
+def test_a_graph_that_pools_itself_is_taken_as_is(tmp_path):
+    """An export ending in sentence_embedding (here: mean pooling appended with onnx) is not pooled again."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    folder = tmp_path / "pooled"
+    shutil.copytree(FOLDER, folder)
+    graph_file = folder / "onnx" / "model.onnx"
+    model = onnx.load(str(graph_file))
+    nodes = [
+        helper.make_node("Cast", ["attention_mask"], ["pool_mask"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["pool_mask", "pool_axis2"], ["pool_mask3"]),
+        helper.make_node("Mul", ["last_hidden_state", "pool_mask3"], ["pool_masked"]),
+        helper.make_node("ReduceSum", ["pool_masked", "pool_axis1"], ["pool_sum"], keepdims=0),
+        helper.make_node("ReduceSum", ["pool_mask3", "pool_axis1"], ["pool_count"], keepdims=0),
+        helper.make_node("Div", ["pool_sum", "pool_count"], ["sentence_embedding"]),
+    ]
+    model.graph.initializer.extend(
+        [
+            helper.make_tensor("pool_axis1", TensorProto.INT64, [1], [1]),
+            helper.make_tensor("pool_axis2", TensorProto.INT64, [1], [2]),
+        ]
+    )
+    model.graph.node.extend(nodes)
+    del model.graph.output[:]
+    model.graph.output.append(helper.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, ["batch", 32]))
+    onnx.save(model, str(graph_file))
+    assert is_embedding_model(folder)
+    with OnnxEmbedder.builder().model_path(folder).build() as pooled:
+        assert pooled.pooling is None and pooled.normalize  # Normalize still comes from modules.json
+        assert "pooling='in-graph'" in repr(pooled)
+        np.testing.assert_allclose(pooled.embed(TEXTS, batch_size=3), _expected("mean_normalize"), atol=TOL, rtol=0)
+    with pytest.raises(ConfigurationError, match="outputs only pooled sentence embeddings"):
+        OnnxEmbedder.builder().model_path(folder).pooling("cls").build()
+
+
+def test_variant_picks_that_graph(tmp_path):
+    folder = tmp_path / "variant"
+    shutil.copytree(FOLDER, folder)
+    (folder / "onnx" / "model.onnx").rename(folder / "onnx" / "model_quantized.onnx")
+    with OnnxEmbedder.builder().model_path(folder).variant("quantized").build() as model:
+        np.testing.assert_allclose(model.embed(TEXTS), _expected("mean_normalize"), atol=TOL, rtol=0)
+    with pytest.raises(ModelFilesMissingError, match="ONNX files found: onnx/model_quantized.onnx"):
+        OnnxEmbedder.builder().model_path(folder).build()
