@@ -21,13 +21,13 @@ import numpy as np
 import onnxruntime as ort
 
 from inference4py.engine._graph_io import read_node_int_attributes
+from inference4py.engine.flow import FlowRunner, open_session
 from inference4py.engine.kv_cache import KVLayout, check_cache_names, discover_layout
 from inference4py.engine.pipeline import PipelineSpec
 from inference4py.engine.sessions import (
     SessionOptions,
     StepBinding,
     TensorInfo,
-    create_session,
     graph_inputs,
     graph_outputs,
 )
@@ -57,21 +57,6 @@ def context_length(config: Mapping[str, Any]) -> int | None:
     return None
 
 
-def open_session(spec: PipelineSpec, role: str, options: SessionOptions | None = None) -> ort.InferenceSession:
-    """Create the session of ``role`` with the description's provider and session options.
-
-    The caller's explicit providers / threads (``options``) win over the description's.
-    """
-    session = spec.session(role)
-    return create_session(
-        spec.path(role),
-        options,
-        provider=session.provider,
-        provider_options=session.provider_options,
-        settings=session.options,
-    )
-
-
 class _Graph:
     """One decoder graph and what it expects."""
 
@@ -82,9 +67,13 @@ class _Graph:
         self.name = name
         self.inputs: dict[str, TensorInfo] = graph_inputs(session)
         self.outputs: dict[str, TensorInfo] = graph_outputs(session)
-        if "input_ids" not in self.inputs or "logits" not in self.outputs:
+        wired = spec is not None and any(w.input == "inputs_embeds" for w in spec.dataflow)
+        # A decoder reads token ids, or embeddings a step session computes from them (dataflow).
+        self.takes_ids = "input_ids" in self.inputs
+        if not (self.takes_ids or ("inputs_embeds" in self.inputs and wired)) or "logits" not in self.outputs:
             raise UnsupportedModelError(
-                f"{name} is not a text decoder: it needs an 'input_ids' input and a 'logits' output "
+                f"{name} is not a text decoder: it needs an 'input_ids' input (or 'inputs_embeds' wired from an "
+                "embedding session in the pipeline's dataflow) and a 'logits' output "
                 f"(inputs: {sorted(self.inputs)[:8]}, outputs: {sorted(self.outputs)[:8]}). "
                 "Use the task class that matches this model, or describe it in an inference4py.json pipeline file."
             )
@@ -100,7 +89,7 @@ class _Graph:
             num_kv_heads=state.kv_cache.num_kv_heads if state else None,
             head_size=state.kv_cache.head_size if state else None,
         )
-        self.ids_dtype = self.inputs["input_ids"].dtype
+        self.ids_dtype = self.inputs["input_ids"].dtype if self.takes_ids else np.int64
         self.has_mask = "attention_mask" in self.inputs
         position = spec.state.position_ids if spec is not None else None
         self.position_name = position.input_name if position else "position_ids"
@@ -123,6 +112,13 @@ class DecoderRuntime:
 
     Sessions are shared and thread-safe; all mutable decoding state lives in
     :class:`DecoderState`, one per generation call.
+
+    A pipeline with more than its decoder (version 2: wired init sessions such as a vision
+    encoder, step sessions feeding the decoder such as an embedding session for an
+    ``inputs_embeds`` decoder, final sessions) runs those through :attr:`flow`
+    (:class:`~inference4py.engine.flow.FlowRunner`); ``flow`` is None otherwise.  A state
+    takes the init sessions' inputs with :meth:`DecoderState.set_inputs` and runs the final
+    sessions with :meth:`DecoderState.run_final`.
     """
 
     def __init__(self, spec: PipelineSpec, config: Mapping[str, Any], options: SessionOptions | None = None) -> None:
@@ -143,6 +139,9 @@ class DecoderRuntime:
             else self.first
         )
         self.layout = self.rest.layout
+        decoders = [spec.roles[r] for r in ("decoder", "decoder_with_past") if r in spec.roles]
+        others = set(spec.sessions) - set(decoders)
+        self.flow: FlowRunner | None = FlowRunner(spec, decoders, options) if others else None
         names = spec.state.kv_cache.names
         if names is not None:  # declared (or detected before the session existed): must match this graph
             check_cache_names(self.rest.inputs, self.rest.outputs, names, graph_name=self.rest.name, declared=True)
@@ -272,6 +271,12 @@ class DecoderState:
         self._mask_dtype = g.inputs["attention_mask"].dtype if g.has_mask else np.int64
         self._pos_dtype = g.inputs[g.position_name].dtype if g.has_positions else np.int64
         self._logits_rank = len(g.outputs["logits"].shape)
+        # Pipelines with sessions around the decoder (see FlowRunner): the caller's inputs for the
+        # init sessions (set_inputs) and what those produced on the first prefill.
+        self._flow = runtime.flow
+        self._feeds_decoder = self._flow is not None and self._flow.feeds_decoder
+        self._given: dict[str, Any] = {}
+        self._values: dict[str, np.ndarray] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -300,6 +305,45 @@ class DecoderState:
         return self._maskbuf[:, : self.length]
 
     # ------------------------------------------------------------------ public
+    def set_inputs(self, inputs: Mapping[str, Any]) -> None:
+        """Give the pipeline's init sessions their inputs for the next prefill from an empty cache.
+
+        For a pipeline with wired init sessions (a vision encoder): keys are ``"session.input"``
+        (``runtime.flow.caller_inputs`` lists them, e.g. ``"vision.pixel_values"``), values numpy
+        arrays (a list of arrays, one per image, for a ``per_image`` session).  The init sessions
+        run on the first prefill; their outputs reach the step sessions through the dataflow (an
+        embedding session's ``image_features``) for that prefill only.  A session given none of
+        its inputs is skipped and its consumers receive empty tensors (a text-only prompt).
+
+        Raises:
+            InvalidInputError: the pipeline has no such input.
+        """
+        flow = self._flow
+        unknown = [k for k in inputs if flow is None or k not in flow.caller_inputs]
+        if unknown:
+            known = ", ".join(flow.caller_inputs) if flow is not None else ""
+            raise InvalidInputError(
+                f"Unknown pipeline input(s) {', '.join(unknown)}. This pipeline takes: {known or 'none'}."
+            )
+        self._given = dict(inputs)
+
+    @property
+    def has_final_phase(self) -> bool:
+        """Whether the pipeline has ``final`` sessions to run after generation (:meth:`run_final`)."""
+        return self._flow is not None and self._flow.has_final
+
+    def run_final(self, prompt_ids: Any, generated_ids: Any) -> dict[str, np.ndarray]:
+        """Run the pipeline's ``final`` sessions on a finished sequence.
+
+        ``generation.ids`` is fed ``generated_ids`` (``[1, generated]``), ``generation.sequence``
+        the prompt and the generated ids; the init sessions' outputs of this state are there too.
+        Returns ``{"session.output": array}`` for every output of every final session (empty
+        when the pipeline has none).
+        """
+        if self._flow is None or not self._flow.has_final:
+            return {}
+        return self._flow.run_final(list(prompt_ids), list(generated_ids), self._values)
+
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray:
         """Feed the prompt (``[batch, n]``) and return last-position logits ``[batch, vocab]``."""
         ids = np.asarray(input_ids, dtype=np.int64)
@@ -307,6 +351,8 @@ class DecoderState:
             ids = ids[None, :]
         if ids.shape[0] != self.batch or ids.shape[1] == 0:
             raise InvalidInputError(f"prefill expects [batch={self.batch}, n>0] token ids, got shape {ids.shape}.")
+        if self.length == 0 and self._flow is not None and self._flow.init:
+            self._values = self._flow.run_init(self._given)
         mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask, dtype=np.int64)
         if self.shared_buffer:
             return self._prefill_shared(ids, mask)
@@ -347,6 +393,8 @@ class DecoderState:
                 self._step_pos[:, 0] = self._valid
             self._valid += 1
             self._top_valid = top + 1
+            if self._feeds_decoder:
+                self._feed_step(fast)
             fast.run(what=g.name)
         else:
             # Per step: the mask view and the cache are rebound, everything else was bound
@@ -365,6 +413,8 @@ class DecoderState:
                     fast.bind_array("attention_mask", np.ascontiguousarray(mask[:, : length + 1]))
             assert self._past is not None
             fast.rebind_cache(g.cache_names, self._past)
+            if self._feeds_decoder:
+                self._feed_step(fast)
             fast.run(what=g.name)
             self._past = fast.outputs(1)  # logits are bound first, then the presents in layout order
             self._next_pos += 1  # (a view of the bound positions, see _bind_step)
@@ -450,6 +500,24 @@ class DecoderState:
         self.length = length
 
     # ------------------------------------------------------------------ internals
+    def _token_feeds(self, g: _Graph, ids: np.ndarray, *, prompt: bool) -> dict[str, np.ndarray]:
+        """The decoder inputs that carry a run's tokens: ``input_ids``, and/or what the dataflow
+        wires into the decoder (an embedding session's ``inputs_embeds`` for these ids)."""
+        feeds: dict[str, np.ndarray] = {}
+        if g.takes_ids:
+            feeds["input_ids"] = ids.astype(g.ids_dtype, copy=False)
+        if self._feeds_decoder:
+            assert self._flow is not None
+            for name, value in self._flow.decoder_inputs(ids, self._values, prompt=prompt).items():
+                feeds[name] = np.asarray(value, dtype=g.inputs[name].dtype) if name in g.inputs else value
+        return feeds
+
+    def _feed_step(self, fast: StepBinding) -> None:
+        """Step mode: run the step sessions feeding the decoder on the bound step ids and bind their outputs."""
+        for name, value in self._token_feeds(self.rt.rest, self._step_ids, prompt=False).items():
+            if name != "input_ids":  # bound once by _bind_step
+                fast.bind_array(name, np.ascontiguousarray(value))
+
     def _want(self, needed: int) -> int:
         cap = max(needed, self.capacity or needed + _DEFAULT_EXTRA)
         if needed > self.capacity and self.capacity:
@@ -511,7 +579,8 @@ class DecoderState:
         self._step_ids = np.zeros((self.batch, 1), dtype=g.ids_dtype)
         self._rows = np.arange(self.batch)
         self._top_valid = int(self._valid.max()) if self.batch else 0
-        binding.bind_ortvalue_input("input_ids", ort.OrtValue.ortvalue_from_numpy(self._step_ids))
+        if g.takes_ids:  # else step() binds the wired embeddings of each token (_feed_step)
+            binding.bind_ortvalue_input("input_ids", ort.OrtValue.ortvalue_from_numpy(self._step_ids))
         self._step_pos = None
         if g.has_positions:
             self._step_pos = np.zeros((self.batch, 1), dtype=self._pos_dtype)
@@ -623,8 +692,11 @@ class DecoderState:
         fast = self._new_binding(g)
         fast.clear()
         binding = fast.binding
-        keep = [np.ascontiguousarray(ids.astype(g.ids_dtype, copy=False)), chunk_mask]
-        binding.bind_cpu_input("input_ids", keep[0])
+        keep: list[Any] = [chunk_mask]
+        for name, value in self._token_feeds(g, ids, prompt=self.length == 0).items():
+            value = np.ascontiguousarray(value)
+            keep.append(value)
+            binding.bind_cpu_input(name, value)
         binding.bind_cpu_input("attention_mask", chunk_mask)
         if g.has_positions:
             pos = np.ascontiguousarray((past[:, None] + np.arange(n)[None, :]).astype(self._pos_dtype))
@@ -662,7 +734,8 @@ class DecoderState:
             keep_alive.append(array)
             binding.bind_cpu_input(name, array)
 
-        bind("input_ids", ids.astype(g.ids_dtype, copy=False))
+        for name, value in self._token_feeds(g, ids, prompt=first_run).items():
+            bind(name, value)
         if g.has_mask:
             bind("attention_mask", full_mask.astype(g.inputs["attention_mask"].dtype, copy=False))
         if g.has_positions:

@@ -28,7 +28,15 @@ from inference4py.generation.streaming import IncrementalDetokenizer, StopSequen
 if TYPE_CHECKING:
     from inference4py.tokenization import Tokenizer
 
-__all__ = ["stream_generate", "collect", "CandidateStream", "generate_chunks", "new_chooser", "run_chooser"]
+__all__ = [
+    "stream_generate",
+    "collect",
+    "CandidateStream",
+    "FinalPhaseStream",
+    "generate_chunks",
+    "new_chooser",
+    "run_chooser",
+]
 
 
 def stream_generate(
@@ -128,6 +136,7 @@ def collect(
     # stream (generation/speculative.py) carries its draft counts.
     candidates = getattr(chunks, "candidates", None) or (Candidate(text, tuple(ids), None, reason),)
     speculative = getattr(chunks, "speculative", None)
+    final_outputs = getattr(chunks, "final_outputs", None)  # a FinalPhaseStream's, once drained
     return GenerationResult(
         text=text,
         token_ids=tuple(ids),
@@ -140,6 +149,7 @@ def collect(
         logprobs=tuple(logprobs) if logprobs else None,
         prompt_logprobs=prompt_logprobs,
         speculative=speculative,
+        final_outputs=final_outputs,
     )
 
 
@@ -200,8 +210,23 @@ def generate_chunks(
     """Chunks for one prompt over a fresh engine state: the search the config asks for, then streaming.
 
     Greedy and sampling stream token by token; beam search and several samples search
-    first and then stream the best sequence (see :class:`CandidateStream`).
+    first and then stream the best sequence (see :class:`CandidateStream`).  A state whose
+    pipeline has ``final`` sessions runs them once the chunks end (see :class:`FinalPhaseStream`).
     """
+    chunks = _search_chunks(state, prompt_ids, config, tokenizer, extra_processors=extra_processors)
+    if getattr(state, "has_final_phase", False):
+        return FinalPhaseStream(chunks, state, prompt_ids)
+    return chunks
+
+
+def _search_chunks(
+    state: SearchModel,
+    prompt_ids: Sequence[int],
+    config: GenerationConfig,
+    tokenizer: Tokenizer,
+    *,
+    extra_processors: Sequence[LogitsProcessor] = (),
+) -> Iterator[GenerationChunk]:
     from inference4py.generation.beam import generate_sequences, returns_several
     from inference4py.generation.processors import make_logits_processors
     from inference4py.generation.sampling import make_rng, make_sampler
@@ -227,6 +252,51 @@ def generate_chunks(
         )
     chooser = new_chooser(prompt_ids, config, tokenizer, processors=processors)
     return stream_generate(run_chooser(state, chooser, config), tokenizer, config, recorder=chooser.recorder)
+
+
+class FinalPhaseStream:
+    """The chunks of a generation, then the pipeline's ``final`` sessions on its ids.
+
+    Iterates ``chunks`` unchanged; when they end, runs ``state.run_final(prompt, ids)`` on the
+    generated ids (the best candidate's for beam search) and keeps the outputs in
+    ``final_outputs``, which :func:`collect` puts on the result.  ``candidates`` and
+    ``speculative`` of the inner stream are passed on.
+    """
+
+    def __init__(self, chunks: Iterator[GenerationChunk], state: object, prompt_ids: Sequence[int]) -> None:
+        self._chunks = chunks
+        self._state = state
+        self._prompt = list(prompt_ids)
+        self._ids: list[int] = []
+        self.final_outputs: dict[str, np.ndarray] | None = None
+
+    @property
+    def candidates(self) -> tuple[Candidate, ...]:
+        return tuple(getattr(self._chunks, "candidates", ()) or ())
+
+    @property
+    def speculative(self) -> object:
+        return getattr(self._chunks, "speculative", None)
+
+    def __iter__(self) -> FinalPhaseStream:
+        return self
+
+    def __next__(self) -> GenerationChunk:
+        try:
+            chunk = next(self._chunks)
+        except StopIteration:
+            if self.final_outputs is None:
+                best = self.candidates[0].token_ids if self.candidates else tuple(self._ids)
+                self.final_outputs = self._state.run_final(self._prompt, best)  # type: ignore[attr-defined]
+            raise
+        if chunk.token_id is not None:
+            self._ids.append(chunk.token_id)
+        return chunk
+
+    def close(self) -> None:
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()
 
 
 def new_chooser(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -106,6 +107,9 @@ class GenerationResult:
         prompt_logprobs: With ``prompt_logprobs=True`` (OpenAI's ``echo``), one entry per prompt
             token; the first is None (nothing predicts it).
         speculative: With ``speculative=...``, the drafted and accepted token counts; else None.
+        final_outputs: For a pipeline with ``final`` sessions (version 2 of the description), what
+            they returned after generation, keyed ``"session.output"`` (numpy arrays), computed on
+            the best sequence; else None.
     """
 
     text: str
@@ -120,6 +124,7 @@ class GenerationResult:
     tool_calls: tuple[ToolCall, ...] = field(default=())
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
     speculative: SpeculativeStats | None = None
+    final_outputs: Mapping[str, Any] | None = None
 
     @property
     def tokens_per_second(self) -> float:

@@ -451,7 +451,7 @@ def test_position_strategy_must_agree_with_the_graph(tmp_path):
     assert 'strategy "default"' in message and "has no input" in message
 
 
-@pytest.mark.parametrize("version", [2, 0, "1", None])
+@pytest.mark.parametrize("version", [3, 0, "1", None])
 def test_unsupported_or_missing_version(tmp_path, version):
     description = {"pipeline": {"extends": "autoregressive-decoder"}}
     if version is not None:
@@ -460,7 +460,7 @@ def test_unsupported_or_missing_version(tmp_path, version):
     if version is None:
         assert '"version" is missing' in message
     else:
-        assert f"has version {version!r}" in message and "reads version(s) 1" in message
+        assert f"has version {version!r}" in message and "reads version(s) 1, 2" in message
 
 
 @pytest.mark.parametrize(
@@ -471,7 +471,10 @@ def test_unsupported_or_missing_version(tmp_path, version):
         ({"version": 1, "pipeline": {}}, "at least one session"),
         (minimal(sessions={"decoder": {"file": "model.onnx"}, "extra": {"file": "model.onnx"}}), "never run"),
         (minimal(flow=[{"run": "decoder", "when": "always"}]), "Valid phases: init, step, final"),
-        (minimal(flow=[{"run": "decoder", "when": "step"}, {"run": "decoder", "when": "final"}]), '"final" sessions'),
+        (
+            minimal(flow=[{"run": "decoder", "when": "step"}, {"run": "decoder", "when": "final"}]),
+            "version 2 of the format",
+        ),
         (minimal(state={"kv_cache": {"format": "paged"}}), 'unknown kv_cache format "paged"'),
         (minimal(state={"kv_cache": {"format": "auto", "past_pattern": "p{layer}"}}), '"format": "auto"'),
         (

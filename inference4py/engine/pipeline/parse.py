@@ -15,8 +15,11 @@ from typing import TYPE_CHECKING, Any
 from inference4py.engine.pipeline.spec import (
     _TOKEN_KEYS,
     GENERATION_KEYS,
+    GENERATION_OUTPUTS,
+    GENERATION_SOURCE,
     GRAPH_OPTIMIZATION_LEVELS,
     KV_FORMATS,
+    LOOP_MODES,
     MAX_FLOW_STEPS,
     PHASES,
     POSITION_STRATEGIES,
@@ -30,7 +33,9 @@ from inference4py.engine.pipeline.spec import (
     SessionSpec,
     StateSpec,
     TokenSpec,
+    Wire,
     _valid_generation_value,
+    feeding_sessions,
 )
 from inference4py.errors import ModelFilesMissingError, PipelineSpecError
 
@@ -112,6 +117,12 @@ def _parse_sessions(value: Any, root: Path, where: str) -> dict[str, SessionSpec
     for name, body in value.items():
         if not isinstance(body, Mapping):
             raise PipelineSpecError(f'{where}: session "{name}" must be an object like {{"file": "model.onnx"}}.')
+        if "." in str(name) or name == GENERATION_SOURCE:
+            raise PipelineSpecError(
+                f'{where}: session name "{name}" is not allowed: dataflow wires address tensors as "session.tensor", '
+                f'so a session name has no "." and is not "{GENERATION_SOURCE}" (the finished generation\'s source). '
+                "Rename the session."
+            )
         _check_keys(
             body, {"file", "execution_provider", "provider_options", "session_options"}, where, f'session "{name}"'
         )
@@ -145,7 +156,10 @@ def _parse_sessions(value: Any, root: Path, where: str) -> dict[str, SessionSpec
     return sessions
 
 
-def _parse_flow(value: Any, sessions: Mapping[str, SessionSpec], where: str) -> tuple[FlowStep, ...]:
+def _parse_flow(
+    value: Any, sessions: Mapping[str, SessionSpec], where: str, *, version: int = 2
+) -> tuple[FlowStep, ...]:
+    """The flow's entries, each checked on its own; :func:`_check_flow` checks them together with the dataflow."""
     if not isinstance(value, list) or not value:
         raise PipelineSpecError(
             f'{where}: the pipeline needs a "flow", e.g. [{{"run": "{next(iter(sessions))}", "when": "step"}}] '
@@ -159,8 +173,8 @@ def _parse_flow(value: Any, sessions: Mapping[str, SessionSpec], where: str) -> 
             raise PipelineSpecError(
                 f'{where}: flow entries look like {{"run": "decoder", "when": "step"}}, got {item!r}.'
             )
-        _check_keys(item, {"run", "when", "steps"}, where, "a flow entry")
-        run, when, mode = item.get("run"), item.get("when"), item.get("steps", "all")
+        _check_keys(item, {"run", "when", "steps", "loop"}, where, "a flow entry")
+        run, when, mode, loop = item.get("run"), item.get("when"), item.get("steps", "all"), item.get("loop")
         if run not in sessions:
             raise PipelineSpecError(
                 f'{where}: flow step references session "{run}" but no such session is declared in pipeline.sessions '
@@ -173,33 +187,185 @@ def _parse_flow(value: Any, sessions: Mapping[str, SessionSpec], where: str) -> 
                 f'{where}: flow step "{run}" has steps={mode!r}; "steps" applies to "step" sessions and is one of '
                 f"{', '.join(STEP_MODES)}."
             )
-        steps.append(FlowStep(str(run), when, mode))
-    unused = [name for name in sessions if name not in {s.run for s in steps}]
+        if loop is not None:
+            if version < 2:
+                raise PipelineSpecError(
+                    f'{where}: flow step "{run}" has "loop", which is part of version 2 of the format. '
+                    'Set "version": 2 at the top level.'
+                )
+            if loop not in LOOP_MODES or when != "init":
+                raise PipelineSpecError(
+                    f'{where}: flow step "{run}" has loop={loop!r}; "loop" applies to "init" sessions and is one of '
+                    f"{', '.join(LOOP_MODES)}."
+                )
+        if when == "final" and version < 2:
+            raise PipelineSpecError(
+                f'{where}: flow step "{run}" runs at "final", which is part of version 2 of the format. '
+                'Set "version": 2 at the top level, and wire its inputs in "dataflow" '
+                '(e.g. {"from": "generation.ids", "to": "' + str(run) + '.input_ids"}).'
+            )
+        steps.append(FlowStep(str(run), when, mode, loop or "batched"))
+    seen = set()
+    for step in steps:
+        if step.run in seen:
+            raise PipelineSpecError(
+                f'{where}: session "{step.run}" appears twice in the flow; each session runs in one place.'
+            )
+        seen.add(step.run)
+    unused = [name for name in sessions if name not in seen]
     if unused:
         raise PipelineSpecError(
             f"{where}: session(s) {', '.join(unused)} are declared but never run. Add them to the flow "
             f'(e.g. {{"run": "{unused[0]}", "when": "step"}}) or remove them.'
         )
-    # What the runtimes run today: at most one init session, one step session reading the prompt,
-    # at most one for the later steps, nothing after the loop.
-    init = [s for s in steps if s.when == "init"]
-    first = [s for s in steps if s.when == "step" and s.steps in ("all", "first")]
-    later = [s for s in steps if s.when == "step" and s.steps in ("all", "later")]
-    if any(s.when == "final" for s in steps):
+    return tuple(steps)
+
+
+def _check_flow(steps: tuple[FlowStep, ...], dataflow: tuple[Wire, ...], where: str) -> None:
+    """What the runtimes run: one ``step`` decoder for the prompt and one for the later tokens
+    (the step sessions feeding them through the dataflow aside), at most one encoder."""
+    feeders = set(feeding_sessions(steps, dataflow))
+    sources = {w.source for w in dataflow}
+    decoders = [s for s in steps if s.when == "step" and s.run not in feeders]
+    first = [s for s in decoders if s.steps in ("all", "first")]
+    later = [s for s in decoders if s.steps in ("all", "later")]
+    encoders = [s for s in steps if s.when == "init" and s.run not in sources]
+    if len(encoders) > 1:
         raise PipelineSpecError(
-            f'{where}: "final" sessions are not supported by inference4py\'s runtimes yet; remove them from the flow.'
-        )
-    if len(init) > 1:
-        raise PipelineSpecError(
-            f"{where}: {len(init)} init sessions ({', '.join(s.run for s in init)}); the "
-            "runtimes support one (the encoder)."
+            f"{where}: {len(encoders)} init sessions ({', '.join(s.run for s in encoders)}) feed nothing through "
+            "the dataflow; the runtimes take one such session (the encoder). Wire the others' outputs in "
+            '"dataflow" (e.g. {"from": "vision.image_features", "to": "embedding.image_features"}).'
         )
     if len(first) != 1 or len(later) != 1:
         raise PipelineSpecError(
             f'{where}: the flow needs exactly one "step" session for the prompt and one for the following tokens: '
-            'either one with "steps": "all" (the default), or one with "steps": "first" and one with "steps": "later".'
+            'either one with "steps": "all" (the default), or one with "steps": "first" and one with "steps": "later". '
+            "Step sessions that feed another one through the dataflow (an embedding session) are not counted."
         )
-    return tuple(steps)
+    odd = [s.run for s in steps if s.when == "step" and s.run in feeders and s.steps != "all"]
+    if odd:
+        raise PipelineSpecError(
+            f'{where}: step session "{odd[0]}" feeds the decoder through the dataflow and runs on every step: '
+            'remove its "steps".'
+        )
+
+
+_PHASE_ORDER = {"init": 0, "step": 1, "final": 2}
+
+
+def _split_end(value: Any, key: str, where: str) -> tuple[str, str]:
+    if not isinstance(value, str) or "." not in value.strip(".") or value.startswith(".") or value.endswith("."):
+        raise PipelineSpecError(
+            f'{where}: dataflow "{key}" must be "session.tensor" (e.g. "vision.image_features"), got {value!r}.'
+        )
+    session, tensor = value.split(".", 1)
+    return session, tensor
+
+
+def _parse_dataflow(
+    value: Any, sessions: Mapping[str, SessionSpec], steps: tuple[FlowStep, ...], where: str, *, version: int = 2
+) -> tuple[Wire, ...]:
+    """The dataflow wires, checked against the declared sessions and the flow (the graphs come later)."""
+    if value is None:
+        return ()
+    if version < 2:
+        raise PipelineSpecError(
+            f'{where}: "dataflow" is part of version 2 of the format. Set "version": 2 at the top level.'
+        )
+    if not isinstance(value, list):
+        raise PipelineSpecError(
+            f'{where}: "dataflow" must be a list like [{{"from": "embedding.inputs_embeds", '
+            '"to": "decoder.inputs_embeds"}].'
+        )
+    phase = {s.run: s.when for s in steps}
+    order = {s.run: i for i, s in enumerate(steps)}
+    wires: list[Wire] = []
+    fed: dict[tuple[str, str], str] = {}
+    for item in value:
+        if not isinstance(item, Mapping):
+            raise PipelineSpecError(
+                f'{where}: dataflow entries look like {{"from": "vision.image_features", '
+                f'"to": "embedding.image_features"}}, got {item!r}.'
+            )
+        _check_keys(item, {"from", "to"}, where, "a dataflow wire")
+        source, output = _split_end(item.get("from"), "from", where)
+        target, input_name = _split_end(item.get("to"), "to", where)
+        for name, end in ((source, "from"), (target, "to")):
+            if name == GENERATION_SOURCE and end == "from":
+                continue
+            if name not in sessions:
+                raise PipelineSpecError(
+                    f'{where}: Dataflow wire references session "{name}" ({end}: "{item.get(end)}") but no such '
+                    f"session is declared in pipeline.sessions (declared: {', '.join(sessions)}). Declare it, or fix "
+                    "the name in the wire."
+                )
+        if source == GENERATION_SOURCE:
+            if output not in GENERATION_OUTPUTS:
+                raise PipelineSpecError(
+                    f'{where}: dataflow wire references output "{output}" but session "{GENERATION_SOURCE}" has no '
+                    f"such output (available outputs: {', '.join(GENERATION_OUTPUTS)})."
+                )
+            if phase[target] != "final":
+                raise PipelineSpecError(
+                    f'{where}: dataflow wire "{source}.{output}" → "{target}.{input_name}": the finished generation '
+                    f'exists only after the loop, so it feeds "final" sessions; "{target}" runs at "{phase[target]}".'
+                )
+        key = (target, input_name)
+        if key in fed:
+            raise PipelineSpecError(
+                f'{where}: input "{input_name}" of session "{target}" is fed by two dataflow wires '
+                f'("{fed[key]}" and "{source}.{output}"); keep one.'
+            )
+        fed[key] = f"{source}.{output}"
+        wires.append(Wire(source, output, target, input_name))
+    _check_cycles(wires, where)
+    for w in wires:
+        if w.source == GENERATION_SOURCE:
+            continue
+        src, dst = phase[w.source], phase[w.target]
+        if _PHASE_ORDER[src] > _PHASE_ORDER[dst] or (src == dst and order[w.source] > order[w.target]):
+            raise PipelineSpecError(
+                f'{where}: dataflow wire "{w.origin}" → "{w.target}.{w.input}": session "{w.source}" ({src}) runs '
+                f'after "{w.target}" ({dst}), so its output does not exist yet when "{w.target}" runs. Move '
+                f'"{w.source}" before "{w.target}" in the flow.'
+            )
+        if src == "step" and dst == "final":
+            raise PipelineSpecError(
+                f'{where}: dataflow wire "{w.origin}" → "{w.target}.{w.input}": collecting a step session\'s outputs '
+                'over the run is not supported; feed final sessions from "generation.ids", "generation.sequence" '
+                "or an init session's outputs."
+            )
+    return tuple(wires)
+
+
+def _check_cycles(wires: list[Wire], where: str) -> None:
+    """Refuse a wire loop, naming it: ``a → b → c → a``."""
+    edges: dict[str, list[str]] = {}
+    for w in wires:
+        edges.setdefault(w.source, [])
+        if w.target not in edges[w.source]:
+            edges[w.source].append(w.target)
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in edges.get(node, []):
+            if state.get(nxt) == 1:
+                loop = path[path.index(nxt) :] + [nxt]
+                raise PipelineSpecError(
+                    f"{where}: Circular dependency detected in dataflow: {' → '.join(loop)}. A session cannot "
+                    "depend on its own outputs: remove one of these wires."
+                )
+            if state.get(nxt) is None:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for node in list(edges):
+        if state.get(node) is None:
+            visit(node)
 
 
 def _parse_names(obj: Mapping[str, Any], fmt: str, where: str, what: str) -> CacheNames | None:
@@ -282,7 +448,7 @@ def _parse_state(raw: Mapping[str, Any], spec: PipelineSpec, where: str) -> Stat
 
     cross = None
     cross_raw = raw.get("cross_cache")
-    init = [s.run for s in spec.steps if s.when == "init"]
+    init = [spec.roles["encoder"]] if "encoder" in spec.roles else []  # a wired init session has no cross cache
     if cross_raw is not None:
         if not isinstance(cross_raw, Mapping):
             raise PipelineSpecError(f"{where}: state.cross_cache must be an object.")

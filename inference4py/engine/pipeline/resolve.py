@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from inference4py.engine.pipeline.detect import _detect_description, _is_speech
 from inference4py.engine.pipeline.folder import (
     _existing_folder,
@@ -25,8 +27,10 @@ from inference4py.engine.pipeline.folder import (
 )
 from inference4py.engine.pipeline.genai import translate_genai_config
 from inference4py.engine.pipeline.parse import (
+    _check_flow,
     _check_keys,
     _mapping_or_error,
+    _parse_dataflow,
     _parse_flow,
     _parse_generation,
     _parse_sessions,
@@ -37,6 +41,7 @@ from inference4py.engine.pipeline.spec import (
     DESCRIPTION_FILE,
     FORMAT_VERSION,
     GENAI_CONFIG,
+    GENERATION_SOURCE,
     PRESETS,
     SUPPORTED_VERSIONS,
     PipelineSpec,
@@ -119,7 +124,7 @@ def resolve_description(
         user = {}
     if not isinstance(user, Mapping):
         raise PipelineSpecError(f'{where}: "pipeline" must be an object.')
-    _check_keys(user, {"extends", "sessions", "flow", "state", "context_length"}, where, '"pipeline"')
+    _check_keys(user, {"extends", "sessions", "flow", "dataflow", "state", "context_length"}, where, '"pipeline"')
     preset_name = user.get("extends")
     merged: dict[str, Any] = {}
     if preset_name is not None:
@@ -138,7 +143,9 @@ def resolve_description(
             merged[key] = copy.deepcopy(value)
 
     sessions = _parse_sessions(merged.get("sessions"), root, where)
-    steps = _parse_flow(merged.get("flow"), sessions, where)
+    steps = _parse_flow(merged.get("flow"), sessions, where, version=version)
+    dataflow = _parse_dataflow(merged.get("dataflow"), sessions, steps, where, version=version)
+    _check_flow(steps, dataflow, where)
     context_length = merged.get("context_length")
     if context_length is not None and (
         not isinstance(context_length, int) or isinstance(context_length, bool) or context_length <= 0
@@ -170,6 +177,7 @@ def resolve_description(
         tokens=tokens,
         generation=generation,
         context_length=context_length,
+        dataflow=dataflow,
     )
     state = _parse_state(state_raw, spec, where)
     spec = replace(spec, state=state)
@@ -232,7 +240,110 @@ def _resolve_from_graphs(spec: PipelineSpec, *, explicit_preset: bool, where: st
     for name, session in spec.sessions.items():
         if session.provider:
             _check_provider(session.provider, name, where)
+    _check_dataflow_graphs(spec, where)
     return replace(spec, state=state, preset=preset)
+
+
+#: Inputs of a step session the runtime feeds itself (the tokens of each run).
+_RUNTIME_STEP_INPUTS = ("input_ids",)
+
+
+def _check_dataflow_graphs(spec: PipelineSpec, where: str) -> None:
+    """Check every wire against the graphs: both tensors exist, and their dtypes and shapes agree.
+
+    A decoder without ``input_ids`` must have ``inputs_embeds`` wired from a step session;
+    a session fed by wires (other than an init session, whose open inputs the caller gives)
+    must have every input fed.  Graphs that cannot be read without loading are skipped here
+    (the runtime checks them when the sessions exist).
+    """
+    from inference4py.engine._graph_io import read_graph_io
+
+    io: dict[str, Any] = {}
+
+    def graph(name: str) -> Any:
+        if name not in io:
+            io[name] = read_graph_io(spec.path(name))
+        return io[name]
+
+    phase = {s.run: s.when for s in spec.steps}
+    for w in spec.dataflow:
+        dst = graph(w.target)
+        if dst is not None and w.input not in dst[0]:
+            raise PipelineSpecError(
+                f'{where}: Dataflow wire references input "{w.input}" but session "{w.target}" has no such input '
+                f"(available inputs: {', '.join(dst[0])})."
+            )
+        if w.source == GENERATION_SOURCE:
+            if dst is not None and not np.issubdtype(dst[0][w.input].dtype, np.integer):
+                raise PipelineSpecError(
+                    f'{where}: dataflow wire "{w.origin}" → "{w.target}.{w.input}": the generated ids are integers '
+                    f"but the input is {np.dtype(dst[0][w.input].dtype).name}. Feed them to an integer input "
+                    "(int64 or int32)."
+                )
+            continue
+        src = graph(w.source)
+        if src is not None and w.output not in src[1]:
+            raise PipelineSpecError(
+                f'{where}: Dataflow wire references output "{w.output}" but session "{w.source}" has no such output '
+                f"(available outputs: {', '.join(src[1])})."
+            )
+        if src is None or dst is None:
+            continue
+        out, inp = src[1][w.output], dst[0][w.input]
+        label = f'dataflow wire "{w.origin}" → "{w.target}.{w.input}"'
+        if np.dtype(out.dtype) != np.dtype(inp.dtype):
+            raise PipelineSpecError(
+                f"{where}: {label}: dtype mismatch, the output is {np.dtype(out.dtype).name} and the input is "
+                f"{np.dtype(inp.dtype).name}. Export both graphs with the same precision (or add a Cast to one)."
+            )
+        if out.shape and inp.shape:
+            fixed = [
+                i
+                for i, (a, b) in enumerate(zip(out.shape, inp.shape))
+                if isinstance(a, int) and isinstance(b, int) and a > 0 and b > 0 and a != b
+            ]
+            if len(out.shape) != len(inp.shape) or fixed:
+                raise PipelineSpecError(
+                    f"{where}: {label}: shape mismatch, the output is {_shape(out.shape)} and the input is "
+                    f"{_shape(inp.shape)}. Wire tensors of the same shape."
+                )
+    wired = {(w.target, w.input) for w in spec.dataflow}
+    feeders = set(spec.step_feeders)
+    decoders = {spec.roles.get("decoder"), spec.roles.get("decoder_with_past")} - {None}
+    for name in spec.sessions:
+        g = graph(name)
+        if g is None:
+            continue
+        inputs = g[0]
+        if name in decoders:
+            if "input_ids" not in inputs and (name, "inputs_embeds") not in wired:
+                raise PipelineSpecError(
+                    f'{where}: the decoder "{name}" takes no input_ids, so its token embeddings must be wired: add '
+                    f'{{"from": "embedding.inputs_embeds", "to": "{name}.inputs_embeds"}} to "dataflow" with a step '
+                    "session that embeds the tokens (inputs: " + ", ".join(inputs) + ")."
+                )
+            for w in spec.dataflow:
+                if w.target == name and phase.get(w.source) == "init" and w.input == "inputs_embeds":
+                    raise PipelineSpecError(
+                        f'{where}: "{name}.inputs_embeds" is fed by the init session "{w.source}", which runs once; '
+                        "the decoder needs the embeddings of every new token. Run the embedding session at "
+                        f'"step", before "{name}" in the flow.'
+                    )
+        elif name in feeders or phase.get(name) == "final":
+            missing = [
+                i for i in inputs if (name, i) not in wired and not (name in feeders and i in _RUNTIME_STEP_INPUTS)
+            ]
+            if missing:
+                fed_by_runtime = "input_ids (the tokens of each run)" if name in feeders else "nothing"
+                raise PipelineSpecError(
+                    f'{where}: input "{missing[0]}" of session "{name}" is not fed: wire it in "dataflow" '
+                    f'(e.g. {{"from": "{GENERATION_SOURCE}.ids", "to": "{name}.{missing[0]}"}} for a final session). '
+                    f"The runtime feeds {fed_by_runtime} itself."
+                )
+
+
+def _shape(shape: tuple[Any, ...]) -> str:
+    return "[" + ", ".join(str(d) if d not in (None, "") else "?" for d in shape) + "]"
 
 
 def _check_provider(provider: str, name: str, where: str) -> None:

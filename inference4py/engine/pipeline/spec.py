@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # kv_cache imports onnxruntime; this module stays light until a folder is resolved
     from inference4py.engine.kv_cache import CacheNames
 
-FORMAT_VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+FORMAT_VERSION = 2
+SUPPORTED_VERSIONS = (1, 2)
 DESCRIPTION_FILE = "inference4py.json"
 GENAI_CONFIG = "genai_config.json"
 
@@ -25,6 +25,13 @@ STEP_MODES = ("all", "first", "later")
 KV_FORMATS = ("auto", "separate", "combined")
 POSITION_STRATEGIES = ("auto", "default", "none")
 MAX_FLOW_STEPS = 10
+#: ``loop`` of an init session: run once on every input (``batched``) or once per image (``per_image``).
+LOOP_MODES = ("batched", "per_image")
+#: The pseudo-session a final session's wires read the finished generation from:
+#: ``generation.ids`` (the generated ids, ``[1, generated]``) and ``generation.sequence``
+#: (prompt + generated ids, ``[1, prompt + generated]``), both int64.
+GENERATION_SOURCE = "generation"
+GENERATION_OUTPUTS = ("ids", "sequence")
 
 #: Built-in presets: expanded at load time; the description's own fields override them.
 #: ``sessions`` and ``flow`` are replaced as a whole, ``state`` is merged key by key.
@@ -122,17 +129,44 @@ class SessionSpec:
 @dataclass(frozen=True)
 class FlowStep:
     """``run`` session ``name`` at phase ``when``; ``steps`` picks which generation steps
-    (``first``: the prompt only, ``later``: every step after it, ``all``)."""
+    (``first``: the prompt only, ``later``: every step after it, ``all``); ``loop`` says how an
+    init session takes several images (``batched``: one run, ``per_image``: one run per image,
+    the outputs concatenated on their first axis)."""
 
     run: str
     when: str
     steps: str = "all"
+    loop: str = "batched"
 
     def to_json(self) -> dict[str, str]:
         out = {"run": self.run, "when": self.when}
         if self.steps != "all":
             out["steps"] = self.steps
+        if self.loop != "batched":
+            out["loop"] = self.loop
         return out
+
+
+@dataclass(frozen=True)
+class Wire:
+    """One dataflow wire: output ``output`` of session ``source`` feeds input ``input`` of ``target``.
+
+    ``source`` may be :data:`GENERATION_SOURCE` (``generation.ids`` / ``generation.sequence``)
+    for a final session.
+    """
+
+    source: str
+    output: str
+    target: str
+    input: str
+
+    @property
+    def origin(self) -> str:
+        """``"session.output"``, as the description writes it."""
+        return f"{self.source}.{self.output}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"from": self.origin, "to": f"{self.target}.{self.input}"}
 
 
 @dataclass(frozen=True)
@@ -244,6 +278,7 @@ class PipelineSpec:
     tokens: TokenSpec = field(default_factory=TokenSpec)
     generation: Mapping[str, Any] = field(default_factory=dict)
     context_length: int | None = None
+    dataflow: tuple[Wire, ...] = ()
 
     # ------------------------------------------------------------------ roles
     @property
@@ -255,13 +290,26 @@ class PipelineSpec:
         return out
 
     @property
+    def step_feeders(self) -> tuple[str, ...]:
+        """``step`` sessions whose outputs feed another ``step`` session through the dataflow
+        (an embedding session in front of an ``inputs_embeds`` decoder), in flow order."""
+        return feeding_sessions(self.steps, self.dataflow)
+
+    @property
     def roles(self) -> dict[str, str]:
-        """Role -> session name: ``encoder``, ``decoder`` and ``decoder_with_past`` when present."""
+        """Role -> session name: ``encoder``, ``decoder`` and ``decoder_with_past`` when present.
+
+        The encoder is an ``init`` session no dataflow wire reads from (an encoder-decoder's
+        encoder feeds its decoder implicitly); an ``init`` session with wires (a vision encoder)
+        has no role.  The decoders are the ``step`` sessions that feed no other step session.
+        """
         out: dict[str, str] = {}
+        sources = {w.source for w in self.dataflow}
+        feeders = set(self.step_feeders)
         for step in self.steps:
-            if step.when == "init":
+            if step.when == "init" and step.run not in sources:
                 out.setdefault("encoder", step.run)
-            elif step.when == "step":
+            elif step.when == "step" and step.run not in feeders:
                 out.setdefault("decoder_with_past" if step.steps == "later" else "decoder", step.run)
         return out
 
@@ -312,10 +360,13 @@ class PipelineSpec:
             "sessions": {name: s.to_json() for name, s in self.sessions.items()},
             "flow": [s.to_json() for s in self.steps],
         }
+        if self.dataflow:
+            pipeline["dataflow"] = [w.to_json() for w in self.dataflow]
         if self.context_length:
             pipeline["context_length"] = self.context_length
         pipeline["state"] = self.state.to_json()
-        out: dict[str, Any] = {"version": FORMAT_VERSION, "pipeline": pipeline}
+        # Version 1 while nothing of version 2 is used: older readers keep reading what they can run.
+        out: dict[str, Any] = {"version": FORMAT_VERSION if self.uses_version_2 else 1, "pipeline": pipeline}
         tokens = self.tokens.to_json()
         if tokens:
             out["tokens"] = tokens
@@ -323,6 +374,11 @@ class PipelineSpec:
             out["generation"] = dict(self.generation)
         out["metadata"] = {**dict(self.metadata), "resolved_from": self.source}
         return out
+
+    @property
+    def uses_version_2(self) -> bool:
+        """Whether the spec needs version 2 of the format (dataflow, ``loop`` or ``final`` sessions)."""
+        return bool(self.dataflow) or any(s.loop != "batched" or s.when == "final" for s in self.steps)
 
     def normalized(self) -> PipelineSpec:
         """This spec with sessions named by role and no metadata: two specs that run
@@ -338,7 +394,18 @@ class PipelineSpec:
                     state.cross_cache, source=rename.get(state.cross_cache.source, state.cross_cache.source)
                 ),
             )
-        return replace(self, sessions=sessions, steps=steps, state=state, source="", metadata={})
+        dataflow = tuple(
+            replace(w, source=rename.get(w.source, w.source), target=rename.get(w.target, w.target))
+            for w in self.dataflow
+        )
+        return replace(self, sessions=sessions, steps=steps, state=state, dataflow=dataflow, source="", metadata={})
+
+
+def feeding_sessions(steps: tuple[FlowStep, ...], dataflow: tuple[Wire, ...]) -> tuple[str, ...]:
+    """The ``step`` sessions with a wire into another ``step`` session, in flow order."""
+    phase = {s.run: s.when for s in steps}
+    feeding = {w.source for w in dataflow if phase.get(w.source) == "step" and phase.get(w.target) == "step"}
+    return tuple(s.run for s in steps if s.when == "step" and s.run in feeding)
 
 
 def schema_path() -> Path:
