@@ -272,7 +272,8 @@ class VisionLanguageModel(ClosableTask):
         else:
             placeholders = text.count(lay.image_token)
             parts = text.split(lay.image_token)
-            expanded = parts[0] + "".join(lay.image_token * n + p for n, p in zip(tokens, parts[1:], strict=False))
+            texts = batch.texts or tuple(lay.image_token * n for n in tokens)
+            expanded = parts[0] + "".join(t + p for t, p in zip(texts, parts[1:], strict=False))
             bos = self.tokenizer.bos_token_id
             bos_text = self.tokenizer.decode([bos], skip_special_tokens=False) if bos is not None else None
             add = not (bos_text and expanded.startswith(bos_text))

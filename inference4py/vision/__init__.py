@@ -12,6 +12,7 @@ from inference4py.vision.images import ImageInput, load_image
 from inference4py.vision.processors import (
     SUPPORTED_PROCESSORS,
     ClipImageProcessor,
+    Idefics3ImageProcessor,
     ImageBatch,
     ImageProcessor,
     Phi3ImageProcessor,
@@ -25,6 +26,7 @@ __all__ = [
     "ImageProcessor",
     "ClipImageProcessor",
     "Phi3ImageProcessor",
+    "Idefics3ImageProcessor",
     "load_image_processor",
     "SUPPORTED_PROCESSORS",
 ]

@@ -32,6 +32,7 @@ __all__ = [
     "ImageProcessor",
     "ClipImageProcessor",
     "Phi3ImageProcessor",
+    "Idefics3ImageProcessor",
     "load_image_processor",
     "SUPPORTED_PROCESSORS",
 ]
@@ -40,15 +41,22 @@ CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 _CLIP_LIKE = ("CLIPImageProcessor", "SiglipImageProcessor")
 _COUNT_KEYS = ("image_seq_length", "num_image_tokens", "image_seq_len")
-SUPPORTED_PROCESSORS = (*_CLIP_LIKE, "Phi3ImageTransform (onnxruntime-genai processor_config.json)")
+SUPPORTED_PROCESSORS = (
+    *_CLIP_LIKE,
+    "Idefics3ImageProcessor",
+    "Phi3ImageTransform (onnxruntime-genai processor_config.json)",
+)
 
 
 @dataclass(frozen=True)
 class ImageBatch:
     """The vision encoder's inputs for a call's images, and each image's token count in the prompt."""
 
-    inputs: dict[str, np.ndarray]  # "pixel_values" (+ "image_sizes")
+    inputs: dict[str, np.ndarray]  # "pixel_values" (+ "image_sizes" / "pixel_attention_mask")
     tokens: tuple[int, ...]  # image tokens per image, in order
+    # What each image's placeholder becomes in the prompt when it is more than its image tokens
+    # (Idefics3: frame markers around each frame's tokens); empty: the image token, tokens[i] times.
+    texts: tuple[str, ...] = ()
 
 
 class ImageProcessor(Protocol):
@@ -226,6 +234,126 @@ class Phi3ImageProcessor:
         return ImageBatch({"pixel_values": pixels, "image_sizes": sizes}, tokens)
 
 
+class Idefics3ImageProcessor:
+    """Idefics3 / SmolVLM preprocessing (transformers' Idefics3ImageProcessor semantics).
+
+    The image's longest edge is resized to ``size.longest_edge`` (even sides), then, with image
+    splitting, to multiples of the frame size (``max_image_size.longest_edge``) and cut into a grid
+    of frames, row by row, followed by the whole image resized to one frame; without splitting it
+    becomes one square frame.  Frames are rescaled and normalized -> ``pixel_values``
+    ``[1, frames, 3, F, F]`` and ``pixel_attention_mask`` ``[1, frames, F, F]`` (every pixel real).
+    Each image's placeholder becomes, per frame, ``<fake_token_around_image><row_r_col_c>`` and
+    ``image_seq_len`` image tokens, then the global frame's ``<global-img>`` tokens.
+    """
+
+    _MAX_SIDE = 4096  # transformers' MAX_IMAGE_SIZE
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        *,
+        seq_len: int,
+        image_token: str = "<image>",
+        fake_token: str = "<fake_token_around_image>",
+        global_token: str = "<global-img>",
+    ) -> None:
+        c = dict(config)
+        self.config = c
+        self.longest = int(c.get("size", {}).get("longest_edge", 4 * 364))
+        self.frame = int(c.get("max_image_size", {}).get("longest_edge", 364))
+        self.do_resize = bool(c.get("do_resize", True))
+        self.split = bool(c.get("do_image_splitting", True))
+        self.resample = int(c.get("resample", 1))  # PIL.Image.LANCZOS
+        self.do_rescale = bool(c.get("do_rescale", True))
+        self.rescale = float(c.get("rescale_factor", 1 / 255))
+        self.do_normalize = bool(c.get("do_normalize", True))
+        self.mean = np.asarray(c.get("image_mean", (0.5, 0.5, 0.5)), dtype=np.float32).reshape(3, 1, 1)
+        self.std = np.asarray(c.get("image_std", (0.5, 0.5, 0.5)), dtype=np.float32).reshape(3, 1, 1)
+        self.seq_len = int(seq_len)
+        self.image_token, self.fake_token, self.global_token = image_token, fake_token, global_token
+
+    def __repr__(self) -> str:
+        return f"Idefics3ImageProcessor(longest_edge={self.longest}, frame={self.frame}, splitting={self.split})"
+
+    def _longest_edge(self, image: Any) -> Any:
+        w, h = image.size
+        aspect = w / h
+        if w >= h:
+            w, h = self.longest, int(self.longest / aspect)
+            h += h % 2
+        else:
+            h, w = self.longest, int(self.longest * aspect)
+            w += w % 2
+        h, w = max(h, 1), max(w, 1)
+        aspect = w / h
+        if w >= h and w > self._MAX_SIDE:
+            w, h = self._MAX_SIDE, int(self._MAX_SIDE / aspect)
+        elif h > w and h > self._MAX_SIDE:
+            h, w = self._MAX_SIDE, int(self._MAX_SIDE * aspect)
+        return image.resize((max(w, 1), max(h, 1)), resample=self.resample)
+
+    def _frames(self, image: Any) -> tuple[list[Any], int, int]:
+        """(frames as PIL images, rows, cols); rows = cols = 0 when the image is one frame."""
+        f = self.frame
+        if not self.split:
+            return [image.resize((f, f), resample=self.resample)], 0, 0
+        w, h = image.size
+        aspect = w / h
+        if w >= h:
+            w = math.ceil(w / f) * f
+            h = math.ceil(int(w / aspect) / f) * f
+        else:
+            h = math.ceil(h / f) * f
+            w = math.ceil(int(h * aspect) / f) * f
+        image = image.resize((w, h), resample=self.resample)
+        if h <= f and w <= f:
+            return [image], 0, 0
+        rows, cols = math.ceil(h / f), math.ceil(w / f)
+        th, tw = math.ceil(h / rows), math.ceil(w / cols)
+        frames = [
+            image.crop((c * tw, r * th, min((c + 1) * tw, w), min((r + 1) * th, h)))
+            for r in range(rows)
+            for c in range(cols)
+        ]
+        frames.append(image.resize((f, f), resample=self.resample))
+        return frames, rows, cols
+
+    def _pixels(self, frame: Any) -> np.ndarray:
+        out = np.asarray(frame, dtype=np.uint8).astype(np.float64)
+        if self.do_rescale:
+            out = out * self.rescale
+        arr = out.astype(np.float32).transpose(2, 0, 1)  # [3, F, F]
+        if self.do_normalize:
+            arr = (arr - self.mean) / self.std
+        return arr.astype(np.float32)
+
+    def _text(self, rows: int, cols: int) -> str:
+        tokens = self.image_token * self.seq_len
+        whole = f"{self.fake_token}{self.global_token}{tokens}{self.fake_token}"
+        if rows == 0 and cols == 0:
+            return whole
+        grid = "".join(
+            "".join(f"{self.fake_token}<row_{r + 1}_col_{c + 1}>{tokens}" for c in range(cols)) + "\n"
+            for r in range(rows)
+        )
+        return f"{grid}\n{whole}"
+
+    def __call__(self, images: Sequence[Any]) -> ImageBatch:
+        frames: list[np.ndarray] = []
+        texts, tokens = [], []
+        for image in images:
+            if self.do_resize:
+                image = self._longest_edge(image)
+            parts, rows, cols = self._frames(image)
+            frames += [self._pixels(p) for p in parts]
+            texts.append(self._text(rows, cols))
+            tokens.append(len(parts) * self.seq_len)
+        f = self.frame
+        pixels = np.stack(frames)[None] if frames else np.zeros((1, 0, 3, f, f), np.float32)
+        mask = np.ones((1, pixels.shape[1], *pixels.shape[-2:]), dtype=bool)
+        return ImageBatch({"pixel_values": pixels, "pixel_attention_mask": mask}, tuple(tokens), tuple(texts))
+
+
 def _read(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -263,13 +391,21 @@ def load_image_processor(folder: str | Path) -> ImageProcessor:
     if pre.is_file():
         config = _read(pre)
         kind = str(config.get("image_processor_type") or "").removesuffix("Fast")
+        proc = _read(folder / "processor_config.json") if (folder / "processor_config.json").is_file() else {}
+        if kind == "Idefics3ImageProcessor":
+            seq = proc.get("image_seq_len", config.get("image_seq_len"))
+            if not isinstance(seq, int):
+                raise UnsupportedModelError(
+                    f"{folder} uses Idefics3ImageProcessor but processor_config.json has no image_seq_len (image "
+                    "tokens per frame): copy the processor_config.json that came with the model."
+                )
+            return Idefics3ImageProcessor(config, seq_len=seq)
         if kind not in _CLIP_LIKE:
             raise UnsupportedModelError(
                 f"{pre} asks for image processor {kind or '(none named)'!r}, which inference4py does not run "
                 f"natively (supported: {', '.join(SUPPORTED_PROCESSORS)}). Export the model with one of those, or "
                 "run it with inference4py_genai.VisionLanguageModel if it is an onnxruntime-genai folder."
             )
-        proc = _read(folder / "processor_config.json") if (folder / "processor_config.json").is_file() else {}
         model = _read(folder / "config.json") if (folder / "config.json").is_file() else {}
         # transformers' processors: a fixed count, else one per patch (LLaVA); config.json's count is the last resort
         # (LlavaConfig carries image_seq_length=576 whatever the vision tower).

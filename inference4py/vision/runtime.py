@@ -181,7 +181,17 @@ class VisionSessions:
 
     def image_features(self, batch: ImageBatch) -> np.ndarray:
         """``[image tokens of every image, hidden]`` for the call's images."""
-        feeds = {k: v for k, v in batch.inputs.items() if k in self.vision_inputs}
+        feeds = {
+            k: v.astype(self.vision_inputs[k].dtype, copy=False)
+            for k, v in batch.inputs.items()
+            if k in self.vision_inputs
+        }
+        missing = [k for k in self.vision_inputs if k not in feeds]
+        if missing:
+            raise UnsupportedModelError(
+                f"The vision encoder takes {', '.join(missing)}, which the folder's image processor does not make "
+                f"(it makes {', '.join(batch.inputs)}): the preprocessor configuration does not match the encoder."
+            )
         (features,) = run_session(self.vision, feeds, [self.feature_name], what="vision encoder")
         return np.asarray(features).reshape(-1, features.shape[-1])
 

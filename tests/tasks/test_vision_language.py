@@ -28,9 +28,11 @@ from inference4py.generation.result import GenerationResult
 from tests.conftest import FIXTURES, MODELS, load_reference
 
 LLAVA = MODELS / "llava-tiny"
+IDEFICS3 = MODELS / "idefics3-tiny"
 PHI3V = MODELS / "genai-phi3v"
 REF = load_reference("vision_language")
 CASES = {c["name"]: c for c in REF["cases"]}
+REF_IDEFICS3 = load_reference("vision_idefics3")
 PHI3V_CASES = {c["name"]: c for c in load_reference("genai")["models"]["genai-phi3v"]["cases"]}
 _models: dict[str, VisionLanguageModel] = {}
 
@@ -135,6 +137,28 @@ def test_optimum_layout_at_the_top_of_the_folder(tmp_path):
     assert list(vlm.generate(images(case), case["text"], max_new_tokens=12).token_ids) == case["output_ids"]
 
 
+# ------------------------------------------------------------------ idefics3-tiny (SmolVLM-style) against transformers
+@pytest.mark.parametrize("case", REF_IDEFICS3["cases"], ids=lambda c: c["name"])
+def test_idefics3_greedy_ids_equal_transformers(case):
+    vlm = model(IDEFICS3)
+    paths = images(case, IDEFICS3)
+    assert vlm.render_prompt(case["text"], paths) == case["rendered"]
+    ids, batch = vlm.encode(case["text"], paths)
+    assert ids == case["prompt_ids"]  # each <image>: frames with row / column markers, then the global frame
+    assert ids.count(REF_IDEFICS3["image_token_id"]) == 4 * case["frames"] == sum(batch.tokens)
+    result = vlm.generate(paths, case["text"], max_new_tokens=case["max_new_tokens"])
+    assert list(result.token_ids) == case["output_ids"]
+    assert result.text == case["output_text"]
+
+
+def test_idefics3_chat_parts_with_pil_images():
+    case = next(c for c in REF_IDEFICS3["cases"] if c["name"] == "two-images")
+    first, second = images(case, IDEFICS3)
+    parts = [{"type": "image", "image": Image.open(first)}, {"type": "image", "image": second.read_bytes()}]
+    messages = [{"role": "user", "content": [*parts, {"type": "text", "text": case["text"]}]}]
+    assert list(model(IDEFICS3).generate(None, messages, max_new_tokens=12).token_ids) == case["output_ids"]
+
+
 # ------------------------------------------------------------------ genai-phi3v: natively == inference4py_genai
 def test_phi3v_natively_equals_inference4py_genai_and_references():
     from inference4py_genai import VisionLanguageModel as GenaiVisionLanguageModel
@@ -201,12 +225,12 @@ def test_text_only_model_and_unsupported_folders(tmp_path):
     (partial / "onnx" / "embed_tokens.onnx").unlink()
     with pytest.raises(ModelFilesMissingError, match="not embed_tokens.onnx"):
         VisionLanguageModel.builder().model_path(partial).build()
-    unsupported = tmp_path / "idefics"
+    unsupported = tmp_path / "qwen2vl"
     shutil.copytree(LLAVA, unsupported)
     config = json.loads((unsupported / "preprocessor_config.json").read_text())
-    config["image_processor_type"] = "Idefics3ImageProcessor"
+    config["image_processor_type"] = "Qwen2VLImageProcessor"
     (unsupported / "preprocessor_config.json").write_text(json.dumps(config))
-    with pytest.raises(UnsupportedModelError, match="Idefics3ImageProcessor.*supported: CLIPImageProcessor"):
+    with pytest.raises(UnsupportedModelError, match="Qwen2VLImageProcessor.*supported: CLIPImageProcessor"):
         VisionLanguageModel.builder().model_path(unsupported).build()
 
 

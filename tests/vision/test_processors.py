@@ -15,11 +15,19 @@ import pytest
 from PIL import Image
 
 from inference4py.errors import InvalidInputError, UnsupportedModelError
-from inference4py.vision import ClipImageProcessor, Phi3ImageProcessor, load_image, load_image_processor
+from inference4py.vision import (
+    ClipImageProcessor,
+    Idefics3ImageProcessor,
+    Phi3ImageProcessor,
+    load_image,
+    load_image_processor,
+)
 from tests.conftest import MODELS, load_reference
 
 LLAVA = MODELS / "llava-tiny"
 REF = load_reference("vision_language")
+IDEFICS3 = MODELS / "idefics3-tiny"
+REF_IDEFICS3 = load_reference("vision_idefics3")
 
 
 @pytest.mark.parametrize("case", [c for c in REF["cases"] if c["images"]], ids=lambda c: c["name"])
@@ -32,6 +40,34 @@ def test_clip_pixels_equal_transformers(case):
     np.testing.assert_allclose(batch.inputs["pixel_values"], expected, atol=1e-6)
     # 4 x 4 patches of 8 px, CLS dropped ("default" strategy): 16 tokens, not config.json's image_seq_length 576
     assert batch.tokens == (REF["image_tokens_per_image"],) * len(case["images"]) == (16,) * len(case["images"])
+
+
+@pytest.mark.parametrize("case", [c for c in REF_IDEFICS3["cases"] if c["images"]], ids=lambda c: c["name"])
+def test_idefics3_frames_equal_transformers(case):
+    processor = load_image_processor(IDEFICS3)
+    assert isinstance(processor, Idefics3ImageProcessor)
+    batch = processor([load_image(IDEFICS3 / p) for p in case["images"]])
+    expected = np.load(IDEFICS3 / "pixel_values.npz")[case["name"]]
+    assert batch.inputs["pixel_values"].shape == expected.shape == (1, case["frames"], 3, 32, 32)
+    np.testing.assert_allclose(batch.inputs["pixel_values"], expected, atol=1e-6)
+    assert batch.inputs["pixel_attention_mask"].shape == (1, case["frames"], 32, 32)
+    assert batch.inputs["pixel_attention_mask"].all()
+    # wide.png (48 x 36) -> 64 x 48 -> 64 x 64: a 2 x 2 grid + the global frame, 4 tokens each
+    assert sum(batch.tokens) == 4 * case["frames"]
+    first = batch.texts[0]
+    assert first.count("<image>") == batch.tokens[0] and first.endswith("<image><fake_token_around_image>")
+    if case["name"] == "one-image":
+        assert first.startswith("<fake_token_around_image><row_1_col_1><image>") and "<row_2_col_2>" in first
+        assert "\n\n<fake_token_around_image><global-img>" in first
+
+
+def test_idefics3_without_splitting_is_one_square_frame():
+    processor = Idefics3ImageProcessor(
+        {"size": {"longest_edge": 64}, "max_image_size": {"longest_edge": 32}, "do_image_splitting": False}, seq_len=4
+    )
+    batch = processor([Image.new("RGB", (50, 10), (0, 255, 0))])
+    assert batch.inputs["pixel_values"].shape == (1, 1, 3, 32, 32) and batch.tokens == (4,)
+    assert batch.texts == ("<fake_token_around_image><global-img>" + "<image>" * 4 + "<fake_token_around_image>",)
 
 
 def test_phi3_hd_transform_equals_onnxruntime_genai():
@@ -78,8 +114,8 @@ def test_load_image_forms_agree_and_errors_name_the_fix(tmp_path):
 
 
 def test_unsupported_or_missing_processor_config(tmp_path):
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"image_processor_type": "Idefics3ImageProcessor"}))
-    with pytest.raises(UnsupportedModelError, match=r"Idefics3ImageProcessor.*supported: CLIPImageProcessor"):
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"image_processor_type": "Qwen2VLImageProcessor"}))
+    with pytest.raises(UnsupportedModelError, match=r"Qwen2VLImageProcessor.*supported: CLIPImageProcessor"):
         load_image_processor(tmp_path)
     (tmp_path / "preprocessor_config.json").unlink()
     ops = {"processor": {"transforms": [{"operation": {"type": "Gemma3ImageTransform"}}]}}
