@@ -57,6 +57,15 @@ class Seq2SeqRuntime:
                 "Use OnnxTextGenerator for it, or point this class at a T5 / BART / Marian export "
                 "(encoder_model.onnx + decoder_model_merged.onnx)."
             )
+        roles = set(spec.roles.values())
+        extra = [name for name in spec.sessions if name not in roles]
+        if spec.dataflow or extra:
+            raise UnsupportedModelError(
+                f"{spec.folder}: the encoder-decoder runtime runs an encoder and its decoder(s) only; this pipeline "
+                f"also has {', '.join(extra) or 'dataflow wires'}. Describe the encoder-decoder without "
+                '"dataflow" and extra sessions (dataflow, wired init sessions and final sessions run on decoder-only '
+                "pipelines: OnnxTextGenerator)."
+            )
         self.spec = spec
         self.config = dict(config)
         self.encoder = open_session(spec, "encoder", options)

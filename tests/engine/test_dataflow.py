@@ -86,6 +86,14 @@ def test_padded_batches_sampling_and_streaming_run_on_the_split_decoder(split, w
     assert "".join(pieces) == whole.generate("Hello", max_new_tokens=10, do_sample=False).text
 
 
+def test_continuous_batching_and_speculative_decoding_run_on_the_split_decoder(split, whole):
+    prompt = "The old house stood at the end of the road"
+    want = whole.generate(prompt, max_new_tokens=12, do_sample=False).token_ids
+    with split.batched() as batched:
+        assert batched.generate(prompt, max_new_tokens=12, do_sample=False).token_ids == want
+    assert split.generate(prompt, max_new_tokens=12, do_sample=False, speculative="prompt_lookup").token_ids == want
+
+
 def test_the_embedding_session_runs_on_each_new_token(split, monkeypatch):
     flow = split._runtime.flow
     assert flow is not None and flow.feeders == ("embedding",)
@@ -497,3 +505,27 @@ def test_version_1_descriptions_load_as_before(tmp_path):
     )
     spec = load_pipeline(folder)
     assert spec.dataflow == () and spec.describe()["version"] == 1 and spec.roles == {"decoder": "decoder"}
+
+
+def test_the_encoder_decoder_runtime_refuses_extra_sessions_instead_of_ignoring_them(tmp_path):
+    from inference4py.engine.pipeline import read_model_config
+    from inference4py.engine.seq2seq import Seq2SeqRuntime
+    from inference4py.errors import UnsupportedModelError
+
+    folder = tmp_path / "t5"
+    shutil.copytree(MODELS / "t5", folder)
+    shutil.copyfile(FINAL / "final.onnx", folder / "final.onnx")
+    description = load_pipeline(folder).describe()
+    pipeline = description["pipeline"]
+    description["version"] = 2
+    pipeline["sessions"]["summary"] = {"file": "final.onnx"}
+    pipeline["flow"].append({"run": "summary", "when": "final"})
+    pipeline["dataflow"] = [
+        {"from": "generation.ids", "to": "summary.ids"},
+        {"from": "generation.sequence", "to": "summary.sequence"},
+    ]
+    (folder / DESCRIPTION_FILE).write_text(json.dumps(description), encoding="utf-8")
+    spec = load_pipeline(folder)
+    assert spec.has("encoder") and spec.flow["final"] == ("summary",)
+    with pytest.raises(UnsupportedModelError, match="also has summary"):
+        Seq2SeqRuntime(spec, read_model_config(folder))
