@@ -108,6 +108,7 @@ class PromptEncoder:
                     )
                 return list(prompt)
             if all(isinstance(m, Mapping) for m in prompt):
+                _refuse_images(prompt)
                 return self.render(list(prompt), tools=tools)
         raise InvalidInputError(
             f"Unsupported prompt of type {type(prompt).__name__}: pass a str, a list of "
@@ -139,3 +140,16 @@ class PromptEncoder:
             rendered = messages_for_template(messages)
         template = self.tool_template if tools is not None else self.template
         return self.tokenizer.apply_chat_template(rendered, add_generation_prompt=True, template=template, tools=tools)
+
+
+def _refuse_images(messages: Sequence[Message]) -> None:
+    """Text-only models take no image content parts: say where images go instead of rendering them as text."""
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, (list, tuple)) and any(
+            isinstance(p, Mapping) and p.get("type") in ("image", "image_url") for p in content
+        ):
+            raise InvalidInputError(
+                "The messages hold an image content part, but this is a text-only model: it takes no images. "
+                "Use VisionLanguageModel with a vision-language model folder, or drop the image parts."
+            )

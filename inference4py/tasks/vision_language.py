@@ -201,8 +201,15 @@ class VisionLanguageModel(ClosableTask):
             messages[first] = {**messages[first], "content": [*({"type": "image"} for _ in given), *parts]}
         return messages, found or given
 
-    def render_prompt(self, prompt: VisionPrompt, images: Images = None) -> str:
-        """The prompt text before image expansion: one placeholder per image, through the chat template."""
+    def render_prompt(self, prompt: VisionPrompt, images: Images | int = None) -> str:
+        """The prompt text before image expansion: one placeholder per image, through the chat template.
+
+        Args:
+            prompt: as for :meth:`generate`.
+            images: the call's images, or how many there are (as inference4py_genai's ``render_prompt``).
+        """
+        if isinstance(images, int) and not isinstance(images, bool):
+            images = [None] * images  # only counted: nothing is loaded
         return self._render(*self._messages(prompt, images))
 
     def _render(self, messages: list[dict[str, Any]], images: list[Any]) -> str:

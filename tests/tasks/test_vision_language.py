@@ -251,3 +251,22 @@ def test_preset_records_the_model():
     b = VisionLanguageModel.phi3Vision()
     assert b._model_id == "inference4j/phi-3.5-vision-instruct"
     assert "phi3Vision" in repr(b.max_new_tokens(10)) and "max_new_tokens=10" in repr(b)
+
+
+def test_image_parts_for_a_text_only_generator_name_the_vision_model():
+    from inference4py import OnnxTextGenerator
+
+    generator = OnnxTextGenerator.builder().model_path(MODELS / "llama").build()
+    parts = [{"type": "image", "image": str(LLAVA / "images" / "sea.png")}, {"type": "text", "text": "What is it?"}]
+    with pytest.raises(InvalidInputError, match="text-only model: it takes no images. Use VisionLanguageModel"):
+        generator.generate([{"role": "user", "content": parts}], max_new_tokens=2)
+    with pytest.raises(InvalidInputError, match="Use VisionLanguageModel"):
+        generator.encode_prompt([{"role": "user", "content": [{"type": "image_url", "image_url": "http://x/y.png"}]}])
+
+
+def test_render_prompt_takes_an_image_count_like_inference4py_genai():
+    case = CASES["two-images"]
+    assert model().render_prompt(case["text"], 2) == case["rendered"]
+    assert model(PHI3V).render_prompt("Hi", 1) == PHI3V_CASES["one-image"]["rendered"].replace(
+        "Describe this image.", "Hi"
+    )
