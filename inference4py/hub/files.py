@@ -32,6 +32,7 @@ SUPPORT_FILES: frozenset[str] = frozenset(
         "sentencepiece.bpe.model",
         "chat_template.jinja",
         "preprocessor_config.json",
+        "processor_config.json",  # image processors (image tokens per image); genai's multimodal processor
         "normalizer.json",
         "genai_config.json",
         "inference4py.json",
@@ -50,6 +51,7 @@ _LAYOUTS: tuple[tuple[str, ...], ...] = (
     ("model",),
     ("encoder_model", "decoder_model_merged"),
     ("encoder_model", "decoder_model", "decoder_with_past_model"),
+    ("vision_encoder", "embed_tokens", "decoder_model_merged"),  # vision-language parts (onnx-community)
     ("decoder_model_merged",),
     # Older or cache-less optimum exports, only when nothing above is present.
     ("decoder_model", "decoder_with_past_model"),

@@ -270,3 +270,39 @@ def test_render_prompt_takes_an_image_count_like_inference4py_genai():
     assert model(PHI3V).render_prompt("Hi", 1) == PHI3V_CASES["one-image"]["rendered"].replace(
         "Describe this image.", "Hi"
     )
+
+
+def test_hub_selects_the_vision_language_parts_and_the_processor_config():
+    from inference4py.hub.files import select_model_files
+
+    repo = [
+        "README.md",
+        "config.json",
+        "preprocessor_config.json",
+        "processor_config.json",
+        "tokenizer.json",
+        *(
+            f"onnx/{part}{suffix}.onnx"
+            for part in ("vision_encoder", "embed_tokens", "decoder_model_merged")
+            for suffix in ("", "_fp16", "_q4")
+        ),
+    ]
+    assert select_model_files(repo) == [
+        "config.json",
+        "onnx/decoder_model_merged.onnx",
+        "onnx/embed_tokens.onnx",
+        "onnx/vision_encoder.onnx",
+        "preprocessor_config.json",
+        "processor_config.json",
+        "tokenizer.json",
+    ]
+    assert "onnx/vision_encoder_fp16.onnx" in select_model_files(repo, variant="fp16")
+    genai = ["genai_config.json", "vision.onnx", "embedding.onnx", "model.onnx", "processor_config.json"]
+    config = {
+        "model": {
+            "decoder": {"filename": "model.onnx"},
+            "vision": {"filename": "vision.onnx"},
+            "embedding": {"filename": "embedding.onnx"},
+        }
+    }
+    assert select_model_files(genai, genai_config=config) == sorted(genai)
