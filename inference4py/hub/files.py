@@ -31,6 +31,7 @@ SUPPORT_FILES: frozenset[str] = frozenset(
         "tokenizer.model",
         "sentencepiece.bpe.model",
         "chat_template.jinja",
+        "chat_template.json",  # processors' template (vision-language repos); the tokenizer reads it
         "preprocessor_config.json",
         "processor_config.json",  # image processors (image tokens per image); genai's multimodal processor
         "normalizer.json",

@@ -277,6 +277,7 @@ def test_hub_selects_the_vision_language_parts_and_the_processor_config():
 
     repo = [
         "README.md",
+        "chat_template.json",
         "config.json",
         "preprocessor_config.json",
         "processor_config.json",
@@ -288,6 +289,7 @@ def test_hub_selects_the_vision_language_parts_and_the_processor_config():
         ),
     ]
     assert select_model_files(repo) == [
+        "chat_template.json",
         "config.json",
         "onnx/decoder_model_merged.onnx",
         "onnx/embed_tokens.onnx",
