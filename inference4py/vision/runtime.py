@@ -30,7 +30,7 @@ from inference4py.engine.sessions import (
     graph_outputs,
     run_session,
 )
-from inference4py.errors import ModelFilesMissingError, UnsupportedModelError
+from inference4py.errors import InvalidInputError, ModelFilesMissingError, UnsupportedModelError
 from inference4py.tokenization import Tokenizer
 from inference4py.vision.processors import ImageBatch
 
@@ -249,6 +249,11 @@ class VisionState:
         return np.ascontiguousarray(logits.numpy()[:, -1, :], dtype=np.float32)  # [rows, vocab]
 
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray:
+        if input_ids.ndim != 2 or input_ids.shape[1] != self.model_ids.shape[1]:
+            raise InvalidInputError(
+                f"This state was made for a {self.model_ids.shape[1]}-token prompt, not {tuple(input_ids.shape)}: "
+                "make a new state for another prompt."
+            )
         self.rows = int(input_ids.shape[0])
         embeds = self.s.embed(self.model_ids, self.features)  # [1, n, hidden]
         if not self.s.merges_features and self.image_mask.any():
