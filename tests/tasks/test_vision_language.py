@@ -308,3 +308,44 @@ def test_hub_selects_the_vision_language_parts_and_the_processor_config():
         }
     }
     assert select_model_files(genai, genai_config=config) == sorted(genai)
+
+
+def test_phi3v_as_a_version_2_pipeline_on_the_engine_gives_the_same_ids(tmp_path):
+    """The genai folder described as a JSON pipeline (vision init -> embedding step -> inputs_embeds decoder) runs
+    on the engine's own DecoderRuntime with the images preprocessed here: the same ids, no model-specific code."""
+    from inference4py.engine.decoder import DecoderRuntime
+    from inference4py.engine.pipeline import load_pipeline
+    from inference4py.generation.generate import collect, generate_chunks
+
+    folder = tmp_path / "phi3v-described"
+    shutil.copytree(PHI3V, folder)
+    decoder = json.loads((PHI3V / "genai_config.json").read_text())["model"]["decoder"]
+    description = {
+        "version": 2,
+        "pipeline": {
+            "sessions": {n: {"file": f} for n, f in (("vision", "vision.onnx"), ("embedding", "embedding.onnx"))}
+            | {"decoder": {"file": decoder["filename"]}},
+            "flow": [
+                {"run": "vision", "when": "init", "loop": "batched"},
+                {"run": "embedding", "when": "step"},
+                {"run": "decoder", "when": "step"},
+            ],
+            "dataflow": [
+                {"from": "vision.image_features", "to": "embedding.image_features"},
+                {"from": "embedding.inputs_embeds", "to": "decoder.inputs_embeds"},
+            ],
+            "state": {"kv_cache": {"num_kv_heads": decoder["num_key_value_heads"], "head_size": decoder["head_size"]}},
+        },
+    }
+    (folder / "inference4py.json").write_text(json.dumps(description))
+    runtime = DecoderRuntime(load_pipeline(folder), {})
+    assert runtime.flow is not None and runtime.flow.caller_inputs == ("vision.pixel_values", "vision.image_sizes")
+    native = model(PHI3V)
+    for case in PHI3V_CASES.values():
+        ids, batch = native.encode(case["text"], [FIXTURES / p for p in case["images"]])
+        state = runtime.new_state(1, capacity=len(ids) + case["max_new_tokens"])
+        if batch.tokens:
+            state.set_inputs({f"vision.{k}": v for k, v in batch.inputs.items()})
+        config = native.generation_config.replace(max_new_tokens=case["max_new_tokens"])
+        result = collect(generate_chunks(state, ids, config, native.tokenizer), prompt_tokens=len(ids), started=0.0)
+        assert list(result.token_ids) == case["output_ids"], case["name"]
