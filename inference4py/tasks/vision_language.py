@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from inference4py.errors import ConfigurationError, InvalidInputError, UnsupportedModelError
+from inference4py.errors import ConfigurationError, InvalidInputError
+from inference4py.generation.beam import SearchModel
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.generate import collect, generate_chunks
 from inference4py.generation.result import GenerationChunk, GenerationResult
@@ -28,7 +29,7 @@ from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder
 from inference4py.tasks.prompts import ChatOptions, PromptEncoder
 from inference4py.tokenization import Tokenizer, load_tokenizer
 from inference4py.vision import ImageBatch, ImageInput, load_image, load_image_processor
-from inference4py.vision.runtime import VisionSessions, VisionState, find_layout, read_json
+from inference4py.vision.runtime import find_layout, open_vision, read_json
 
 __all__ = ["VisionLanguageModel", "VisionLanguageBuilder", "VisionPrompt"]
 
@@ -89,7 +90,7 @@ class VisionLanguageModel(ClosableTask):
         config = read_json(self.folder / "config.json") if (self.folder / "config.json").is_file() else {}
         nested = config.get("text_config")
         text_config: dict[str, Any] = nested if isinstance(nested, dict) else {}
-        self._sessions = VisionSessions(self._layout, {**config, **text_config}, builder.session_options())
+        self._runtime = open_vision(self._layout, self.folder, {**config, **text_config}, builder.session_options())
         defaults, totals = resolve_generation_defaults(self.folder)
         genai = {k: v for k, v in self._layout.defaults.items() if k.endswith("token_id")}
         if genai:
@@ -106,7 +107,7 @@ class VisionLanguageModel(ClosableTask):
             defaults, totals, builder.generation_overrides(), extra_eos=builder._eos, context=context
         )
         self._processors = tuple(builder._processors)
-        self._prompts = PromptEncoder(self.tokenizer, self.folder, builder, self._sessions.vocab_size)
+        self._prompts = PromptEncoder(self.tokenizer, self.folder, builder, self._runtime.vocab_size)
         self._list_content = self._template_takes_parts()
 
     @property
@@ -123,7 +124,7 @@ class VisionLanguageModel(ClosableTask):
         return f"VisionLanguageModel(folder={str(self.folder)!r}, layout={self.layout!r}, builder={self._builder_repr})"
 
     def _release(self) -> None:
-        self._sessions = None  # type: ignore[assignment]  # closed: every call checks _check_open() first
+        self._runtime = None  # type: ignore[assignment]  # closed: every call checks _check_open() first
 
     # ------------------------------------------------------------------ prompts
     def _template_takes_parts(self) -> bool:
@@ -303,22 +304,15 @@ class VisionLanguageModel(ClosableTask):
     # ------------------------------------------------------------------ generation
     def _prepare(
         self, images: Images, prompt: VisionPrompt, overrides: Mapping[str, Any]
-    ) -> tuple[list[int], GenerationConfig, VisionState]:
+    ) -> tuple[list[int], GenerationConfig, SearchModel]:
         self._check_open()
         messages, found = self._messages(prompt, images)
         batch = self.image_processor([load_image(item, i) for i, item in enumerate(found)])
         model_ids, mask = self._expand(self._render(messages, found), batch)
         config = self._planner.for_call(model_ids.shape[1], overrides)
-        features = (
-            self._sessions.image_features(batch) if batch.tokens else np.zeros((0, self._sessions.hidden), np.float32)
-        )
-        if features.shape[0] != sum(batch.tokens):
-            raise UnsupportedModelError(
-                f"The vision encoder gave {features.shape[0]} feature rows for {sum(batch.tokens)} image tokens: the "
-                "folder's processor configuration (image_seq_length / patch_size) does not match the encoder."
-            )
+        state = self._runtime.new_state(model_ids, mask, batch, capacity=model_ids.shape[1] + config.max_new_tokens)
         visible = np.where(mask, self._layout.image_token_id or 0, model_ids[0])  # genai's negative ids hidden
-        return [int(i) for i in visible], config, VisionState(self._sessions, model_ids, mask, features)
+        return [int(i) for i in visible], config, state
 
     def stream_chunks(self, images: Images, prompt: VisionPrompt, **overrides: Any) -> Iterator[GenerationChunk]:
         """The middle tier: :class:`GenerationChunk` objects with token ids and a finish reason."""

@@ -34,7 +34,16 @@ from inference4py.errors import InvalidInputError, ModelFilesMissingError, Unsup
 from inference4py.tokenization import Tokenizer
 from inference4py.vision.processors import ImageBatch
 
-__all__ = ["VisionLayout", "VisionSessions", "VisionState", "find_layout", "read_json"]
+__all__ = [
+    "VisionLayout",
+    "VisionSessions",
+    "VisionState",
+    "PipelineVision",
+    "find_layout",
+    "genai_description",
+    "open_vision",
+    "read_json",
+]
 
 _OPTIMUM_FILES = ("vision_encoder.onnx", "embed_tokens.onnx", "decoder_model_merged.onnx")
 _TEXT_DECODERS = ("model.onnx", "decoder_model_merged.onnx", "decoder_model.onnx")
@@ -179,6 +188,21 @@ class VisionSessions:
         vocab = outputs["logits"].dim(-1)
         self.vocab_size = int(vocab) if vocab else None
 
+    def new_state(
+        self, model_ids: np.ndarray, image_mask: np.ndarray, batch: ImageBatch, *, capacity: int | None = None
+    ) -> VisionState:
+        """A fresh state for one prompt: the images through the vision encoder, ready to prefill.
+
+        ``capacity`` is accepted for :class:`PipelineVision`'s sake: this cache grows as it goes.
+        """
+        features = self.image_features(batch) if batch.tokens else np.zeros((0, self.hidden), np.float32)
+        if features.shape[0] != sum(batch.tokens):
+            raise UnsupportedModelError(
+                f"The vision encoder gave {features.shape[0]} feature rows for {sum(batch.tokens)} image tokens: the "
+                "folder's processor configuration (image_seq_length / patch_size) does not match the encoder."
+            )
+        return VisionState(self, model_ids, image_mask, features)
+
     def image_features(self, batch: ImageBatch) -> np.ndarray:
         """``[image tokens of every image, hidden]`` for the call's images."""
         feeds = {
@@ -272,3 +296,124 @@ class VisionState:
         """Beam search: keep the cache rows ``indices`` (in that order)."""
         self.past = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v.numpy()[indices])) for v in self.past]
         self.rows = len(indices)
+
+
+# --------------------------------------------------------------------------- genai folders on the engine
+def genai_description(folder: Path) -> dict[str, Any]:
+    """A version-2 pipeline description of a genai vision folder (genai_config.json's names and files).
+
+    The vision session runs once per prompt (init), the embedding session before every decoder run
+    (step), wired: ``vision.image_features -> embedding.image_features``,
+    ``embedding.inputs_embeds -> decoder.inputs_embeds``.
+    """
+    model = read_json(folder / "genai_config.json").get("model", {})
+    vision, embedding, decoder = model["vision"], model["embedding"], model.get("decoder", {})
+    features = vision.get("outputs", {}).get("image_features", "image_features")
+    embeds = embedding.get("outputs", {}).get("inputs_embeds", "inputs_embeds")
+    return {
+        "version": 2,
+        "pipeline": {
+            "sessions": {
+                "vision": {"file": str(vision.get("filename", "vision.onnx"))},
+                "embedding": {"file": str(embedding.get("filename", "embedding.onnx"))},
+                "decoder": {"file": str(decoder.get("filename", "model.onnx"))},
+            },
+            "flow": [
+                {"run": "vision", "when": "init", "loop": "batched"},
+                {"run": "embedding", "when": "step"},
+                {"run": "decoder", "when": "step"},
+            ],
+            "dataflow": [
+                {
+                    "from": f"vision.{features}",
+                    "to": f"embedding.{embedding.get('inputs', {}).get('image_features', 'image_features')}",
+                },
+                {
+                    "from": f"embedding.{embeds}",
+                    "to": f"decoder.{decoder.get('inputs', {}).get('inputs_embeds', 'inputs_embeds')}",
+                },
+            ],
+            "state": {
+                "kv_cache": {
+                    k: v
+                    for k, v in (
+                        ("num_kv_heads", decoder.get("num_key_value_heads")),
+                        ("head_size", decoder.get("head_size")),
+                    )
+                    if v
+                }
+            },
+        },
+    }
+
+
+class PipelineVision:
+    """A genai vision folder run by the engine: its description (:func:`genai_description`) on a DecoderRuntime.
+
+    The engine keeps the KV cache (one shared buffer on GroupQueryAttention graphs), runs the
+    vision session at the first prefill from the images given to the state, and the embedding
+    session before each decoder run.
+    """
+
+    def __init__(self, folder: Path, options: SessionOptions) -> None:
+        from inference4py.engine.decoder import DecoderRuntime
+        from inference4py.engine.pipeline.resolve import resolve_description
+
+        spec = resolve_description(genai_description(folder), folder, source="genai_config.json (vision)")
+        self.runtime = DecoderRuntime(spec, {}, options)
+        self.vocab_size = self.runtime.vocab_size
+        flow = self.runtime.flow
+        self.caller_inputs = flow.caller_inputs if flow is not None else ()
+
+    def new_state(
+        self, model_ids: np.ndarray, image_mask: np.ndarray, batch: ImageBatch, *, capacity: int | None = None
+    ) -> _PromptIds:
+        """A fresh engine state for one prompt (``capacity``: prompt + new tokens), its images given to the vision
+        session."""
+        state = self.runtime.new_state(1, capacity=capacity)
+        if batch.tokens:
+            given = {f"vision.{k}": v for k, v in batch.inputs.items() if f"vision.{k}" in self.caller_inputs}
+            missing = [k for k in self.caller_inputs if k not in given]
+            if missing:
+                raise UnsupportedModelError(
+                    f"The vision session takes {', '.join(missing)}, which the folder's image processor does not "
+                    "make: the processor configuration does not match the vision graph."
+                )
+            state.set_inputs(given)
+        return _PromptIds(state, model_ids)
+
+
+class _PromptIds:
+    """Feeds the engine state the prompt as the model reads it (genai's negative image ids) whatever ids the
+    token loop holds (image positions shown as an ordinary id, so logits processors index the vocabulary)."""
+
+    def __init__(self, state: Any, model_ids: np.ndarray) -> None:
+        self.state = state
+        self.model_ids = model_ids  # [1, n]
+
+    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray:
+        if input_ids.ndim != 2 or input_ids.shape[1] != self.model_ids.shape[1]:
+            raise InvalidInputError(
+                f"This state was made for a {self.model_ids.shape[1]}-token prompt, not {tuple(input_ids.shape)}: "
+                "make a new state for another prompt."
+            )
+        return np.asarray(self.state.prefill(np.repeat(self.model_ids, input_ids.shape[0], axis=0)))
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        return np.asarray(self.state.step(tokens))
+
+    def reorder(self, indices: np.ndarray) -> None:
+        self.state.reorder(indices)
+
+
+def open_vision(
+    layout: VisionLayout, folder: Path, config: Mapping[str, Any], options: SessionOptions
+) -> VisionSessions | PipelineVision:
+    """The runtime of a layout: genai folders on the engine's pipeline, optimum parts on :class:`VisionSessions`.
+
+    The optimum parts stay here: their embedding session does not take the image features, so the
+    features are written over the image tokens' embeddings, which a pipeline description cannot say yet.
+    """
+    if layout.kind == "genai":
+        return PipelineVision(folder, options)
+    return VisionSessions(layout, config, options)
