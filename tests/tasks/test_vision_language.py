@@ -124,6 +124,16 @@ def test_beam_search_runs_and_one_beam_is_greedy():
     )
     beams = vlm.generate(images(case), case["text"], max_new_tokens=6, num_beams=3, num_return_sequences=2)
     assert len(beams.candidates) == 2 and len(beams.token_ids) == 6
+    # on the engine path too (genai folder): every beam row reads the prompt with its image tokens
+    phi3v = PHI3V_CASES["one-image"]
+    paths = [FIXTURES / p for p in phi3v["images"]]
+    beams = model(PHI3V).generate(paths, phi3v["text"], max_new_tokens=6, num_beams=3, num_return_sequences=2)
+    first, second = beams.candidates
+    assert first.score >= second.score and first.token_ids != second.token_ids
+    assert (
+        list(model(PHI3V).generate(paths, phi3v["text"], max_new_tokens=12, num_beams=1).token_ids)
+        == (phi3v["output_ids"])
+    )
 
 
 def test_optimum_layout_at_the_top_of_the_folder(tmp_path):
