@@ -176,7 +176,10 @@ class VisionLanguageModel(ClosableTask):
                 for part in content:
                     kind = part.get("type") if isinstance(part, Mapping) else None
                     if kind in ("image", "image_url"):
-                        found.append(part.get("image", part.get("image_url")))
+                        value = part.get("image", part.get("image_url"))
+                        if isinstance(value, Mapping):  # OpenAI's {"type": "image_url", "image_url": {"url": ...}}
+                            value = value.get("url")
+                        found.append(value)
                         parts.append({"type": "image"})
                     elif kind == "text":
                         parts.append({"type": "text", "text": str(part.get("text", ""))})

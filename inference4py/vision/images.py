@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import io
 import os
 from pathlib import Path
@@ -20,8 +22,8 @@ def load_image(item: ImageInput, index: int = 0) -> Any:
     """``item`` as an RGB ``PIL.Image.Image``, fully decoded.
 
     Args:
-        item: a file path, encoded bytes (PNG, JPEG, WebP, ...), a PIL image or an
-            ``H x W x 3`` (or 4) uint8 array.
+        item: a file path, a ``data:image/...;base64,`` URL, encoded bytes (PNG, JPEG, WebP, ...),
+            a PIL image or an ``H x W x 3`` (or 4) uint8 array.
         index: the image's position in the call, for messages (from 0).
 
     Raises:
@@ -30,6 +32,21 @@ def load_image(item: ImageInput, index: int = 0) -> Any:
     from PIL import Image, UnidentifiedImageError
 
     n = index + 1
+    if isinstance(item, str) and item.startswith("data:"):  # a data URL (OpenAI's image_url form)
+        header, _, payload = item.partition(",")
+        if not header.endswith(";base64") or not payload:
+            raise InvalidInputError(
+                f"Image {n} is a data URL without base64 data ({header[:40]!r}): use data:image/png;base64,<data>."
+            )
+        try:
+            item = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise InvalidInputError(f"Image {n}: the data URL's base64 data is invalid ({exc}).") from exc
+    if isinstance(item, str) and item.startswith(("http://", "https://")):
+        raise InvalidInputError(
+            f"Image {n} is a web address ({item[:80]}): inference4py does not download images. Fetch it first "
+            "and pass the file path, the bytes or a PIL image."
+        )
     if isinstance(item, (str, os.PathLike)):
         path = Path(item)
         if not path.is_file():

@@ -81,6 +81,20 @@ def test_llava_chat_messages_with_image_parts_path_and_pil():
     vlm = model()
     assert vlm.render_prompt(messages) == case["rendered"]
     assert list(vlm.generate(None, messages, max_new_tokens=case["max_new_tokens"]).token_ids) == case["output_ids"]
+    # OpenAI's image_url parts (a data URL) work the same
+    import base64
+
+    urls = ["data:image/png;base64," + base64.b64encode(p.read_bytes()).decode() for p in (first, second)]
+    openai = [
+        {
+            "role": "user",
+            "content": [
+                *({"type": "image_url", "image_url": {"url": u}} for u in urls),
+                {"type": "text", "text": case["text"]},
+            ],
+        }
+    ]
+    assert list(vlm.generate(None, openai, max_new_tokens=12).token_ids) == case["output_ids"]
     # placeholders written in the text take the images in order
     written = [{"role": "user", "content": f"<image>\n<image>\n{case['text']}"}]
     assert vlm.render_prompt(written, [first, second]) == case["rendered"]

@@ -108,6 +108,16 @@ def test_load_image_forms_agree_and_errors_name_the_fix(tmp_path):
         load_image(arr.astype(np.float32))
     with pytest.raises(InvalidInputError, match="unsupported type int"):
         load_image(3)
+    import base64
+
+    url = "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
+    np.testing.assert_array_equal(np.asarray(load_image(url)), arr)
+    with pytest.raises(InvalidInputError, match="base64 data is invalid"):
+        load_image("data:image/png;base64,@@@")
+    with pytest.raises(InvalidInputError, match="without base64 data"):
+        load_image("data:image/png,rawdata")
+    with pytest.raises(InvalidInputError, match="does not download images"):
+        load_image("https://example.com/cat.png")
     buffer = io.BytesIO()
     pil.save(buffer, format="BMP")
     np.testing.assert_array_equal(np.asarray(load_image(buffer.getvalue())), arr)
