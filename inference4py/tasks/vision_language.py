@@ -221,9 +221,11 @@ class VisionLanguageModel(ClosableTask):
 
         def flat(content: Any) -> Any:
             nonlocal count
+            parts_template = self._list_content and self._layout.kind == "optimum"
             if not isinstance(content, list):
-                return content
-            if self._list_content and self._layout.kind == "optimum":
+                # a template written for parts may not render plain strings (SmolVLM's iterates the content)
+                return [{"type": "text", "text": content}] if parts_template and isinstance(content, str) else content
+            if parts_template:
                 return content
             text = ""
             for part in content:

@@ -175,6 +175,21 @@ def test_idefics3_greedy_ids_equal_transformers(case):
     assert result.text == case["output_text"]
 
 
+def test_idefics3_string_contents_and_written_placeholders():
+    case = next(c for c in REF_IDEFICS3["cases"] if c["name"] == "two-images")
+    paths = images(case, IDEFICS3)
+    vlm = model(IDEFICS3)
+    # SmolVLM's template iterates the content: a plain string is given to it as one text part (so "User: ",
+    # with the space the template puts before a leading text part)
+    written = [{"role": "user", "content": f"<image><image>{case['text']}"}]
+    assert vlm.render_prompt(written, paths) == case["rendered"].replace("User:", "User: ")
+    ids, batch = vlm.encode(written, paths)
+    assert ids.count(REF_IDEFICS3["image_token_id"]) == sum(batch.tokens) == 4 * case["frames"]
+    assert len(vlm.generate(paths, written, max_new_tokens=3).token_ids) == 3
+    text_only = next(c for c in REF_IDEFICS3["cases"] if c["name"] == "text-only")
+    assert vlm.render_prompt([{"role": "user", "content": text_only["text"]}]) == text_only["rendered"]
+
+
 def test_idefics3_chat_parts_with_pil_images():
     case = next(c for c in REF_IDEFICS3["cases"] if c["name"] == "two-images")
     first, second = images(case, IDEFICS3)
