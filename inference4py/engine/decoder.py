@@ -315,13 +315,19 @@ class DecoderState:
         embedding session's ``image_features``) for that prefill only.  A session given none of
         its inputs is skipped and its consumers receive empty tensors (a text-only prompt).
 
+        A step feeder's output (``runtime.flow.prompt_outputs``, e.g. ``"embedding.inputs_embeds"``,
+        ``[batch, prompt, hidden]``) may be given too: it replaces what the session would compute
+        for the first prefill (a task class that merges image features into the prompt's
+        embeddings itself); the following tokens go through the session as usual.
+
         Raises:
             InvalidInputError: the pipeline has no such input.
         """
         flow = self._flow
-        unknown = [k for k in inputs if flow is None or k not in flow.caller_inputs]
+        known_keys = (flow.caller_inputs + flow.prompt_outputs) if flow is not None else ()
+        unknown = [k for k in inputs if k not in known_keys]
         if unknown:
-            known = ", ".join(flow.caller_inputs) if flow is not None else ""
+            known = ", ".join(known_keys)
             raise InvalidInputError(
                 f"Unknown pipeline input(s) {', '.join(unknown)}. This pipeline takes: {known or 'none'}."
             )
@@ -351,8 +357,8 @@ class DecoderState:
             ids = ids[None, :]
         if ids.shape[0] != self.batch or ids.shape[1] == 0:
             raise InvalidInputError(f"prefill expects [batch={self.batch}, n>0] token ids, got shape {ids.shape}.")
-        if self.length == 0 and self._flow is not None and self._flow.init:
-            self._values = self._flow.run_init(self._given)
+        if self.length == 0 and self._flow is not None and (self._flow.init or self._given):
+            self._values = self._flow.run_init(self._given)  # init sessions, and prompt outputs given
         mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask, dtype=np.int64)
         if self.shared_buffer:
             return self._prefill_shared(ids, mask)

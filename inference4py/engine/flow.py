@@ -63,6 +63,9 @@ class FlowRunner:
         final: the final sessions, in flow order.
         caller_inputs: ``"session.input"`` names the caller may give to :meth:`run_init`
             (the init sessions' inputs no wire feeds), e.g. ``("vision.pixel_values",)``.
+        prompt_outputs: ``"session.output"`` names of the step feeders' outputs the caller may
+            give instead for the first prefill, e.g. ``("embedding.inputs_embeds",)``: a task that
+            merges image features into the prompt's embeddings itself hands them over this way.
     """
 
     def __init__(self, spec: PipelineSpec, decoders: Sequence[str], options: SessionOptions | None = None) -> None:
@@ -89,6 +92,7 @@ class FlowRunner:
         self._outputs: dict[str, list[str]] = {
             name: [o.name for o in session.get_outputs()] for name, session in self._sessions.items()
         }
+        self.prompt_outputs: tuple[str, ...] = tuple(f"{n}.{o}" for n in self.feeders for o in self._outputs[n])
 
     @property
     def feeds_decoder(self) -> bool:
@@ -114,13 +118,14 @@ class FlowRunner:
         Raises:
             InvalidInputError: an unknown key, or a session given only part of its inputs.
         """
-        unknown = [k for k in given if k not in self.caller_inputs]
+        unknown = [k for k in given if k not in self.caller_inputs and k not in self.prompt_outputs]
         if unknown:
             raise InvalidInputError(
                 f"Unknown pipeline input(s) {', '.join(unknown)}. This pipeline takes: "
-                f"{', '.join(self.caller_inputs) or 'none'}."
+                f"{', '.join(self.caller_inputs + self.prompt_outputs) or 'none'}."
             )
-        values: dict[str, np.ndarray] = {}
+        # given step-feeder outputs replace what the feeder computes at the first prefill
+        values: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in given.items() if k in self.prompt_outputs}
         for step in self.init:
             name = step.run
             own = [k for k in self.caller_inputs if k.startswith(name + ".")]
@@ -143,6 +148,8 @@ class FlowRunner:
         """
         local: dict[str, np.ndarray] = dict(values) if prompt else {}
         for name in self.feeders:
+            if prompt and all(f"{name}.{o}" in values for o in self._outputs[name]):
+                continue  # the caller gave this prompt's outputs (set_inputs)
             local.update(self._run(name, self._feeds(name, local, {}, prompt=prompt, ids=ids)))
         decoder = self._decoders[0]
         out: dict[str, Any] = {}

@@ -529,3 +529,55 @@ def test_the_encoder_decoder_runtime_refuses_extra_sessions_instead_of_ignoring_
     assert spec.has("encoder") and spec.flow["final"] == ("summary",)
     with pytest.raises(UnsupportedModelError, match="also has summary"):
         Seq2SeqRuntime(spec, read_model_config(folder))
+
+
+# --------------------------------------------------------------------------- parts layouts (vision-language exports)
+
+
+@pytest.mark.parametrize("name", ["llava-tiny", "idefics3-tiny"])
+def test_a_parts_export_is_detected_as_an_embedding_session_wired_into_its_decoder(name):
+    spec = load_pipeline(MODELS / name)
+    assert spec.source == "detected"
+    assert {n: s.file for n, s in spec.sessions.items()} == {
+        "embedding": "onnx/embed_tokens.onnx",
+        "decoder": "onnx/decoder_model_merged.onnx",
+    }
+    assert [w.to_json() for w in spec.dataflow] == [{"from": "embedding.inputs_embeds", "to": "decoder.inputs_embeds"}]
+
+
+def _llava_cases() -> dict:
+    return {c["name"]: c for c in load_reference("vision_language")["cases"]}
+
+
+def test_the_text_of_a_vision_language_export_runs_as_a_text_generator():
+    case = _llava_cases()["text-only"]
+    with _generator(MODELS / "llava-tiny") as gen:
+        got = gen.generate(case["prompt_ids"], max_new_tokens=case["max_new_tokens"], do_sample=False)
+    assert list(got.token_ids) == case["output_ids"]  # transformers' LLaVA generate() without an image
+
+
+@pytest.mark.parametrize("case_name", ["one-image", "two-images"])
+def test_a_task_can_hand_the_prompt_embeddings_with_image_features_to_the_engine(case_name):
+    """What a vision-language task does over the engine: features merged into the prompt's
+    embeddings (LLaVA's rule, written here in numpy), then set_inputs + the normal loop."""
+    import onnxruntime as ort
+
+    from inference4py.generation.config import GenerationConfig
+    from inference4py.generation.generate import generate_chunks
+
+    case = _llava_cases()[case_name]
+    folder = MODELS / "llava-tiny"
+    pixels = np.load(folder / "pixel_values.npz")[case_name]
+    vision = ort.InferenceSession(str(folder / "onnx/vision_encoder.onnx"), providers=["CPUExecutionProvider"])
+    features = vision.run(None, {"pixel_values": pixels})[0].reshape(-1, 32)  # [images * 16, hidden]
+    table = ort.InferenceSession(str(folder / "onnx/embed_tokens.onnx"), providers=["CPUExecutionProvider"])
+    ids = np.asarray([case["prompt_ids"]], dtype=np.int64)
+    embeds = table.run(None, {"input_ids": np.where(ids == 1200, 0, ids)})[0]  # [1, n, hidden]
+    embeds[ids == 1200] = features
+    with _generator(folder) as gen:
+        assert gen._runtime.flow.prompt_outputs == ("embedding.inputs_embeds",)
+        state = gen._runtime.new_state(1)
+        state.set_inputs({"embedding.inputs_embeds": embeds})
+        config = GenerationConfig(max_new_tokens=case["max_new_tokens"], do_sample=False, eos_token_id=(2,))
+        chunks = list(generate_chunks(state, case["prompt_ids"], config, gen.tokenizer))
+    assert [c.token_id for c in chunks if c.token_id is not None] == case["output_ids"]

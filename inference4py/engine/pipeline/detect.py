@@ -57,10 +57,12 @@ def _detect_description(root: Path) -> dict[str, Any]:
         return description
     one_graph = single or merged or (plain if not with_past else None)
     if one_graph:
-        description["pipeline"] = _pipeline_dict("autoregressive-decoder", None, one_graph, None)
+        description["pipeline"] = _with_embedding(root, _pipeline_dict("autoregressive-decoder", None, one_graph, None))
         return description
     if plain and with_past:
-        description["pipeline"] = _pipeline_dict("autoregressive-decoder", None, plain, with_past)
+        description["pipeline"] = _with_embedding(
+            root, _pipeline_dict("autoregressive-decoder", None, plain, with_past)
+        )
         return description
     pipeline = _detect_from_graphs(root, config)
     if pipeline is None:
@@ -93,6 +95,62 @@ def _pipeline_dict(preset: str, encoder: str | None, decoder: str, with_past: st
     else:
         flow.append({"run": "decoder", "when": "step"})
     return {"extends": preset, "sessions": sessions, "flow": flow}
+
+
+def _with_embedding(root: Path, pipeline: dict[str, Any]) -> dict[str, Any]:
+    """A decoder that takes ``inputs_embeds`` instead of ``input_ids`` gets the folder's embedding graph.
+
+    The embedding graph is the one graph beside the decoder with ``input_ids`` in and
+    ``inputs_embeds`` out (optimum's ``embed_tokens.onnx``, genai's ``embedding.onnx``); it runs as
+    a ``step`` session wired to every decoder.  Graphs whose outputs are named like one of its
+    other inputs (a vision encoder's ``image_features``) become ``init`` sessions wired to it by
+    name.  Graphs that feed nothing by name (optimum's ``vision_encoder.onnx``, whose features a
+    task class merges into the embeddings itself) are left out: the pipeline runs the text.
+    Without exactly one embedding graph the description stays as it is, and the load-time check
+    says what to wire.
+    """
+    from inference4py.engine._graph_io import read_graph_io
+
+    decoder_file = pipeline["sessions"]["decoder"]["file"]
+    decoder = root / decoder_file
+    io = read_graph_io(decoder)
+    if io is None or "input_ids" in io[0] or "inputs_embeds" not in io[0]:
+        return pipeline
+    prefix = decoder_file.rsplit("/", 1)[0] + "/" if "/" in decoder_file else ""
+    graphs: dict[str, Any] = {}
+    used = {body["file"] for body in pipeline["sessions"].values()}
+    for path in sorted(decoder.parent.glob("*.onnx")):
+        rel = prefix + path.name
+        if rel not in used and path.is_file():
+            graph_io = read_graph_io(path)
+            if graph_io is not None and "logits" not in graph_io[1]:
+                graphs[rel] = graph_io
+    embeddings = [rel for rel, (i, o) in graphs.items() if "input_ids" in i and "inputs_embeds" in o]
+    if len(embeddings) != 1:
+        return pipeline
+    embedding = embeddings[0]
+    wanted = [name for name in graphs[embedding][0] if name != "input_ids"]
+    sessions: dict[str, Any] = {}
+    init: list[dict[str, str]] = []
+    dataflow: list[dict[str, str]] = []
+    for rel, (_, outputs) in graphs.items():
+        feeds = [name for name in wanted if name in outputs]
+        if rel == embedding or not feeds:
+            continue
+        name = f"init{len(init)}" if len(init) else "vision"
+        sessions[name] = {"file": rel}
+        init.append({"run": name, "when": "init"})
+        dataflow += [{"from": f"{name}.{t}", "to": f"embedding.{t}"} for t in feeds]
+        wanted = [t for t in wanted if t not in feeds]
+    sessions["embedding"] = {"file": embedding}
+    sessions.update(pipeline["sessions"])
+    dataflow += [{"from": "embedding.inputs_embeds", "to": f"{name}.inputs_embeds"} for name in pipeline["sessions"]]
+    return {
+        **pipeline,
+        "sessions": sessions,
+        "flow": [*init, {"run": "embedding", "when": "step"}, *pipeline["flow"]],
+        "dataflow": dataflow,
+    }
 
 
 def _detect_from_graphs(root: Path, config: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -144,7 +202,7 @@ def _detect_from_graphs(root: Path, config: Mapping[str, Any]) -> dict[str, Any]
             return _pipeline_dict("autoregressive-decoder", None, plain_nopast[0], plain_past[0])
         decoders = merged + plain_past
         if len(decoders) == 1:
-            return _pipeline_dict("autoregressive-decoder", None, decoders[0], None)
+            return _with_embedding(root, _pipeline_dict("autoregressive-decoder", None, decoders[0], None))
         if decoders:
             _ambiguous(root, decoders + plain_nopast)
         if len(plain_nopast) == 1:  # runs, but without a cache (the runtime says how to re-export)
