@@ -468,6 +468,20 @@ def test_a_final_session_with_an_unfed_input_is_refused(tmp_path):
     assert 'input "sequence" of session "summary" is not fed: wire it in "dataflow"' in message
 
 
+def test_step_outputs_cannot_feed_a_final_session_yet(tmp_path):
+    pipeline = {
+        "sessions": {"decoder": {"file": "decoder.onnx"}, "summary": {"file": "final.onnx"}},
+        "flow": [{"run": "decoder", "when": "step"}, {"run": "summary", "when": "final"}],
+        "dataflow": [
+            {"from": "decoder.logits", "to": "summary.ids"},
+            {"from": "generation.sequence", "to": "summary.sequence"},
+        ],
+    }
+    message = _message(tmp_path, pipeline, base=FINAL)
+    assert "collecting a step session's outputs over the run is not supported" in message
+    assert 'feed final sessions from "generation.ids"' in message
+
+
 def test_generated_ids_must_feed_an_integer_input(tmp_path):
     folder = tmp_path / "m"
     shutil.copytree(FINAL, folder)
