@@ -29,7 +29,7 @@ from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder
 from inference4py.tasks.prompts import ChatOptions, PromptEncoder
 from inference4py.tokenization import Tokenizer, load_tokenizer
 from inference4py.vision import ImageBatch, ImageInput, load_image, load_image_processor
-from inference4py.vision.runtime import find_layout, open_vision, read_json
+from inference4py.vision.runtime import VisionPipeline, find_layout, read_json
 
 __all__ = ["VisionLanguageModel", "VisionLanguageBuilder", "VisionPrompt"]
 
@@ -90,7 +90,7 @@ class VisionLanguageModel(ClosableTask):
         config = read_json(self.folder / "config.json") if (self.folder / "config.json").is_file() else {}
         nested = config.get("text_config")
         text_config: dict[str, Any] = nested if isinstance(nested, dict) else {}
-        self._runtime = open_vision(self._layout, self.folder, {**config, **text_config}, builder.session_options())
+        self._runtime = VisionPipeline(self._layout, self.folder, {**config, **text_config}, builder.session_options())
         defaults, totals = resolve_generation_defaults(self.folder)
         genai = {k: v for k, v in self._layout.defaults.items() if k.endswith("token_id")}
         if genai:

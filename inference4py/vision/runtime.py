@@ -1,13 +1,13 @@
-"""The sessions of a vision-language model and one call's decoding state, apart from the task class.
+"""A vision-language folder on the engine, apart from the task class.
 
-A vision-language folder holds three sessions: a vision encoder (``pixel_values`` (+ ``image_sizes``)
--> image features, one row per image token), an embedding session (``input_ids`` ->
-``inputs_embeds``; genai's also takes the image features and puts them in place of the image
-tokens itself) and a decoder driven by ``inputs_embeds`` with a KV cache.  :func:`find_layout` finds
-them from the files (onnxruntime-genai's ``genai_config.json`` or the optimum / onnx-community
-parts), :class:`VisionSessions` loads them, and :class:`VisionState` is the token loop's step model
-(``prefill`` / ``step`` / ``reorder``).  The KV cache stays in onnxruntime (IO binding): each run's
-``present`` values are bound as the next run's ``past``.
+A vision-language folder holds three sessions: a vision encoder (``pixel_values`` (+ ``image_sizes`` /
+``pixel_attention_mask``) -> image features, one row per image token), an embedding session
+(``input_ids`` -> ``inputs_embeds``; genai's also takes the image features and puts them in place
+of the image tokens itself) and a decoder driven by ``inputs_embeds`` with a KV cache.
+:func:`find_layout` finds them from the files (onnxruntime-genai's ``genai_config.json`` or the
+optimum / onnx-community parts); :class:`VisionPipeline` runs them as an engine pipeline
+(``DecoderRuntime``: the embedding session wired into the decoder) and makes one state per prompt
+(:class:`PromptState`, the token loop's ``prefill`` / ``step`` / ``reorder``).
 """
 
 from __future__ import annotations
@@ -19,31 +19,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 
-from inference4py.engine.kv_cache import KVLayout, discover_layout
 from inference4py.engine.sessions import (
     SessionOptions,
-    StepBinding,
     create_session,
     graph_inputs,
-    graph_outputs,
     run_session,
 )
 from inference4py.errors import InvalidInputError, ModelFilesMissingError, UnsupportedModelError
 from inference4py.tokenization import Tokenizer
 from inference4py.vision.processors import ImageBatch
 
-__all__ = [
-    "VisionLayout",
-    "VisionSessions",
-    "VisionState",
-    "PipelineVision",
-    "find_layout",
-    "genai_description",
-    "open_vision",
-    "read_json",
-]
+__all__ = ["VisionLayout", "VisionPipeline", "PromptState", "find_layout", "genai_description", "read_json"]
 
 _OPTIMUM_FILES = ("vision_encoder.onnx", "embed_tokens.onnx", "decoder_model_merged.onnx")
 _TEXT_DECODERS = ("model.onnx", "decoder_model_merged.onnx", "decoder_model.onnx")
@@ -147,157 +134,6 @@ def _optimum_layout(folder: Path, where: Path, tokenizer: Tokenizer) -> VisionLa
     return VisionLayout("optimum", vision, embedding, decoder, token, int(token_id), {})
 
 
-# --------------------------------------------------------------------------- the three sessions
-class VisionSessions:
-    """The vision encoder, the embedding session and the inputs_embeds decoder, with what each expects."""
-
-    def __init__(self, layout: VisionLayout, config: Mapping[str, Any], options: SessionOptions) -> None:
-        self.vision = create_session(layout.vision, options)
-        self.embedding = create_session(layout.embedding, options)
-        self.decoder = create_session(layout.decoder, options)
-        self.vision_inputs = graph_inputs(self.vision)
-        self.embedding_inputs = graph_inputs(self.embedding)
-        self.feature_name = self.vision.get_outputs()[0].name  # image_features
-        self.embeds_name = self.embedding.get_outputs()[0].name  # inputs_embeds
-        # genai's embedding session takes the image features and merges them itself
-        self.merges_features = self.feature_name in self.embedding_inputs
-        inputs, outputs = graph_inputs(self.decoder), graph_outputs(self.decoder)
-        if "inputs_embeds" not in inputs or "logits" not in outputs:
-            raise UnsupportedModelError(
-                f"{layout.decoder.name} is not an inputs_embeds decoder (inputs: {sorted(inputs)[:6]}). A "
-                "vision-language folder needs a decoder that takes inputs_embeds and returns logits."
-            )
-        self.layout: KVLayout = discover_layout(
-            inputs,
-            outputs,
-            config,
-            graph_name=layout.decoder.name,
-            num_kv_heads=layout.defaults.get("num_kv_heads"),
-            head_size=layout.defaults.get("head_size"),
-        )
-        self.decoder_inputs = inputs
-        # (past input, present output) of each cache tensor, in layout order
-        self.cache_names = tuple((e.input, e.output) for e in self.layout.self_entries)
-        hidden = inputs["inputs_embeds"].dim(-1) or graph_outputs(self.embedding)[self.embeds_name].dim(-1)
-        if hidden is None:
-            raise UnsupportedModelError(
-                f"{layout.decoder.name}'s inputs_embeds has no fixed hidden size: re-export it with a static last axis."
-            )
-        self.hidden = int(hidden)
-        self.embeds_dtype = inputs["inputs_embeds"].dtype
-        vocab = outputs["logits"].dim(-1)
-        self.vocab_size = int(vocab) if vocab else None
-
-    def new_state(
-        self, model_ids: np.ndarray, image_mask: np.ndarray, batch: ImageBatch, *, capacity: int | None = None
-    ) -> VisionState:
-        """A fresh state for one prompt: the images through the vision encoder, ready to prefill.
-
-        ``capacity`` is accepted for :class:`PipelineVision`'s sake: this cache grows as it goes.
-        """
-        features = self.image_features(batch) if batch.tokens else np.zeros((0, self.hidden), np.float32)
-        if features.shape[0] != sum(batch.tokens):
-            raise UnsupportedModelError(
-                f"The vision encoder gave {features.shape[0]} feature rows for {sum(batch.tokens)} image tokens: the "
-                "folder's processor configuration (image_seq_length / patch_size) does not match the encoder."
-            )
-        return VisionState(self, model_ids, image_mask, features)
-
-    def image_features(self, batch: ImageBatch) -> np.ndarray:
-        """``[image tokens of every image, hidden]`` for the call's images."""
-        feeds = {
-            k: v.astype(self.vision_inputs[k].dtype, copy=False)
-            for k, v in batch.inputs.items()
-            if k in self.vision_inputs
-        }
-        missing = [k for k in self.vision_inputs if k not in feeds]
-        if missing:
-            raise UnsupportedModelError(
-                f"The vision encoder takes {', '.join(missing)}, which the folder's image processor does not make "
-                f"(it makes {', '.join(batch.inputs)}): the preprocessor configuration does not match the encoder."
-            )
-        (features,) = run_session(self.vision, feeds, [self.feature_name], what="vision encoder")
-        return np.asarray(features).reshape(-1, features.shape[-1])
-
-    def embed(self, ids: np.ndarray, features: np.ndarray | None) -> np.ndarray:
-        """``[1, n, hidden]`` embeddings of ``ids`` ``[1, n]``; image rows from ``features`` when given."""
-        feeds: dict[str, Any] = {"input_ids": ids.astype(self.embedding_inputs["input_ids"].dtype)}
-        if self.merges_features:
-            dtype = self.embedding_inputs[self.feature_name].dtype
-            feeds[self.feature_name] = (features if features is not None else np.zeros((0, self.hidden))).astype(dtype)
-        (embeds,) = run_session(self.embedding, feeds, [self.embeds_name], what="embedding session")
-        return np.asarray(embeds)
-
-
-class VisionState:
-    """One call's decoder state: ``prefill`` embeds the prompt (image features in place), ``step`` one token.
-
-    The prompt's ids as the model reads them (``model_ids``: genai's negative image ids, or the image
-    token id) and the positions of image tokens are fixed at construction; ``prefill`` receives the
-    ids the token loop sees (one row per beam) and takes only their row count from them.
-    """
-
-    def __init__(
-        self, sessions: VisionSessions, model_ids: np.ndarray, image_mask: np.ndarray, features: np.ndarray
-    ) -> None:
-        self.s = sessions
-        self.model_ids = model_ids  # [1, n]
-        self.image_mask = image_mask  # [n] bool
-        self.features = features  # [image tokens, hidden]
-        self.past: list[Any] = []  # OrtValues, one per cache tensor in layout order
-        self.length = 0
-        self.rows = 1
-        self.binding = StepBinding(sessions.decoder)
-        self.binding.binding.bind_output("logits", "cpu")  # bound first: outputs() = [logits, present...]
-
-    def _run(self, embeds: np.ndarray) -> np.ndarray:
-        s, b, n = self.s, self.binding, embeds.shape[1]
-        total = self.length + n
-        names = s.decoder_inputs
-        b.bind_array("inputs_embeds", np.ascontiguousarray(embeds, dtype=s.embeds_dtype))
-        if "attention_mask" in names:
-            b.bind_array("attention_mask", np.ones((self.rows, total), dtype=names["attention_mask"].dtype))
-        if "position_ids" in names:
-            positions = np.arange(self.length, total, dtype=names["position_ids"].dtype)
-            b.bind_array("position_ids", np.ascontiguousarray(np.broadcast_to(positions, (self.rows, n))))
-        if "use_cache_branch" in names:
-            b.bind_array("use_cache_branch", np.array([self.length > 0]))
-        for name in ("num_logits_to_keep", "logits_to_keep"):
-            if name in names:
-                b.bind_array(name, np.array(1, dtype=names[name].dtype))
-        b.binding.bind_output("logits", "cpu")  # fresh each run: the sequence length changes
-        b.rebind_cache(s.cache_names, self.past)
-        b.run(what="decoder")
-        logits, *self.past = b.outputs()
-        self.length = total
-        return np.ascontiguousarray(logits.numpy()[:, -1, :], dtype=np.float32)  # [rows, vocab]
-
-    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray:
-        if input_ids.ndim != 2 or input_ids.shape[1] != self.model_ids.shape[1]:
-            raise InvalidInputError(
-                f"This state was made for a {self.model_ids.shape[1]}-token prompt, not {tuple(input_ids.shape)}: "
-                "make a new state for another prompt."
-            )
-        self.rows = int(input_ids.shape[0])
-        embeds = self.s.embed(self.model_ids, self.features)  # [1, n, hidden]
-        if not self.s.merges_features and self.image_mask.any():
-            embeds[0, self.image_mask] = self.features.astype(embeds.dtype, copy=False)
-        self.past = [
-            ort.OrtValue.ortvalue_from_numpy(self.s.layout.empty(e, self.rows)) for e in self.s.layout.self_entries
-        ]
-        self.length = 0
-        return self._run(np.repeat(embeds, self.rows, axis=0))
-
-    def step(self, tokens: np.ndarray) -> np.ndarray:
-        ids = np.asarray(tokens, dtype=np.int64).reshape(-1, 1)  # [rows, 1]
-        return self._run(self.s.embed(ids, None))
-
-    def reorder(self, indices: np.ndarray) -> None:
-        """Beam search: keep the cache rows ``indices`` (in that order)."""
-        self.past = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v.numpy()[indices])) for v in self.past]
-        self.rows = len(indices)
-
-
 # --------------------------------------------------------------------------- genai folders on the engine
 def genai_description(folder: Path) -> dict[str, Any]:
     """A version-2 pipeline description of a genai vision folder (genai_config.json's names and files).
@@ -347,31 +183,79 @@ def genai_description(folder: Path) -> dict[str, Any]:
     }
 
 
-class PipelineVision:
-    """A genai vision folder run by the engine: its description (:func:`genai_description`) on a DecoderRuntime.
+class VisionPipeline:
+    """A vision-language folder on the engine: a :class:`~inference4py.engine.decoder.DecoderRuntime` whose
+    embedding session feeds the ``inputs_embeds`` decoder, and the images' way in.
 
-    The engine keeps the KV cache (one shared buffer on GroupQueryAttention graphs), runs the
-    vision session at the first prefill from the images given to the state, and the embedding
-    session before each decoder run.
+    - genai folders: :func:`genai_description` makes the vision session an init session wired into
+      the embedding session (which puts the features in place of the negative image ids); the
+      images' arrays go to the state with ``set_inputs({"vision.pixel_values": ...})``.
+    - optimum parts: the folder's detected pipeline (embedding step session -> decoder); the vision
+      encoder runs here and its features are written over the image tokens' rows of the prompt's
+      embeddings, handed to the state as ``embedding.inputs_embeds`` for the first prefill.
+
+    The engine keeps the KV cache (one shared buffer on GroupQueryAttention graphs) and runs the
+    embedding session on every new token.
     """
 
-    def __init__(self, folder: Path, options: SessionOptions) -> None:
+    def __init__(self, layout: VisionLayout, folder: Path, config: Mapping[str, Any], options: SessionOptions) -> None:
         from inference4py.engine.decoder import DecoderRuntime
+        from inference4py.engine.pipeline import load_pipeline
         from inference4py.engine.pipeline.resolve import resolve_description
 
-        spec = resolve_description(genai_description(folder), folder, source="genai_config.json (vision)")
-        self.runtime = DecoderRuntime(spec, {}, options)
-        self.vocab_size = self.runtime.vocab_size
+        self.kind = layout.kind
+        if layout.kind == "genai":
+            spec = resolve_description(genai_description(folder), folder, source="genai_config.json (vision)")
+            self.runtime = DecoderRuntime(spec, {}, options)
+            self.vision = None
+        else:
+            self.runtime = DecoderRuntime(load_pipeline(folder), config, options)
+            self.vision = create_session(layout.vision, options)
+            self.vision_inputs = graph_inputs(self.vision)
+            self.feature_name = self.vision.get_outputs()[0].name  # image_features
         flow = self.runtime.flow
-        self.caller_inputs = flow.caller_inputs if flow is not None else ()
+        self.caller_inputs: tuple[str, ...] = flow.caller_inputs if flow is not None else ()
+        self.prompt_outputs: tuple[str, ...] = flow.prompt_outputs if flow is not None else ()
+        if flow is None or not flow.feeds_decoder or (self.vision is not None and not self.prompt_outputs):
+            raise UnsupportedModelError(
+                f"{folder}'s decoder does not take its embeddings from an embedding session, so the image features "
+                "have no way in. A vision-language folder needs an embedding session (embed_tokens.onnx) feeding an "
+                "inputs_embeds decoder; describe it in inference4py.json if its files are named otherwise."
+            )
+        self.vocab_size = self.runtime.vocab_size
+
+    def image_features(self, batch: ImageBatch) -> np.ndarray:
+        """``[image tokens of every image, hidden]`` from the vision encoder (optimum parts)."""
+        assert self.vision is not None  # the optimum layout only: genai's vision runs in the pipeline
+        feeds = {
+            k: v.astype(self.vision_inputs[k].dtype, copy=False)
+            for k, v in batch.inputs.items()
+            if k in self.vision_inputs
+        }
+        missing = [k for k in self.vision_inputs if k not in feeds]
+        if missing:
+            raise UnsupportedModelError(
+                f"The vision encoder takes {', '.join(missing)}, which the folder's image processor does not make "
+                f"(it makes {', '.join(batch.inputs)}): the preprocessor configuration does not match the encoder."
+            )
+        (features,) = run_session(self.vision, feeds, [self.feature_name], what="vision encoder")
+        features = np.asarray(features)
+        features = features.reshape(-1, features.shape[-1])
+        if features.shape[0] != sum(batch.tokens):
+            raise UnsupportedModelError(
+                f"The vision encoder gave {features.shape[0]} feature rows for {sum(batch.tokens)} image tokens: the "
+                "folder's processor configuration (image_seq_length / patch_size) does not match the encoder."
+            )
+        return features
 
     def new_state(
         self, model_ids: np.ndarray, image_mask: np.ndarray, batch: ImageBatch, *, capacity: int | None = None
-    ) -> _PromptIds:
-        """A fresh engine state for one prompt (``capacity``: prompt + new tokens), its images given to the vision
-        session."""
+    ) -> PromptState:
+        """A fresh engine state for one prompt (``capacity``: prompt + new tokens) with its images given."""
         state = self.runtime.new_state(1, capacity=capacity)
-        if batch.tokens:
+        if not batch.tokens:
+            return PromptState(state, model_ids)
+        if self.vision is None:  # genai: the pipeline's vision session takes the arrays
             given = {f"vision.{k}": v for k, v in batch.inputs.items() if f"vision.{k}" in self.caller_inputs}
             missing = [k for k in self.caller_inputs if k not in given]
             if missing:
@@ -380,10 +264,18 @@ class PipelineVision:
                     "make: the processor configuration does not match the vision graph."
                 )
             state.set_inputs(given)
-        return _PromptIds(state, model_ids)
+            return PromptState(state, model_ids)
+        features = self.image_features(batch)
+        flow = self.runtime.flow
+        assert flow is not None  # checked at construction
+        key = self.prompt_outputs[0]  # "embedding.inputs_embeds"
+        embeds = np.array(next(iter(flow.decoder_inputs(model_ids, {}, prompt=True).values())))  # [1, n, hidden]
+        embeds[0, image_mask] = features.astype(embeds.dtype, copy=False)
+        state.set_inputs({key: embeds})
+        return PromptState(state, model_ids)
 
 
-class _PromptIds:
+class PromptState:
     """Feeds the engine state the prompt as the model reads it (genai's negative image ids) whatever ids the
     token loop holds (image positions shown as an ordinary id, so logits processors index the vocabulary)."""
 
@@ -404,16 +296,3 @@ class _PromptIds:
 
     def reorder(self, indices: np.ndarray) -> None:
         self.state.reorder(indices)
-
-
-def open_vision(
-    layout: VisionLayout, folder: Path, config: Mapping[str, Any], options: SessionOptions
-) -> VisionSessions | PipelineVision:
-    """The runtime of a layout: genai folders on the engine's pipeline, optimum parts on :class:`VisionSessions`.
-
-    The optimum parts stay here: their embedding session does not take the image features, so the
-    features are written over the image tokens' embeddings, which a pipeline description cannot say yet.
-    """
-    if layout.kind == "genai":
-        return PipelineVision(folder, options)
-    return VisionSessions(layout, config, options)
