@@ -99,9 +99,7 @@ def _genai_layout(folder: Path, config: dict[str, Any]) -> VisionLayout:
         )
     decoder = model.get("decoder", {})
     defaults = {k: model[k] for k in ("eos_token_id", "pad_token_id", "bos_token_id") if model.get(k) is not None} | {
-        "context": model.get("context_length"),
-        "num_kv_heads": decoder.get("num_key_value_heads"),
-        "head_size": decoder.get("head_size"),
+        "context": model.get("context_length")
     }
     return VisionLayout(
         "genai",
