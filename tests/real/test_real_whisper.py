@@ -336,34 +336,98 @@ def test_word_times_line_up_with_transformers(model, clip):
     assert word_error_rate(spoken, "".join(g[0] for g in got)) <= WER_BOUNDS[model][clip]
 
 
+@pytest.mark.parametrize("clip", ["en-short", "en-paragraph"])
+def test_word_times_with_beam_search_line_up_with_transformers(clip):
+    """num_beams on real speech: the chosen beam's ids and words, timed as transformers times them
+    (references/whisper_beams.json: its cross-attentions gathered along the beam's path)."""
+    data = read_json(REAL / "references" / "whisper_beams.json")
+    if data is None:
+        not_built("references/whisper_beams.json (python -m tools.real.whisper_words --beams)", only="whisper")
+    entry = data["models"]["whisper-base"]
+    case = entry["cases"][clip]
+    result = speech_model(entry["folder"]).transcribe(
+        REAL / "audio" / f"{clip}.wav",
+        language=case["language"],
+        timestamps=True,
+        word_timestamps=True,
+        num_beams=case["num_beams"],
+    )
+    assert [list(s.token_ids) for s in result.segments] == [s["token_ids"] for s in case["segments"]]
+    got = [(w.word, w.start, w.end) for s in result.segments for w in s.words]
+    want = [(w["word"], w["start"], w["end"]) for s in case["segments"] for w in s["words"]]
+    assert [g[0] for g in got] == [w[0] for w in want]
+    for (word, start, end), (_, ref_start, ref_end) in zip(got, want):
+        assert start == pytest.approx(min(ref_start, result.duration), abs=0.02 + 1e-6), word
+        assert end == pytest.approx(min(ref_end, result.duration), abs=0.02 + 1e-6), word
+    spoken = references()["clips"][clip]["text"]
+    assert word_error_rate(spoken, "".join(g[0] for g in got)) <= WER_BOUNDS["whisper-base"][clip]
+
+
 def test_vad_leaves_the_silence_out_and_places_the_later_speech():
-    """Speech, 20 s of noise, speech (tests/fixtures/vad): with VAD no word lies in the gap and the second
-    sentence's words start where it is spoken."""
+    """Speech, 20 s of noise, speech (tests/fixtures/vad): with VAD no word lies in or reaches into the gap,
+    and the second sentence's words are transformers' words on the same speech chunk, mapped back.
+
+    The true onset of the second sentence is where its clip's first loud sample was put (26.139 s).
+    The VAD region, the chunk offsets and the mapping back are exact (that onset is 5.963 s into the
+    chunk, and every time maps back by 20.176 s); DTW over the alignment heads, transformers' method
+    and ours, times "After" at 6.26 s of the chunk, 0.30 s after the onset (the rows of the timestamp
+    tokens before it take the pause; openai-whisper's alignment, on the text tokens alone, would give
+    5.84 s).  So: transformers' times within 0.02 s, and the onset within 0.35 s (``after_onset``).
+    """
     import json
     from pathlib import Path
 
     from inference4py.audio import SAMPLE_RATE, load_audio
-    from inference4py.tasks.whisper.vad import SileroVad
+    from inference4py.tasks.whisper.vad import SileroVad, SpeechTimeMap
     from tests.tasks.test_vad import compose, speech_extent
 
     vad_dir = Path(__file__).resolve().parents[1] / "fixtures" / "vad"
     reference = json.loads((vad_dir / "reference.json").read_text(encoding="utf-8"))
+    ref = read_json(REAL / "references" / "whisper_vad.json")
+    if ref is None:
+        not_built("references/whisper_vad.json (python -m tools.real.whisper_words --vad)", only="whisper")
     a, b = load_audio(vad_dir / "speech-a.flac"), load_audio(vad_dir / "speech-b.flac")
     audio, placed = compose(a, b, reference["recipe"])
+    assert [list(p) for p in placed] == ref["clip_positions"]
     a_end = (placed[0][0] + speech_extent(a)[1]) / SAMPLE_RATE
-    b_start = (placed[1][0] + speech_extent(b)[0]) / SAMPLE_RATE
+    b_start = (placed[1][0] + speech_extent(b)[0]) / SAMPLE_RATE  # 26.139 s: the true onset
     vad = SileroVad(vad_dir / "silero_vad_v6.onnx")
+    regions = vad.speech_regions(audio)
+    assert [list(r) for r in regions] == ref["regions"]
     result = speech_model("whisper-base-optimum").transcribe(
         (audio, SAMPLE_RATE), language="en", timestamps=True, word_timestamps=True, vad=vad
     )
     spoken = " ".join(reference["clips"][k] for k in ("speech-a", "speech-b"))
     assert word_error_rate(spoken, result.text) <= 0.15
+    assert [list(s.token_ids) for s in result.segments] == [s["token_ids"] for s in ref["segments"]]
+
+    # transformers' words on the chunk, mapped back by the region each word's middle lies in
+    time_map = SpeechTimeMap(regions)
+    want = []
+    for s in ref["segments"]:
+        for w in s["words"]:
+            region = time_map.region_at((w["start"] + w["end"]) / 2)
+            want.append(
+                (w["word"], time_map.to_original_in(w["start"], region), time_map.to_original_in(w["end"], region))
+            )
     words = [w for s in result.segments for w in s.words]
-    assert not any(a_end + 0.5 < w.start < b_start - 0.5 for w in words)  # nothing in the silent part
-    second = [w for w in words if w.start > a_end + 0.5]
+    assert [w.word for w in words] == [w[0] for w in want]
+    for w, (_, start, end) in zip(words, want):
+        assert w.start == pytest.approx(start, abs=0.02 + 1e-6), w.word
+        assert w.end == pytest.approx(end, abs=0.02 + 1e-6), w.word
+
+    # nothing in the silent part: every word starts and ends in the speech around it
+    first, second = [w for w in words if w.start < a_end + 0.5], [w for w in words if w.start > b_start - 0.5]
+    assert len(first) + len(second) == len(words)
+    assert all(w.end <= regions[0][1] / SAMPLE_RATE for w in first)  # "speech." does not reach into the gap
     assert [w.word.strip(" ,.") for w in second[:3]] == ["After", "a", "long"]
-    assert b_start - 0.1 <= second[0].start <= b_start + 0.5  # DTW times the first word a little late
+    after_onset = second[0].start - b_start
+    assert 0.0 <= after_onset <= 0.35, after_onset  # transformers' DTW: 0.297 s late
     assert second[1].start == pytest.approx(b_start + 0.5, abs=0.25)  # "a", about half a second in
+    # the segment of the second sentence starts with its first word, not at its timestamp token
+    # (<|5.00|>, which lies in the first region of the chunk: 5.624 s of the recording)
+    assert result.segments[-1].start == second[0].start
+    assert all(s.end <= regions[0][1] / SAMPLE_RATE for s in result.segments[:-1])
     assert result.duration == pytest.approx(audio.size / SAMPLE_RATE)
 
 

@@ -376,6 +376,37 @@ def test_time_map_at_the_edges():
 # --------------------------------------------------------------------------- errors
 
 
+def test_time_map_places_a_time_in_a_given_region():
+    time_map = SpeechTimeMap([(RATE, 2 * RATE), (4 * RATE, 5 * RATE)])  # 1-2 s, 4-5 s
+    assert [time_map.region_at(t) for t in (-1.0, 0.0, 0.99, 1.0, 1.5, 9.0)] == [0, 0, 0, 1, 1, 1]
+    assert time_map.to_original_in(0.5, 0) == pytest.approx(1.5)
+    assert time_map.to_original_in(1.3, 0) == 2.0  # past the region's end in the chunk: its end, not 4.3 s
+    assert time_map.to_original_in(1.3, 1) == pytest.approx(4.3)
+    assert time_map.to_original_in(0.7, 1) == 4.0  # before the region's start: its start
+    with pytest.raises(ConfigurationError, match="2 regions"):
+        time_map.to_original_in(0.5, 2)
+
+
+def test_a_word_across_a_join_stays_in_the_region_of_its_middle():
+    from inference4py.tasks.whisper.job import map_segment
+    from inference4py.tasks.whisper.results import Segment, Word
+
+    time_map = SpeechTimeMap([(RATE, 3 * RATE), (20 * RATE, 23 * RATE)])  # 1-3 s, 20-23 s; the join at 2.0 s
+    words = (Word(1.2, 2.4, " speech.", 0.9), Word(2.7, 2.72, " After", 0.8), Word(2.72, 3.1, " a", 0.9))
+    first = map_segment(Segment(0.0, 1.8, " speech.", (), words=words[:1]), time_map)
+    assert [(w.start, w.end) for w in first.words] == [(2.2, 3.0)]  # not to 20.4 s, over the 17 s pause
+    assert (first.start, first.end) == (1.0, 2.8)  # its own times: in the region of its words
+    # the segment's timestamp token (<|1.80|>) lies in the first region: the segment starts with its words
+    second = map_segment(Segment(1.8, 3.2, " After a", (), words=words[1:]), time_map)
+    assert [(w.start, w.end) for w in second.words] == [(20.7, 20.72), (20.72, 21.1)]
+    assert (second.start, second.end) == (20.7, 21.2)
+    plain = map_segment(Segment(1.8, 3.2, " After a", ()), time_map)  # no words: its own times
+    assert (plain.start, plain.end) == (2.8, 21.2)
+    # a segment ending (<|2.10|>) in the region after its last word's ends with that word
+    late = map_segment(Segment(1.0, 2.1, " speech.", (), words=(Word(1.2, 1.9, " speech.", 0.9),)), time_map)
+    assert (late.start, late.end) == (2.0, 2.9)
+
+
 def test_missing_model_file_is_model_files_missing(tmp_path):
     with pytest.raises(ModelFilesMissingError, match="does not exist.*from_pretrained") as info:
         SileroVad(tmp_path / "silero_vad.onnx")

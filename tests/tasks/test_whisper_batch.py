@@ -32,6 +32,15 @@ SETTINGS = {
         "initial_prompt": "Glossary: ONNX.",
     },
     "fallback": {"language": "en", "timestamps": True, "temperature": FALLBACK_TEMPERATURES, "seed": 5},
+    # sampled attempts keep the best of 3 candidates, each candidate a row of the batch
+    "best-of-words": {
+        "language": "en",
+        "timestamps": True,
+        "word_timestamps": True,
+        "temperature": (0.0, 0.4, 1.0),
+        "best_of": 3,
+        "seed": 7,
+    },
 }
 
 

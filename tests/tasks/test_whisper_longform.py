@@ -21,6 +21,7 @@ from inference4py.tasks.whisper.decoding import (
     FALLBACK_TEMPERATURES,
     LongformOptions,
     WindowResult,
+    best_candidate,
     compression_ratio,
     is_silence,
     needs_fallback,
@@ -102,6 +103,8 @@ def scripted():
 
 
 def _run(model, attempts, seconds=5.0, **kwargs):
+    # one scripted attempt per temperature; the best_of tests script the candidates of a sampled one
+    kwargs.setdefault("best_of", 1)
     model.script = list(attempts)
     pieces: list[str] = []
     audio = np.zeros(int(seconds * SAMPLE_RATE), np.float32)
@@ -216,8 +219,66 @@ def test_streaming_waits_for_a_judged_window(scripted):
     pieces: list[str] = []
     scripted.script = [Attempt(0.0001, TEXT_A, margin=2.0), Attempt(0.0001, TEXT_B)]
     audio = np.zeros(5 * SAMPLE_RATE, np.float32)
-    result = scripted.transcribe((audio, SAMPLE_RATE), language="en", temperature=(0.0, 0.2), on_token=pieces.append)
+    result = scripted.transcribe(
+        (audio, SAMPLE_RATE), language="en", temperature=(0.0, 0.2), best_of=1, on_token=pieces.append
+    )
     assert "".join(pieces) == result.text == scripted.tokenizer.decode(TEXT_B)
+
+
+def test_best_of_keeps_the_most_likely_candidate(scripted):
+    # greedy is unsure (margin 2): at 0.2 five candidates are sampled; the surest (margin 30) is kept
+    # (margins of 4 and more: at 0.2 the scripted token is sampled with certainty)
+    candidates = [Attempt(0.0001, TEXT_A, margin=m) for m in (4.0, 5.0)]
+    candidates += [Attempt(0.0001, TEXT_B, margin=30.0)] + [Attempt(0.0001, TEXT_A, margin=m) for m in (6.0, 4.0)]
+    result = _run(scripted, [Attempt(0.0001, TEXT_A, margin=2.0), *candidates], temperature=(0.0, 0.2), best_of=5)
+    (seg,) = result.segments
+    assert list(result.token_ids) == TEXT_B and seg.temperature == 0.2
+    assert seg.avg_logprob > -0.01  # the kept candidate's numbers
+    # by default (openai-whisper's best_of=5) as well
+    scripted.script = [Attempt(0.0001, TEXT_A, margin=2.0), *candidates]
+    audio = (np.zeros(5 * SAMPLE_RATE, np.float32), SAMPLE_RATE)
+    assert scripted.transcribe(audio, language="en", temperature=(0.0, 0.2)).token_ids == result.token_ids
+    assert not scripted.script  # five candidates used
+
+
+def test_best_of_ranks_by_the_average_not_the_sum(scripted):
+    # TEXT_A: 3 tokens at margin 5 (about -2.7 each); TEXT_B: 2 tokens at margin 4 (about -3.6 each).
+    # The sum prefers TEXT_B (-7.3 > -8.1), openai-whisper's ranking (sum / length) TEXT_A.
+    candidates = [Attempt(0.0001, TEXT_B, margin=4.0), Attempt(0.0001, TEXT_A, margin=5.0)]
+    result = _run(scripted, candidates, temperature=0.2, best_of=2)
+    assert list(result.token_ids) == TEXT_A
+    # the kept candidate is then judged: all candidates failing the threshold move on to the next temperature
+    unsure = [Attempt(0.0001, TEXT_B, margin=2.0), Attempt(0.0001, TEXT_A, margin=2.0)]
+    result = _run(scripted, [*unsure, Attempt(0.0001, TEXT_B)], temperature=(0.05, 0.0), best_of=2)
+    assert list(result.token_ids) == TEXT_B and result.segments[0].temperature == 0.0
+
+
+def test_best_of_does_not_apply_to_greedy_attempts(scripted):
+    result = _run(scripted, [Attempt(0.0001, TEXT_A, margin=2.0)], temperature=0.0, best_of=5)
+    assert list(result.token_ids) == TEXT_A  # one attempt used
+
+
+def test_best_of_candidates_stream_nothing_until_judged(scripted):
+    pieces: list[str] = []
+    scripted.script = [Attempt(0.0001, TEXT_A, margin=6.0), Attempt(0.0001, TEXT_B, margin=30.0)]
+    audio = np.zeros(5 * SAMPLE_RATE, np.float32)
+    result = scripted.transcribe(
+        (audio, SAMPLE_RATE), language="en", temperature=0.3, best_of=2, on_token=pieces.append
+    )
+    assert "".join(pieces) == result.text == scripted.tokenizer.decode(TEXT_B)
+
+
+def test_best_candidate_is_openais_ranking():
+    def result(n, total):
+        return WindowResult(tuple(range(n)), 0.2, None, None, 1.0, sum_logprob=total)
+
+    assert best_candidate([result(3, -3.0), result(2, -2.5)]) == 0  # -1.0 per token beats -1.25
+    assert best_candidate([result(3, -9.0), result(1, -2.0)]) == 1
+    assert best_candidate([result(2, -2.0), result(4, -4.0)]) == 0  # a tie: the first
+    assert best_candidate([result(0, -0.5), result(2, -0.4)]) == 1  # no tokens: the sum alone
+    assert best_candidate([result(2, None), result(2, -100.0)]) == 1
+    with pytest.raises(ValueError):
+        best_candidate([])
 
 
 def test_options_are_checked(scripted):
@@ -232,6 +293,9 @@ def test_options_are_checked(scripted):
         scripted.transcribe(audio, temperature=(0.0, -1.0))
     with pytest.raises(ConfigurationError, match="no_speech_threshold"):
         scripted.transcribe(audio, no_speech_threshold=1.5)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ConfigurationError, match="best_of"):
+            scripted.transcribe(audio, temperature=0.2, best_of=bad)
 
 
 # --------------------------------------------------------------------------- the policy's pure functions

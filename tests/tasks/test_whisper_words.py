@@ -9,7 +9,6 @@ import pytest
 
 from inference4py import WhisperSpeechModel
 from inference4py.audio import SAMPLE_RATE
-from inference4py.errors import ConfigurationError
 from inference4py.tasks.whisper.attention import attention_decoder_files, cross_attention_outputs
 from inference4py.tasks.whisper.words import (
     default_alignment_heads,
@@ -67,9 +66,39 @@ def test_word_timestamps_leave_the_transcription_unchanged(asr):
     assert "".join(w.word for w in untimed.segments[0].words) == untimed.segments[0].text
 
 
-def test_word_timestamps_refuse_beams(asr):
-    with pytest.raises(ConfigurationError, match="num_beams"):
-        asr.transcribe((clips()["tone"], SAMPLE_RATE), language="en", num_beams=2, word_timestamps=True)
+@pytest.mark.parametrize("name", sorted(REF["beam_cases"]))
+def test_words_with_beam_search_match_transformers(asr, name):
+    """num_beams: the words of the chosen beam, timed as transformers times them (its cross-attentions
+    gathered along the beam's path; here the beam's tokens fed again)."""
+    case = REF["beam_cases"][name]
+    s = REF["settings"]
+    kwargs = dict(language=s["language"], timestamps=True, max_new_tokens=s["max_new_tokens"])
+    result = asr.transcribe((clips()[name], SAMPLE_RATE), num_beams=case["num_beams"], word_timestamps=True, **kwargs)
+    plain = asr.transcribe((clips()[name], SAMPLE_RATE), num_beams=case["num_beams"], **kwargs)
+    assert result.token_ids == plain.token_ids  # the alignment pass leaves the search alone
+    assert [s.avg_logprob for s in result.segments] == [s.avg_logprob for s in plain.segments]
+    assert [list(seg.token_ids) for seg in result.segments] == [w["token_ids"] for w in case["segments"]]
+    specials = asr._vocab.special_ids
+    compared = 0
+    for seg, want in zip(result.segments, case["segments"]):
+        assert "".join(w.word for w in seg.words) == seg.text
+        if any(t in specials for t in seg.token_ids):
+            # a language token inside the text (the random model's): transformers makes it a word of its
+            # own ("<|tk|>"), the library leaves it out of the words as it leaves it out of the text
+            continue
+        assert [w.word for w in seg.words] == [w["word"] for w in want["words"]]
+        for got, ref in zip(seg.words, want["words"]):
+            assert got.start == pytest.approx(min(ref["start"], result.duration), abs=0.02)
+            assert got.end == pytest.approx(min(ref["end"], result.duration), abs=0.02)
+            assert 0.0 < got.probability <= 1.0
+        compared += len(seg.words)
+    assert compared >= 2
+
+
+def test_words_with_beam_search_vary_in_time():
+    """The beam references hold times that differ from word to word (a test of the alignment, not of zeros)."""
+    times = {w["start"] for c in REF["beam_cases"].values() for s in c["segments"] for w in s["words"]}
+    assert len(times) >= 3
 
 
 def test_rewritten_decoder_is_cached_and_the_original_untouched(tmp_path):

@@ -12,7 +12,7 @@ its ids are the ids of the file transcribed alone.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,11 +25,12 @@ from inference4py.generation.search import TokenChooser
 from inference4py.tasks.whisper.decoding import (
     WindowResult,
     WindowScorer,
+    best_candidate,
     is_silence,
     needs_fallback,
     no_speech_probability,
 )
-from inference4py.tasks.whisper.job import AlignmentCapture, CallPolicy, FileJob
+from inference4py.tasks.whisper.job import AlignmentCapture, CallPolicy, FileJob, map_segment
 from inference4py.tasks.whisper.results import Segment, Transcription
 
 if TYPE_CHECKING:
@@ -73,7 +74,15 @@ def run_jobs(
                 groups: dict[int, list[int]] = {}
                 for i in pending:
                     groups.setdefault(len(prompts[i][0]), []).append(i)
-                for rows in groups.values():
+                for group in groups.values():
+                    # best_of: a window's candidates are rows of the batch, each with a generator of its own
+                    # (spawned from the file's, as transcribe() does), so they are the candidates alone
+                    rows: list[int] = []
+                    row_rngs: list[np.random.Generator] = []
+                    for i in group:
+                        n = jobs[chunk[i]].candidates(temp)
+                        rows.extend([i] * n)
+                        row_rngs.extend([rngs[chunk[i]]] if n == 1 else rngs[chunk[i]].spawn(n))
                     configs = [
                         model._attempt_config(len(prompts[i][0]), overrides, temp, policy, prompts[i][1]) for i in rows
                     ]
@@ -89,11 +98,15 @@ def run_jobs(
                         [prompts[i][0] for i in rows],
                         configs,
                         scorers,
-                        [rngs[chunk[i]] for i in rows],
+                        row_rngs,
                         timestamps=timestamps,
                     )
+                    candidates: dict[int, list[tuple[WindowResult, AlignmentCapture | None]]] = {}
                     for i, out, config, scorer in zip(rows, outs, configs, scorers):
-                        results[i] = (jobs[chunk[i]].judge(out, config, scorer), scorer.alignment)
+                        judged = jobs[chunk[i]].judge(out, config, scorer)
+                        candidates.setdefault(i, []).append((judged, scorer.alignment))
+                    for i, found in candidates.items():
+                        results[i] = found[best_candidate([r for r, _ in found])]
                 if attempt == len(temps) - 1:
                     break
                 pending = [i for i in pending if needs_fallback(results[i][0], policy.options)]
@@ -223,20 +236,12 @@ def merge_chunks(
     parts: Sequence[tuple[Chunk, Transcription]], *, duration: float, language: str | None, elapsed: float
 ) -> Transcription:
     """One recording's transcription from its chunks' (times mapped back to the recording)."""
+    from inference4py.tasks.whisper.vad import SpeechTimeMap
+
     segments: list[Segment] = []
     for chunk, result in parts:
-        for seg in result.segments:
-            start = round(chunk.to_original(seg.start), 3)
-            end = max(start, round(chunk.to_original(seg.end, is_end=True), 3))
-            words = tuple(
-                replace(
-                    w,
-                    start=round(chunk.to_original(w.start), 3),
-                    end=max(round(chunk.to_original(w.start), 3), round(chunk.to_original(w.end, is_end=True), 3)),
-                )
-                for w in seg.words
-            )
-            segments.append(replace(seg, start=start, end=end, words=words))
+        time_map = SpeechTimeMap(chunk.regions, sampling_rate=chunk.rate)
+        segments.extend(map_segment(seg, time_map) for seg in result.segments)
     return Transcription(
         "".join(result.text for _, result in parts),
         tuple(segments),

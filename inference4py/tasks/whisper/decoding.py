@@ -9,6 +9,9 @@ window, then judge the result:
 * **silence**: a window whose ``<|nospeech|>`` probability (read at ``<|startoftranscript|>``)
   is above ``no_speech_threshold`` while its average log-probability is below
   ``logprob_threshold`` is skipped: no text, the next window starts 30 s later;
+* **best of n**: an attempt at a temperature above 0 samples ``best_of`` candidates and keeps
+  the one whose chosen tokens have the highest average log-probability (openai-whisper's
+  ``best_of`` with its default ranking, :func:`best_candidate`); that one is judged;
 * **context**: with ``condition_on_previous_text``, the text of the windows so far (after the
   ``initial_prompt``) is fed before ``<|startoftranscript|>`` behind ``<|startofprev|>``, cut
   to the decoder's last ``max_target_positions // 2 - 1`` tokens; a window decoded at a
@@ -55,6 +58,9 @@ class LongformOptions:
         hallucination_silence_threshold: with word timestamps, skip silence longer than this
             (seconds) around a segment that looks hallucinated (openai-whisper's rules,
             :func:`silence_cut`); None: off.
+        best_of: candidates sampled by an attempt at a temperature above 0 (openai-whisper's
+            ``best_of``, default 5); the most likely one is kept (:func:`best_candidate`).  Greedy
+            attempts decode once.
     """
 
     temperatures: tuple[float, ...] = (0.0,)
@@ -64,8 +70,13 @@ class LongformOptions:
     condition_on_previous_text: bool = False
     prompt_ids: tuple[int, ...] = ()
     hallucination_silence_threshold: float | None = None
+    best_of: int = 5
 
     def __post_init__(self) -> None:
+        if isinstance(self.best_of, bool) or not isinstance(self.best_of, (int, np.integer)) or self.best_of < 1:
+            raise ConfigurationError(
+                f"best_of is the number of sampled candidates, an integer >= 1; got {self.best_of!r}."
+            )
         if not self.temperatures:
             raise ConfigurationError("temperature must be a number or a non-empty list of numbers, e.g. (0.0, 0.2).")
         for t in self.temperatures:
@@ -115,6 +126,26 @@ class WindowResult:
     avg_logprob: float | None
     no_speech_prob: float | None
     compression_ratio: float
+    sum_logprob: float | None = None  # of the chosen tokens, <|endoftext|>'s left out (openai's sum_logprobs)
+
+
+def best_candidate(candidates: Sequence[WindowResult]) -> int:
+    """Index of the candidate openai-whisper's ``best_of`` keeps (its ``MaximumLikelihoodRanker``, no length penalty).
+
+    A candidate scores its ``sum_logprob`` over its number of tokens (``<|endoftext|>`` counted in
+    neither); the highest score wins, the first of equal ones.  A candidate without scores never wins
+    over one with them.
+    """
+    if not candidates:
+        raise ValueError("best_candidate needs at least one candidate")
+
+    def score(result: WindowResult) -> float:
+        if result.sum_logprob is None:
+            return float("-inf")
+        return result.sum_logprob / max(len(result.tokens), 1)
+
+    scores = [score(r) for r in candidates]
+    return scores.index(max(scores))
 
 
 def needs_fallback(result: WindowResult, options: LongformOptions) -> bool:
@@ -181,7 +212,7 @@ class WindowScorer:
     :meth:`set_no_speech`, and a beam search its length-normalised score with :meth:`set_sequence_score`.
     """
 
-    __slots__ = ("_inner", "_sum", "_count", "no_speech_prob", "sequence_score", "alignment")
+    __slots__ = ("_inner", "_sum", "_count", "_last", "no_speech_prob", "sequence_score", "alignment")
 
     def __init__(self, inner: Sampler, alignment: Any = None) -> None:
         #: what collects the cross-attention rows for word timestamps (None: not wanted)
@@ -189,6 +220,7 @@ class WindowScorer:
         self._inner = inner
         self._sum = 0.0
         self._count = 0
+        self._last = 0.0  # the last chosen token's log-probability
         self.no_speech_prob: float | None = None
         self.sequence_score: float | None = None
 
@@ -198,9 +230,10 @@ class WindowScorer:
         top = row.max()
         if np.isfinite(top):
             lse = float(top) + float(np.log(np.exp(row - top, dtype=np.float32).sum(dtype=np.float32)))
-            self._sum += float(row[int(tokens[0])]) - lse
+            self._last = float(row[int(tokens[0])]) - lse
         else:
-            self._sum += float("-inf")
+            self._last = float("-inf")
+        self._sum += self._last
         self._count += 1
         return tokens
 
@@ -209,6 +242,12 @@ class WindowScorer:
 
     def set_sequence_score(self, score: float | None) -> None:
         self.sequence_score = None if score is None else float(score)
+
+    def sum_logprob(self, *, ends_with_eos: bool) -> float | None:
+        """The sum of the chosen tokens' log-probabilities; without the last one's when it is ``<|endoftext|>``."""
+        if not self._count:
+            return None
+        return self._sum - self._last if ends_with_eos else self._sum
 
     @property
     def avg_logprob(self) -> float | None:

@@ -51,6 +51,7 @@ POLICY_ARGUMENTS = (
     "vad",
     "vad_options",
     "hallucination_silence_threshold",
+    "best_of",
 )
 
 
@@ -265,7 +266,12 @@ class FileJob:
         thr = self.options.no_speech_threshold
         maybe_silent = thr is not None and scorer.no_speech_prob is not None and scorer.no_speech_prob > thr
         may_cut = self.options.hallucination_silence_threshold is not None and self.words_for is not None
-        return len(self.options.temperatures) == 1 and not maybe_silent and not may_cut
+        single = len(self.options.temperatures) == 1 and self.candidates(self.options.temperatures[0]) == 1
+        return single and not maybe_silent and not may_cut
+
+    def candidates(self, temperature: float) -> int:
+        """How many candidates an attempt at ``temperature`` samples (``best_of`` above 0, else one)."""
+        return self.options.best_of if temperature > 0 else 1
 
     def stream(self, out: list[int]) -> str:
         """The text of ``out`` up to its last closed pair of timestamps, not streamed yet."""
@@ -281,7 +287,8 @@ class FileJob:
         capture = scorer.alignment
         if capture is not None and out:
             capture.chosen(out[-1])  # the last token is never fed back: its probability now
-        if out and out[-1] in config.eos_token_id:
+        ends_with_eos = bool(out) and out[-1] in config.eos_token_id
+        if ends_with_eos:
             out.pop()
         text = self.model.tokenizer.decode([t for t in out if not self.is_stamp(t)], skip_special_tokens=True)
         return WindowResult(
@@ -290,6 +297,7 @@ class FileJob:
             avg_logprob=scorer.avg_logprob,
             no_speech_prob=scorer.no_speech_prob,
             compression_ratio=compression_ratio(text.strip()),
+            sum_logprob=scorer.sum_logprob(ends_with_eos=ends_with_eos),
         )
 
     def skip(self) -> None:
@@ -387,7 +395,7 @@ class FileJob:
         tail = self.detok.finish()
         segments = tuple(self.segments)
         if self.time_map is not None and segments:
-            segments = tuple(_mapped(s, self.time_map) for s in segments)
+            segments = tuple(map_segment(s, self.time_map) for s in segments)
         return tail, Transcription(
             self.detok.text,
             segments,
@@ -398,14 +406,30 @@ class FileJob:
         )
 
 
-def _mapped(segment: Segment, time_map: Any) -> Segment:
-    """A segment of speech cut out by VAD, its times (and its words') in the original recording."""
+def map_segment(segment: Segment, time_map: Any) -> Segment:
+    """A segment of speech cut out by VAD (or of a chunk), its times and its words' in the original recording.
 
-    def start(t: float) -> float:
-        return round(float(time_map.to_original(t)), 3)
+    A word is placed in the region its middle lies in, both ends inside that region: DTW may stretch
+    the last word before a join over the padding of the region joined on, which is a pause of the
+    recording, not the speech after it.  A segment keeps its own times, except that an end that
+    falls in another region than the word next to it is that word's: a timestamp token is coarser
+    than the join, and the segment after one may start in the region before its speech.
+    """
 
-    def end(t: float) -> float:
-        return round(float(time_map.to_original(t, is_end=True)), 3)
+    def rounded(t: float) -> float:
+        return round(float(t), 3)
 
-    words = tuple(replace(w, start=start(w.start), end=max(start(w.start), end(w.end))) for w in segment.words)
-    return replace(segment, start=start(segment.start), end=max(start(segment.start), end(segment.end)), words=words)
+    words = []
+    for w in segment.words:
+        region = time_map.region_at((w.start + w.end) / 2)
+        start = rounded(time_map.to_original_in(w.start, region))
+        words.append(replace(w, start=start, end=max(start, rounded(time_map.to_original_in(w.end, region)))))
+    start = rounded(time_map.to_original(segment.start))
+    end = rounded(time_map.to_original(segment.end, is_end=True))
+    if words:
+        first, last = segment.words[0], segment.words[-1]
+        if time_map.region_at(segment.start) != time_map.region_at((first.start + first.end) / 2):
+            start = words[0].start
+        if time_map.region_at(segment.end, is_end=True) != time_map.region_at((last.start + last.end) / 2):
+            end = words[-1].end
+    return replace(segment, start=start, end=max(start, end), words=tuple(words))

@@ -41,7 +41,9 @@ from inference4py.tasks.languages import Language
 from inference4py.tasks.whisper.attention import attention_decoder_files
 from inference4py.tasks.whisper.decoding import (
     LongformOptions,
+    WindowResult,
     WindowScorer,
+    best_candidate,
     is_silence,
     needs_fallback,
     no_speech_probability,
@@ -301,6 +303,7 @@ class WhisperSpeechModel(ClosableTask):
         vad: bool | str | os.PathLike[str] | SileroVad = False,
         vad_options: VadOptions | None = None,
         hallucination_silence_threshold: float | None = None,
+        best_of: int = 5,
         **overrides: Any,
     ) -> Transcription:
         """Transcribe (or translate to English) an audio file or array.
@@ -349,6 +352,9 @@ class WhisperSpeechModel(ClosableTask):
             hallucination_silence_threshold: with ``word_timestamps``, skip silences longer than this
                 many seconds around a segment that looks hallucinated (unlikely, too short or too long
                 words), openai-whisper's option; None: off.
+            best_of: at a ``temperature`` above 0, sample this many candidates of the window and keep
+                the one with the highest average log-probability (openai-whisper's ``best_of``, default 5;
+                greedy attempts decode once).
             **overrides: generation options for this call (``max_new_tokens`` counts per 30 s window,
                 ``num_beams``, ``seed``, ...).
 
@@ -372,6 +378,7 @@ class WhisperSpeechModel(ClosableTask):
             vad=vad,
             vad_options=vad_options,
             hallucination_silence_threshold=hallucination_silence_threshold,
+            best_of=best_of,
         )
         result = None
         for kind, value in self._events(audio, sample_rate, language, task, timestamps, overrides, options):
@@ -549,6 +556,7 @@ class WhisperSpeechModel(ClosableTask):
         vad: bool | str | os.PathLike[str] | SileroVad = False,
         vad_options: VadOptions | None = None,
         hallucination_silence_threshold: float | None = None,
+        best_of: int = 5,
     ) -> CallPolicy:
         if initial_prompt is not None and prompt_ids is not None:
             raise ConfigurationError("Pass initial_prompt or prompt_ids, not both.")
@@ -591,6 +599,7 @@ class WhisperSpeechModel(ClosableTask):
                 condition_on_previous_text=bool(condition_on_previous_text),
                 prompt_ids=ids,
                 hallucination_silence_threshold=hallucination_silence_threshold,
+                best_of=best_of,
             ),
             explicit_temperature=explicit,
             word_timestamps=bool(word_timestamps),
@@ -662,19 +671,24 @@ class WhisperSpeechModel(ClosableTask):
             ids, has_context = job.ids()
             for attempt, temp in enumerate(options.temperatures):
                 config = self._attempt_config(len(ids), overrides, temp, policy, has_context)
-                capture = None if job.words_for is None else AlignmentCapture(*job.words_for)
-                scorer = WindowScorer(make_sampler(config), capture)
-                out: list[int] = []
-                live: bool | None = None  # streamed while decoding: nothing can discard this window's text
-                for token in self._decode_window(context, ids, config, want_ts, scorer, rng):
-                    if live is None:
-                        live = job.live(scorer)
-                    out.append(token)
-                    if live:
-                        piece = job.stream(out)
-                        if piece:
-                            yield "text", piece
-                result = job.judge(out, config, scorer)
+                n = job.candidates(temp)
+                # best_of: each candidate samples with a generator of its own, as in transcribe_batch
+                candidates: list[tuple[WindowResult, AlignmentCapture | None]] = []
+                for cand_rng in [rng] if n == 1 else rng.spawn(n):
+                    capture = None if job.words_for is None else AlignmentCapture(*job.words_for)
+                    scorer = WindowScorer(make_sampler(config), capture)
+                    out: list[int] = []
+                    live: bool | None = None  # streamed while decoding: nothing can discard this window's text
+                    for token in self._decode_window(context, ids, config, want_ts, scorer, cand_rng):
+                        if live is None:
+                            live = job.live(scorer)
+                        out.append(token)
+                        if live:
+                            piece = job.stream(out)
+                            if piece:
+                                yield "text", piece
+                    candidates.append((job.judge(out, config, scorer), capture))
+                result, capture = candidates[best_candidate([c for c, _ in candidates])]
                 if attempt == len(options.temperatures) - 1 or not needs_fallback(result, options):
                     break
             if is_silence(result, options):
@@ -798,23 +812,40 @@ class WhisperSpeechModel(ClosableTask):
         """
         v = self._vocab
         capture = sampler.alignment if isinstance(sampler, WindowScorer) else None
+        beams = config.num_beams > 1
         state: Any = (
-            Seq2SeqState(self._alignment_runtime(), *context) if capture is not None else self._new_state(context)
+            Seq2SeqState(self._alignment_runtime(), *context)
+            if capture is not None and not beams
+            else self._new_state(context)
         )
         processors = self._window_processors(config, len(ids), timestamps)
         if isinstance(sampler, WindowScorer):
             sot_at = ids.index(v.sot) if v.no_speech is not None and v.sot in ids else None
-            if config.num_beams > 1:  # beam search reorders its state: probe on a state of its own
-                if capture is not None:
-                    raise ConfigurationError(
-                        "word_timestamps works with num_beams=1 (greedy or sampling); drop num_beams."
-                    )
+            if beams:  # beam search reorders its state: probe on a state of its own
                 if sot_at is not None and v.no_speech is not None:
                     logits = self._new_state(context).prefill(np.asarray([ids[: sot_at + 1]], dtype=np.int64))
                     sampler.set_no_speech(no_speech_probability(logits[0], v.no_speech))
             else:
                 state = WindowProbe(state, sampler, sot_at=sot_at, no_speech=v.no_speech, capture=capture)
+        if beams and capture is not None and isinstance(sampler, WindowScorer):
+            tokens = list(self._window_tokens(state, ids, config, processors, sampler, rng))
+            self._align_tokens(context, ids, tokens, sampler, capture)
+            yield from tokens
+            return
         yield from self._window_tokens(state, ids, config, processors, sampler, rng)
+
+    def _align_tokens(
+        self, context: Any, ids: list[int], tokens: list[int], scorer: WindowScorer, capture: AlignmentCapture
+    ) -> None:
+        """Word timestamps of a beam search: the chosen beam's tokens fed again, one by one, on a state of
+        their own, so that ``capture`` holds the cross-attention rows and token probabilities greedy
+        decoding would have recorded for them (transformers gathers the same rows along the beam's path)."""
+        probe = WindowProbe(
+            Seq2SeqState(self._alignment_runtime(), *context), scorer, sot_at=None, no_speech=None, capture=capture
+        )
+        probe.prefill(np.asarray([ids], dtype=np.int64))
+        for token in tokens[:-1]:  # as in greedy decoding, the last token is not fed back
+            probe.step(np.asarray([token], dtype=np.int64))
 
     def _alignment_runtime(self) -> Seq2SeqRuntime:
         """The runtime whose decoder graphs output ``cross_attentions.{i}`` (rewritten once, cached)."""

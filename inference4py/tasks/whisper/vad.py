@@ -478,10 +478,36 @@ class SpeechTimeMap:
             raise ConfigurationError("This SpeechTimeMap has no regions: there is no time to map.")
         sample = _snap(min(max(float(t), 0.0), self.duration) * self.sampling_rate)
         # at the sample where two regions meet: the earlier one's end, or the later one's start
-        index = bisect.bisect_left(self._ends, sample) if is_end else bisect.bisect_right(self._ends, sample)
-        index = min(index, len(self.regions) - 1)
+        index = self.region_at(t, is_end=is_end)
         before = self._ends[index - 1] if index else 0
         return (self.regions[index][0] + sample - before) / self.sampling_rate
+
+    def region_at(self, t: float, *, is_end: bool = False) -> int:
+        """Index of the region that time ``t`` (seconds) of the concatenated audio lies in.
+
+        A time where one region meets the next belongs to the next, or to the earlier one with
+        ``is_end=True`` (as in :meth:`to_original`); times outside ``[0, duration]`` are clamped to it.
+        """
+        if not self.regions:
+            raise ConfigurationError("This SpeechTimeMap has no regions: there is no time to map.")
+        sample = _snap(min(max(float(t), 0.0), self.duration) * self.sampling_rate)
+        index = bisect.bisect_left(self._ends, sample) if is_end else bisect.bisect_right(self._ends, sample)
+        return min(index, len(self.regions) - 1)
+
+    def to_original_in(self, t: float, region: int) -> float:
+        """Time ``t`` of the concatenated audio as a time of region ``region`` of the original audio.
+
+        The offset from where that region starts in the concatenated audio, kept inside the
+        region: a word whose middle is in a region keeps both its ends there, even when DTW
+        stretches it over the place where the next region was joined on (faster-whisper's
+        ``restore_speech_timestamps`` resolves a word's two ends in the same chunk the same way).
+        """
+        if not 0 <= region < len(self.regions):
+            raise ConfigurationError(f"region={region!r} is invalid: this map has {len(self.regions)} regions.")
+        before = self._ends[region - 1] if region else 0
+        start, end = self.regions[region]
+        sample = _snap(float(t) * self.sampling_rate) - before + start
+        return min(max(sample, start), end) / self.sampling_rate
 
     def to_concatenated(self, t: float) -> float:
         """The time in the concatenated audio of time ``t`` (seconds) in the original audio.
