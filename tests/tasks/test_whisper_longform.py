@@ -268,6 +268,16 @@ def test_best_of_candidates_stream_nothing_until_judged(scripted):
     assert "".join(pieces) == result.text == scripted.tokenizer.decode(TEXT_B)
 
 
+def test_candidates_have_generators_of_their_own():
+    from inference4py.tasks.whisper.decoding import candidate_generators
+
+    rng = np.random.default_rng(3)
+    assert candidate_generators(rng, 1) == [rng]
+    draws = [g.random() for g in candidate_generators(np.random.default_rng(3), 4)]
+    assert len(set(draws)) == 4  # four different streams ...
+    assert draws == [g.random() for g in candidate_generators(np.random.default_rng(3), 4)]  # ... from the seed
+
+
 def test_best_candidate_is_openais_ranking():
     def result(n, total):
         return WindowResult(tuple(range(n)), 0.2, None, None, 1.0, sum_logprob=total)

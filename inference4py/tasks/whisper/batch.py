@@ -26,6 +26,7 @@ from inference4py.tasks.whisper.decoding import (
     WindowResult,
     WindowScorer,
     best_candidate,
+    candidate_generators,
     is_silence,
     needs_fallback,
     no_speech_probability,
@@ -76,13 +77,13 @@ def run_jobs(
                     groups.setdefault(len(prompts[i][0]), []).append(i)
                 for group in groups.values():
                     # best_of: a window's candidates are rows of the batch, each with a generator of its own
-                    # (spawned from the file's, as transcribe() does), so they are the candidates alone
+                    # (seeded from the file's, as transcribe() does), so they are the candidates alone
                     rows: list[int] = []
                     row_rngs: list[np.random.Generator] = []
                     for i in group:
                         n = jobs[chunk[i]].candidates(temp)
                         rows.extend([i] * n)
-                        row_rngs.extend([rngs[chunk[i]]] if n == 1 else rngs[chunk[i]].spawn(n))
+                        row_rngs.extend(candidate_generators(rngs[chunk[i]], n))
                     configs = [
                         model._attempt_config(len(prompts[i][0]), overrides, temp, policy, prompts[i][1]) for i in rows
                     ]

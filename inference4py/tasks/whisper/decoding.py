@@ -129,6 +129,17 @@ class WindowResult:
     sum_logprob: float | None = None  # of the chosen tokens, <|endoftext|>'s left out (openai's sum_logprobs)
 
 
+def candidate_generators(rng: np.random.Generator, n: int) -> list[np.random.Generator]:
+    """The random generators of an attempt's ``n`` candidates: ``rng`` itself for one, else ``n`` seeded from it.
+
+    ``transcribe`` draws the candidates one after the other and ``transcribe_batch`` as rows of one
+    batch; with a generator each they are the same candidates either way.
+    """
+    if n == 1:
+        return [rng]
+    return [np.random.default_rng(int(seed)) for seed in rng.integers(0, 1 << 63, size=n, dtype=np.int64)]
+
+
 def best_candidate(candidates: Sequence[WindowResult]) -> int:
     """Index of the candidate openai-whisper's ``best_of`` keeps (its ``MaximumLikelihoodRanker``, no length penalty).
 

@@ -44,6 +44,7 @@ from inference4py.tasks.whisper.decoding import (
     WindowResult,
     WindowScorer,
     best_candidate,
+    candidate_generators,
     is_silence,
     needs_fallback,
     no_speech_probability,
@@ -674,7 +675,7 @@ class WhisperSpeechModel(ClosableTask):
                 n = job.candidates(temp)
                 # best_of: each candidate samples with a generator of its own, as in transcribe_batch
                 candidates: list[tuple[WindowResult, AlignmentCapture | None]] = []
-                for cand_rng in [rng] if n == 1 else rng.spawn(n):
+                for cand_rng in candidate_generators(rng, n):
                     capture = None if job.words_for is None else AlignmentCapture(*job.words_for)
                     scorer = WindowScorer(make_sampler(config), capture)
                     out: list[int] = []
