@@ -595,3 +595,54 @@ def test_a_task_can_hand_the_prompt_embeddings_with_image_features_to_the_engine
         config = GenerationConfig(max_new_tokens=case["max_new_tokens"], do_sample=False, eos_token_id=(2,))
         chunks = list(generate_chunks(state, case["prompt_ids"], config, gen.tokenizer))
     assert [c.token_id for c in chunks if c.token_id is not None] == case["output_ids"]
+
+
+# --------------------------------------------------------------------------- genai vision-language folders
+
+
+PHI3V = MODELS / "genai-phi3v"
+
+
+def _phi3v_cases() -> dict:
+    return {c["name"]: c for c in load_reference("genai")["models"]["genai-phi3v"]["cases"]}
+
+
+def test_a_genai_vision_language_config_translates_to_the_proposals_version_2_pipeline():
+    spec = load_pipeline(PHI3V)
+    described = spec.describe()["pipeline"]
+    assert described["flow"] == [
+        {"run": "vision", "when": "init"},
+        {"run": "embedding", "when": "step"},
+        {"run": "decoder", "when": "step"},
+    ]
+    assert described["dataflow"] == [
+        {"from": "vision.image_features", "to": "embedding.image_features"},
+        {"from": "embedding.inputs_embeds", "to": "decoder.inputs_embeds"},
+    ]
+    assert spec.roles == {"decoder": "decoder"}
+
+
+@pytest.mark.parametrize("case_name", ["text-only", "one-image", "two-images"])
+def test_phi3v_runs_on_the_engine_from_its_description_alone(case_name):
+    """The vision session runs at the first prefill on the caller's pixel values, its features reach
+    the embedding session by the wire, the GroupQueryAttention decoder reads the embeddings: the ids
+    are onnxruntime-genai's (and transformers'). Prompt ids and pixels come from the task's processor."""
+    from inference4py import VisionLanguageModel
+    from inference4py.generation.config import GenerationConfig
+    from inference4py.generation.generate import generate_chunks
+
+    case = _phi3v_cases()[case_name]
+    with VisionLanguageModel.builder().model_path(PHI3V).build() as vlm:
+        ids, batch = vlm.encode(case["text"], [MODELS.parent / p for p in case["images"]])
+    assert ids[:8] == case["prompt_ids_head"] and len(ids) == case["prompt_tokens"]
+    with _generator(PHI3V) as gen:
+        assert gen._runtime.flow.caller_inputs == ("vision.pixel_values", "vision.image_sizes")
+        if not case["images"]:  # text only: the plain text generator, the vision session skipped
+            got = gen.generate(ids, max_new_tokens=case["max_new_tokens"], do_sample=False).token_ids
+            assert list(got) == case["output_ids"]
+            return
+        state = gen._runtime.new_state(1)
+        state.set_inputs({f"vision.{k}": v for k, v in batch.inputs.items()})
+        config = GenerationConfig(max_new_tokens=case["max_new_tokens"], do_sample=False, eos_token_id=(1203, 2))
+        chunks = list(generate_chunks(state, ids, config, gen.tokenizer))
+    assert [c.token_id for c in chunks if c.token_id is not None] == case["output_ids"]

@@ -38,9 +38,11 @@ _GENAI_SEARCH_KEYS = (
 def translate_genai_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """A description equivalent to onnxruntime-genai's ``genai_config.json``.
 
-    Decoder-only and encoder-decoder folders translate; multimodal ones
-    (vision / speech / embedding sessions) and multi-stage decoder pipelines
-    are refused with a pointer to ``inference4py_genai``.
+    Decoder-only and encoder-decoder folders translate; so do vision-language ones
+    (``vision`` + ``embedding`` + an ``inputs_embeds`` decoder), as a
+    version-2 description: the vision session at ``init`` wired to the embedding session's
+    inputs of the same name, the embedding session at ``step`` wired to the decoder.  Speech
+    sessions and multi-stage decoder pipelines are refused with a pointer to ``inference4py_genai``.
 
     Raises:
         PipelineSpecError: the config has no usable ``model.decoder`` section, or a
@@ -52,7 +54,9 @@ def translate_genai_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
             f"{GENAI_CONFIG} has no model.decoder section: it is not an onnxruntime-genai model folder. "
             f"Re-download the model, or add an {DESCRIPTION_FILE} pipeline description."
         )
-    extra = [k for k in ("vision", "speech", "embedding") if k in model]
+    extra = [k for k in ("speech",) if k in model]
+    if "vision" in model and not isinstance(model.get("embedding"), dict):
+        extra.append("vision (without an embedding)")
     decoder = model["decoder"]
     if extra or "pipeline" in decoder:
         what = f"{', '.join(extra)} sessions" if extra else "a multi-stage decoder pipeline"
@@ -101,6 +105,7 @@ def translate_genai_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
                 present_value_pattern=_template(present_value),
             )
         state["cross_cache"] = cross
+    dataflow = _genai_multimodal(model, sessions, flow, inputs)
     if decoder.get("num_key_value_heads"):
         state["kv_cache"]["num_kv_heads"] = decoder["num_key_value_heads"]
     if decoder.get("head_size"):
@@ -116,6 +121,8 @@ def translate_genai_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     state["position_ids"] = {"strategy": "default", "input_name": position} if position else {"strategy": "none"}
 
     pipeline: dict[str, Any] = {"extends": preset, "sessions": sessions, "flow": flow, "state": state}
+    if dataflow:
+        pipeline["dataflow"] = dataflow
     if isinstance(model.get("context_length"), int):
         pipeline["context_length"] = model["context_length"]
     tokens: dict[str, Any] = {}
@@ -139,6 +146,47 @@ def translate_genai_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": metadata,
     }
     return out
+
+
+def _genai_multimodal(
+    model: Mapping[str, Any], sessions: dict[str, Any], flow: list[dict[str, str]], decoder_inputs: Mapping[str, Any]
+) -> list[dict[str, str]]:
+    """Add the ``embedding`` (and ``vision``) sessions of a vision-language folder; returns the wires.
+
+    genai's sections map a role to the graph's tensor name (``{"image_features": "image_features"}``):
+    a vision output and an embedding input with the same role are wired, and so are the
+    embedding's ``inputs_embeds`` and the decoder's.
+    """
+    embedding = model.get("embedding")
+    if not isinstance(embedding, dict) or not embedding.get("filename"):
+        return []
+    emb_inputs = embedding.get("inputs") or {}
+    emb_outputs = embedding.get("outputs") or {}
+    wires = [
+        {
+            "from": f"embedding.{emb_outputs.get('inputs_embeds', 'inputs_embeds')}",
+            "to": f"decoder.{decoder_inputs.get('inputs_embeds', 'inputs_embeds')}",
+        }
+    ]
+    added = {"embedding": _genai_session(embedding)}
+    steps = [{"run": "embedding", "when": "step"}]
+    vision = model.get("vision")
+    if isinstance(vision, dict) and vision.get("filename"):
+        vision_outputs = vision.get("outputs") or {}
+        feeds = [
+            {"from": f"vision.{vision_outputs[role]}", "to": f"embedding.{emb_inputs[role]}"}
+            for role in vision_outputs
+            if role in emb_inputs
+        ]
+        if feeds:
+            added = {"vision": _genai_session(vision), **added}
+            steps.insert(0, {"run": "vision", "when": "init"})
+            wires = feeds + wires
+    sessions_before = dict(sessions)
+    sessions.clear()
+    sessions.update({**added, **sessions_before})
+    flow[:0] = steps
+    return wires
 
 
 def _template(genai_name: str) -> str:
