@@ -141,7 +141,9 @@ class DecoderRuntime:
         self.layout = self.rest.layout
         decoders = [spec.roles[r] for r in ("decoder", "decoder_with_past") if r in spec.roles]
         others = set(spec.sessions) - set(decoders)
-        self.flow: FlowRunner | None = FlowRunner(spec, decoders, options) if others else None
+        self.flow: FlowRunner | None = (
+            FlowRunner(spec, decoders, options, decoder_inputs=self.first.inputs) if others else None
+        )
         names = spec.state.kv_cache.names
         if names is not None:  # declared (or detected before the session existed): must match this graph
             check_cache_names(self.rest.inputs, self.rest.outputs, names, graph_name=self.rest.name, declared=True)

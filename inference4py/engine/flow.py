@@ -56,6 +56,7 @@ class FlowRunner:
         spec: the resolved pipeline.
         decoders: the names of the decoder sessions (``spec.roles``' decoder and decoder_with_past).
         options: the caller's session options.
+        decoder_inputs: the decoder graph's inputs (to shape an empty tensor wired into it).
 
     Attributes:
         init: the wired init sessions, in flow order.
@@ -68,7 +69,14 @@ class FlowRunner:
             merges image features into the prompt's embeddings itself hands them over this way.
     """
 
-    def __init__(self, spec: PipelineSpec, decoders: Sequence[str], options: SessionOptions | None = None) -> None:
+    def __init__(
+        self,
+        spec: PipelineSpec,
+        decoders: Sequence[str],
+        options: SessionOptions | None = None,
+        *,
+        decoder_inputs: Mapping[str, TensorInfo] | None = None,
+    ) -> None:
         self.spec = spec
         encoder = spec.roles.get("encoder")
         feeders = set(spec.step_feeders)
@@ -82,6 +90,8 @@ class FlowRunner:
             session = open_session(spec, name, options)
             self._sessions[name] = session
             self._inputs[name] = graph_inputs(session)
+        for name in self._decoders:
+            self._inputs.setdefault(name, dict(decoder_inputs or {}))
         self._wires: dict[str, tuple[Wire, ...]] = {}
         for w in spec.dataflow:
             self._wires[w.target] = self._wires.get(w.target, ()) + (w,)
@@ -206,7 +216,9 @@ class FlowRunner:
 
     def _empty(self, wire: Wire) -> np.ndarray:
         """A tensor with no rows for a wire whose source did not run (no image; a run after the prompt)."""
-        info = self._inputs[wire.target][wire.input]
+        info = self._inputs.get(wire.target, {}).get(wire.input)
+        if info is None:  # a graph whose inputs are not known here: a float tensor with no rows
+            return np.zeros((0,), dtype=np.float32)
         shape = [0] + [d if isinstance(d, int) and d > 0 else 0 for d in info.shape[1:]]
         return np.zeros(shape, dtype=info.dtype)
 
