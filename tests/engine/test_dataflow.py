@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from inference4py import OnnxTextGenerator
 from inference4py.engine.pipeline import DESCRIPTION_FILE, load_pipeline, schema_path
 from inference4py.errors import InvalidInputError, PipelineSpecError
+from inference4py.generation.config import GenerationConfig
 from tests.conftest import MODELS, load_reference
 
 SPLIT = MODELS / "llama-embeds"
@@ -576,7 +577,6 @@ def test_a_task_can_hand_the_prompt_embeddings_with_image_features_to_the_engine
     embeddings (LLaVA's rule, written here in numpy), then set_inputs + the normal loop."""
     import onnxruntime as ort
 
-    from inference4py.generation.config import GenerationConfig
     from inference4py.generation.generate import generate_chunks
 
     case = _llava_cases()[case_name]
@@ -628,7 +628,6 @@ def test_phi3v_runs_on_the_engine_from_its_description_alone(case_name):
     the embedding session by the wire, the GroupQueryAttention decoder reads the embeddings: the ids
     are onnxruntime-genai's (and transformers'). Prompt ids and pixels come from the task's processor."""
     from inference4py import VisionLanguageModel
-    from inference4py.generation.config import GenerationConfig
     from inference4py.generation.generate import generate_chunks
 
     case = _phi3v_cases()[case_name]
@@ -646,3 +645,65 @@ def test_phi3v_runs_on_the_engine_from_its_description_alone(case_name):
         config = GenerationConfig(max_new_tokens=case["max_new_tokens"], do_sample=False, eos_token_id=(1203, 2))
         chunks = list(generate_chunks(state, ids, config, gen.tokenizer))
     assert [c.token_id for c in chunks if c.token_id is not None] == case["output_ids"]
+
+
+def test_a_final_session_reads_an_init_sessions_output_too(tmp_path):
+    folder = tmp_path / "m"
+    shutil.copytree(FINAL, folder)
+    _graph_file(
+        folder,
+        "tag.onnx",
+        [helper.make_tensor_value_info("offset", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("scaled", TensorProto.FLOAT, [1, 4])],
+        [helper.make_node("Add", ["offset", "offset"], ["scaled"])],
+    )
+    table = _final_table()
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["table", "ids"], ["rows"]),
+            helper.make_node("ReduceSum", ["rows", "axis1"], ["summed"], keepdims=0),
+            helper.make_node("Add", ["summed", "extra"], ["total"]),
+        ],
+        "final",
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [1, "n"]),
+            helper.make_tensor_value_info("extra", TensorProto.FLOAT, [1, 4]),
+        ],
+        [helper.make_tensor_value_info("total", TensorProto.FLOAT, [1, 4])],
+        initializer=[numpy_helper.from_array(table, "table"), numpy_helper.from_array(np.array([1]), "axis1")],
+    )
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9), str(folder / "final.onnx")
+    )
+    description = {
+        "version": 2,
+        "pipeline": {
+            "sessions": {
+                "tag": {"file": "tag.onnx"},
+                "decoder": {"file": "decoder.onnx"},
+                "summary": {"file": "final.onnx"},
+            },
+            "flow": [
+                {"run": "tag", "when": "init"},
+                {"run": "decoder", "when": "step"},
+                {"run": "summary", "when": "final"},
+            ],
+            "dataflow": [
+                {"from": "generation.ids", "to": "summary.ids"},
+                {"from": "tag.scaled", "to": "summary.extra"},
+            ],
+        },
+    }
+    (folder / DESCRIPTION_FILE).write_text(json.dumps(description), encoding="utf-8")
+    offset = np.array([[0.5, -1.0, 2.0, 0.25]], dtype=np.float32)
+    with _generator(folder) as gen:
+        assert gen._runtime.flow.caller_inputs == ("tag.offset",)
+        state = gen._runtime.new_state(1)
+        state.set_inputs({"tag.offset": offset})
+        config = GenerationConfig(max_new_tokens=5, do_sample=False, eos_token_id=(2,))
+        from inference4py.generation.generate import collect, generate_chunks
+
+        prompt = gen.encode_prompt("The old house")
+        result = collect(generate_chunks(state, prompt, config, gen.tokenizer), prompt_tokens=len(prompt), started=0.0)
+    want = table[list(result.token_ids)].sum(axis=0)[None] + 2 * offset
+    np.testing.assert_allclose(result.final_outputs["summary.total"], want, rtol=1e-6)
