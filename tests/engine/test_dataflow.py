@@ -419,6 +419,11 @@ def test_other_dataflow_mistakes_name_the_fix(tmp_path, pipeline, fragment):
     assert fragment in _message(tmp_path, pipeline)
 
 
+def test_an_unwired_embedding_session_is_named_as_a_second_decoder(tmp_path):
+    message = _message(tmp_path, _split_pipeline(dataflow=[]))
+    assert "here embedding, decoder all read the prompt: wire the one that feeds the decoder" in message
+
+
 def test_dataflow_loop_and_final_need_version_2(tmp_path):
     assert 'Set "version": 2' in _message(tmp_path, _split_pipeline(), version=1)
     message = _message(

@@ -240,7 +240,13 @@ def _check_flow(steps: tuple[FlowStep, ...], dataflow: tuple[Wire, ...], where: 
         raise PipelineSpecError(
             f'{where}: the flow needs exactly one "step" session for the prompt and one for the following tokens: '
             'either one with "steps": "all" (the default), or one with "steps": "first" and one with "steps": "later". '
-            "Step sessions that feed another one through the dataflow (an embedding session) are not counted."
+            "Step sessions that feed another one through the dataflow (an embedding session) are not counted"
+            + (
+                f" (here {', '.join(s.run for s in first)} all read the prompt: wire the one that feeds the decoder, "
+                'e.g. {"from": "embedding.inputs_embeds", "to": "decoder.inputs_embeds"}).'
+                if len(first) > 1
+                else "."
+            )
         )
     odd = [s.run for s in steps if s.when == "step" and s.run in feeders and s.steps != "all"]
     if odd:
