@@ -126,6 +126,26 @@ def test_an_edited_source_gets_a_new_copy(cache, tmp_path):
     assert len(_entries(cache)) == 2
 
 
+@pytest.mark.parametrize("name", ["qwen2", "genai-llama"])
+def test_any_edited_or_added_file_gets_a_new_copy_that_carries_it(name, cache, tmp_path):
+    """The copy carries every file of the folder: a new chat template or an added file must reach it."""
+    import shutil
+
+    source = tmp_path / name
+    shutil.copytree(MODELS / name, source)
+    template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
+    messages = [{"role": "user", "content": "hi"}]
+    with OnnxTextGenerator.builder().model_path(source).build() as gen:
+        first = gen.folder
+    (source / "chat_template.jinja").write_text(template)
+    (source / "notes.txt").write_text("added after the first load")
+    with OnnxTextGenerator.builder().model_path(source).build() as gen:
+        assert gen.folder not in (first, source)
+        assert (gen.folder / "notes.txt").read_text() == "added after the first load"
+        assert gen.tokenizer.decode(gen.encode_prompt(messages)).endswith("<user>hi<assistant>")
+    assert len(_entries(cache)) == 2
+
+
 # --------------------------------------------------------------------------- genai folders: the head sliced
 
 GENAI = ["genai-llama", "genai-qwen2", "genai-llama-int4", "genai-gemma3-int4"]

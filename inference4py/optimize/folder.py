@@ -1,7 +1,7 @@
 """Model folders: ``inference4py optimize FOLDER OUT`` and the cached fused copy the builders use.
 
 The folder's decoder graph is fused and every other file is copied beside it; the cache
-keys a fused copy by the graph's path, size and modification time, the level and
+keys a fused copy by the SHA-256 of every file of the folder, the level and
 :data:`FUSION_VERSION`.
 """
 
@@ -81,8 +81,8 @@ def fused_model_folder(
 ) -> Path:
     """The fused copy of ``folder``, made once and kept in the inference4py cache.
 
-    What the builders' ``fuse_attention()`` uses.  The copy is keyed by the SHA-256 of the
-    source files the rewrite reads (decoder graph, its weights, config.json), the level and
+    What the builders' ``fuse_attention()`` uses.  The copy is keyed by the SHA-256 of every
+    file of the source folder (graph, weights, config, tokenizer, chat template, ...), the level and
     :data:`FUSION_VERSION`; a file's hash is computed once per (path, size, modification time).
     It lives in ``cache_dir`` (default: ``INFERENCE4PY_CACHE``, else ``~/.cache/inference4py``,
     beside the Hugging Face cache) under ``fused/``, written to a temporary folder and renamed
@@ -220,17 +220,20 @@ def _entry_key(src: Path, level: str, cache_dir: str | os.PathLike[str] | None) 
     from inference4py import _env
 
     root = Path(cache_dir).expanduser() if cache_dir is not None else _env.inference4py_cache() / "fused"
-    graph = _decoder_graph(src) if level != _SLICE_LEVEL else _genai_graph(src)
-    inputs = [graph, *(p for p in sorted(graph.parent.iterdir()) if _is_weight_file_of(p, graph))]
-    for name in ("config.json", "genai_config.json"):
-        if (src / name).is_file():
-            inputs.append(src / name)
+    _decoder_graph(src) if level != _SLICE_LEVEL else _genai_graph(src)  # raises for a folder without one
+    # Every file of the folder: the copy carries them all (tokenizer, chat template, a description,
+    # other sessions), so an edit to any of them must give another copy.
+    inputs = sorted(p for p in src.rglob("*") if p.is_file() and not _hidden(p.relative_to(src)))
     digest = hashlib.sha256()
     for path in inputs:
         digest.update(f"{path.relative_to(src)}={_file_hash(path, root)};".encode())
     source_hash = digest.hexdigest()
     key = hashlib.sha256(f"{source_hash}|{level}|{FUSION_VERSION}".encode()).hexdigest()
     return root, key, source_hash
+
+
+def _hidden(rel: Path) -> bool:
+    return any(part.startswith(".") for part in rel.parts)
 
 
 def _file_hash(path: Path, root: Path) -> str:
