@@ -52,6 +52,7 @@ from tools.real.common import real_dir  # noqa: E402  (INFERENCE4PY_REAL_DIR, el
 
 RESULTS = ROOT / "benchmarks" / "results"
 SECTION = "sizes"
+REF_ROW = "inference4py"  # the row others' greedy ids are compared with (fp32, the default load)
 EXTRA_PACKAGES = ("llama-cpp-python", "gguf", "onnx")
 
 
@@ -524,6 +525,7 @@ def model_table(key: str, entry: dict[str, Any], lengths: list[str]) -> str:
     head += [f"prefill tok/s N={n}" for n in lengths]
     head += [f"decode tok/s N={n}" for n in lengths]
     head += [f"peak RSS MB N={n} (gen / process)" for n in lengths]
+    head.append(f"leading greedy ids equal to {REF_ROW}'s (N={', '.join(lengths)})")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, row in entry["rows"].items():
         cells = [name, f"{row_label(row, entry['provenance'])} `{Path(row['folder']).name}`"]
@@ -538,6 +540,16 @@ def model_table(key: str, entry: dict[str, Any], lengths: list[str]) -> str:
                 if r.get("status") == "ok"
                 else str(r.get("status"))
             )
+        agree = []
+        for n, r in zip(lengths, res):
+            ref = entry["results"].get(n, {}).get(REF_ROW, {})
+            if r.get("status") != "ok" or ref.get("status") != "ok":
+                agree.append("-")
+                continue
+            a, b = r["ids_head"], ref["ids_head"]
+            same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            agree.append(f"{same}/{min(len(a), len(b))}")
+        cells.append(" / ".join(agree))
         lines.append("| " + " | ".join(cells) + " |")
     notes = []
     for n in lengths:
