@@ -71,6 +71,16 @@ def _add_transcribe_arguments(parser: argparse.ArgumentParser) -> None:
         help="retry a window that loops or is unlikely at temperatures 0.2 ... 1.0 (openai-whisper's default)",
     )
     parser.add_argument(
+        "--best-of",
+        type=int,
+        metavar="N",
+        help="with --temperature-fallback: candidates sampled per window at a temperature above 0, the likeliest "
+        "kept (default 5)",
+    )
+    parser.add_argument(
+        "--seed", type=int, metavar="N", help="seed of the sampled fallback windows (reproducible runs)"
+    )
+    parser.add_argument(
         "--condition-on-previous-text", action="store_true", help="give each window the text so far as context"
     )
     parser.add_argument("--initial-prompt", metavar="TEXT", help="context for the first window: names, spellings")
@@ -117,6 +127,10 @@ def _run_transcribe(args: argparse.Namespace) -> int:
         options["word_timestamps"] = True
     if args.temperature_fallback:
         options["temperature"] = FALLBACK_TEMPERATURES
+    if args.best_of is not None:
+        options["best_of"] = args.best_of
+    if args.seed is not None:
+        options["seed"] = args.seed
     if args.condition_on_previous_text:
         options["condition_on_previous_text"] = True
     if args.initial_prompt:

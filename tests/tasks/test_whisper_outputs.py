@@ -97,6 +97,23 @@ def test_cli_word_cues_to_files(tmp_path, capsys):
     assert text.startswith(f"==> {files[0]} <==\n") and f"\n==> {files[1]} <==\n" in text
 
 
+def test_cli_best_of(tmp_path, capsys):
+    from inference4py.tasks.whisper import FALLBACK_TEMPERATURES
+
+    path = _write(tmp_path, "noise")
+    args = ["transcribe", path, "-m", str(MODELS / "whisper"), "-l", "en", "--max-new-tokens", "24", "--format", "json"]
+    assert main([*args, "--temperature-fallback", "--best-of", "2", "--seed", "7"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    with WhisperSpeechModel.builder().model_path(MODELS / "whisper").timestamps().build() as asr:
+        options = {"language": "en", "max_new_tokens": 24, "temperature": FALLBACK_TEMPERATURES, "seed": 7}
+        want = asr.transcribe(path, best_of=2, **options)
+        other = asr.transcribe(path, best_of=1, **options)
+    assert data["text"] == want.text
+    assert want.text != other.text  # the random fixture falls back: best_of changes what is kept
+    assert main([*args, "--temperature-fallback", "--best-of", "0"]) != 0
+    assert "best_of" in capsys.readouterr().err
+
+
 def test_cli_parallel_chunks(tmp_path, capsys):
     path = _write(tmp_path, "long")
     args = ["transcribe", path, "-m", str(MODELS / "whisper"), "-l", "en", "--max-new-tokens", "24"]
