@@ -23,7 +23,7 @@ import onnxruntime as ort
 from inference4py.engine._graph_io import read_node_int_attributes
 from inference4py.engine.flow import FlowRunner, open_session
 from inference4py.engine.kv_cache import KVLayout, check_cache_names, discover_layout
-from inference4py.engine.pipeline import PipelineSpec
+from inference4py.engine.pipeline import PipelineSpec, single_pass_refusal
 from inference4py.engine.sessions import (
     SessionOptions,
     StepBinding,
@@ -122,6 +122,8 @@ class DecoderRuntime:
     """
 
     def __init__(self, spec: PipelineSpec, config: Mapping[str, Any], options: SessionOptions | None = None) -> None:
+        if not spec.has("decoder"):
+            raise UnsupportedModelError(single_pass_refusal(spec))
         if spec.has("encoder"):
             raise UnsupportedModelError(
                 f"{spec.folder} holds an encoder-decoder model ({spec.session('encoder').file}); a decoder-only "

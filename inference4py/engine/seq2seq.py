@@ -18,7 +18,7 @@ import numpy as np
 import onnxruntime as ort
 
 from inference4py.engine.decoder import _Graph, context_length, open_session, write_step_ids
-from inference4py.engine.pipeline import PipelineSpec
+from inference4py.engine.pipeline import PipelineSpec, single_pass_refusal
 from inference4py.engine.sessions import SessionOptions, StepBinding, graph_inputs, graph_outputs, run_binding
 from inference4py.errors import InvalidInputError, PromptTooLongError, UnsupportedModelError
 
@@ -51,6 +51,8 @@ class Seq2SeqRuntime:
     """Loaded sessions of an encoder-decoder pipeline; creates per-call states."""
 
     def __init__(self, spec: PipelineSpec, config: Mapping[str, Any], options: SessionOptions | None = None) -> None:
+        if not spec.has("decoder"):
+            raise UnsupportedModelError(single_pass_refusal(spec))
         if not spec.has("encoder"):
             raise UnsupportedModelError(
                 f"{spec.folder} holds a decoder-only model ({spec.session('decoder').file}), not an encoder-decoder one. "

@@ -39,7 +39,10 @@ def _reference_logits(original: Any) -> tuple[list[np.ndarray], list[np.ndarray]
         sess = _session(original)
     except Exception as exc:
         raise UnsupportedModelError(f"The original graph does not load in onnxruntime: {str(exc)[:300]}") from exc
-    vocab = next(o for o in sess.get_outputs() if o.name == "logits").shape[-1]
+    head = next((o for o in sess.get_outputs() if o.name == "logits"), None)
+    if head is None:
+        raise UnsupportedModelError("the graph has no logits output: it is not a decoder (nothing to fuse)")
+    vocab = head.shape[-1]
     chunks = _check_tokens(vocab)
     names = [o.name for o in sess.get_outputs()]
     past: dict[str, np.ndarray] = {}

@@ -334,7 +334,7 @@ def _error(tmp_path: Path, description: dict, *, base: str = "llama", exc=Pipeli
 def test_unknown_preset_lists_the_built_in_ones(tmp_path):
     message = _error(tmp_path, {"version": 1, "pipeline": {"extends": "my-preset"}})
     assert 'unknown pipeline preset "my-preset"' in message
-    assert "autoregressive-decoder, encoder-decoder, speech-seq2seq" in message
+    assert "autoregressive-decoder, encoder-decoder, single-pass, speech-seq2seq" in message
 
 
 def test_flow_naming_an_undeclared_session(tmp_path):

@@ -61,6 +61,7 @@ from inference4py.engine.pipeline.spec import SessionSpec as SessionSpec
 from inference4py.engine.pipeline.spec import StateSpec as StateSpec
 from inference4py.engine.pipeline.spec import TokenSpec as TokenSpec
 from inference4py.engine.pipeline.spec import schema_path as schema_path
+from inference4py.engine.pipeline.spec import single_pass_refusal as single_pass_refusal
 
 __all__ = [
     "SessionSpec",
@@ -77,6 +78,7 @@ __all__ = [
     "translate_genai_config",
     "read_model_config",
     "schema_path",
+    "single_pass_refusal",
     "PRESETS",
     "FORMAT_VERSION",
     "DESCRIPTION_FILE",

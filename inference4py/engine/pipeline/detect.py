@@ -56,6 +56,9 @@ def _detect_description(root: Path) -> dict[str, Any]:
         )
         return description
     one_graph = single or merged or (plain if not with_past else None)
+    if one_graph and _is_single_pass(root / one_graph):
+        description["pipeline"] = _single_pass_dict(one_graph)
+        return description
     if one_graph:
         description["pipeline"] = _with_embedding(root, _pipeline_dict("autoregressive-decoder", None, one_graph, None))
         return description
@@ -207,7 +210,29 @@ def _detect_from_graphs(root: Path, config: Mapping[str, Any]) -> dict[str, Any]
             _ambiguous(root, decoders + plain_nopast)
         if len(plain_nopast) == 1:  # runs, but without a cache (the runtime says how to re-export)
             return _pipeline_dict("autoregressive-decoder", None, plain_nopast[0], None)
+        if len(encoders) == 1 and not encoders[0][1] and not cross:  # a text encoder alone: single pass
+            return _single_pass_dict(encoders[0][0])
     return None
+
+
+def _is_single_pass(path: Path) -> bool:
+    """A text encoder run once (a sentence encoder): ``input_ids`` in, no ``logits`` and no KV cache out."""
+    from inference4py.engine._graph_io import read_graph_io
+    from inference4py.engine.kv_cache import detect_cache_names
+
+    io = read_graph_io(path)
+    if io is None:
+        return False
+    inputs, outputs = io
+    return "input_ids" in inputs and "logits" not in outputs and detect_cache_names(inputs, outputs)[0] is None
+
+
+def _single_pass_dict(file: str) -> dict[str, Any]:
+    return {
+        "extends": "single-pass",
+        "sessions": {"encoder": {"file": file}},
+        "flow": [{"run": "encoder", "when": "init"}],
+    }
 
 
 def _ambiguous(root: Path, files: list[str]) -> None:

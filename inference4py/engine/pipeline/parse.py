@@ -223,7 +223,10 @@ def _parse_flow(
 
 def _check_flow(steps: tuple[FlowStep, ...], dataflow: tuple[Wire, ...], where: str) -> None:
     """What the runtimes run: one ``step`` decoder for the prompt and one for the later tokens
-    (the step sessions feeding them through the dataflow aside), at most one encoder."""
+    (the step sessions feeding them through the dataflow aside), at most one encoder; or, single
+    pass, one ``init`` session and nothing else."""
+    if len(steps) == 1 and steps[0].when == "init" and not dataflow:
+        return  # single-pass: one session run once on the input (a sentence encoder)
     feeders = set(feeding_sessions(steps, dataflow))
     sources = {w.source for w in dataflow}
     decoders = [s for s in steps if s.when == "step" and s.run not in feeders]
@@ -454,7 +457,8 @@ def _parse_state(raw: Mapping[str, Any], spec: PipelineSpec, where: str) -> Stat
 
     cross = None
     cross_raw = raw.get("cross_cache")
-    init = [spec.roles["encoder"]] if "encoder" in spec.roles else []  # a wired init session has no cross cache
+    # a wired init session has no cross cache, nor has a single-pass pipeline's (there is no decoder)
+    init = [spec.roles["encoder"]] if "encoder" in spec.roles and "decoder" in spec.roles else []
     if cross_raw is not None:
         if not isinstance(cross_raw, Mapping):
             raise PipelineSpecError(f"{where}: state.cross_cache must be an object.")

@@ -46,7 +46,7 @@ from inference4py.engine.pipeline.spec import (
     SUPPORTED_VERSIONS,
     PipelineSpec,
 )
-from inference4py.errors import ModelLoadError, PipelineSpecError
+from inference4py.errors import ModelLoadError, PipelineSpecError, UnsupportedModelError
 
 
 def load_pipeline(folder: str | os.PathLike[str]) -> PipelineSpec:
@@ -201,7 +201,7 @@ def _resolve_from_graphs(spec: PipelineSpec, *, explicit_preset: bool, where: st
 
     roles = spec.roles
     cached_role = "decoder_with_past" if "decoder_with_past" in roles else "decoder"
-    cached = read_graph_io(spec.path(cached_role))
+    cached = read_graph_io(spec.path(cached_role)) if cached_role in roles else None
     state = spec.state
     if cached is not None:
         inputs, outputs = cached
@@ -232,7 +232,9 @@ def _resolve_from_graphs(spec: PipelineSpec, *, explicit_preset: bool, where: st
         state = replace(state, kv_cache=kv, cross_cache=cross)
     preset = spec.preset
     if not explicit_preset:  # named after the structure: an init session makes it an encoder-decoder
-        if "encoder" in roles:
+        if "decoder" not in roles:
+            preset = "single-pass"
+        elif "encoder" in roles:
             speech = _is_speech(spec.path("encoder"), read_model_config(spec.folder))
             preset = "speech-seq2seq" if speech else "encoder-decoder"
         else:
@@ -316,6 +318,14 @@ def _check_dataflow_graphs(spec: PipelineSpec, where: str) -> None:
             continue
         inputs = g[0]
         if name in decoders:
+            if "input_ids" not in inputs and (name, "inputs_embeds") not in wired and spec.source == "detected":
+                raise UnsupportedModelError(
+                    f"{spec.session(name).file} takes no input_ids (inputs: {', '.join(inputs)}), so it is not a "
+                    "decoder inference4py can run from its files alone. Export it with input_ids (optimum: "
+                    "--task text-generation-with-past), or, if another graph of the folder embeds the tokens, "
+                    f"describe the pipeline in an {DESCRIPTION_FILE} with that embedding session wired to "
+                    f"{name}.inputs_embeds (docs/pipelines.md)."
+                )
             if "input_ids" not in inputs and (name, "inputs_embeds") not in wired:
                 raise PipelineSpecError(
                     f'{where}: the decoder "{name}" takes no input_ids, so its token embeddings must be wired: add '

@@ -50,6 +50,11 @@ PRESETS: Mapping[str, Mapping[str, Any]] = {
             "position_ids": {"strategy": "auto"},
         },
     },
+    # One session run once on the input, no generation loop: a sentence encoder (OnnxEmbedder).
+    "single-pass": {
+        "sessions": {"encoder": {"file": "model.onnx"}},
+        "flow": [{"run": "encoder", "when": "init"}],
+    },
     "speech-seq2seq": {
         "sessions": {"encoder": {"file": "encoder_model.onnx"}, "decoder": {"file": "decoder_model_merged.onnx"}},
         "flow": [{"run": "encoder", "when": "init"}, {"run": "decoder", "when": "step"}],
@@ -364,7 +369,8 @@ class PipelineSpec:
             pipeline["dataflow"] = [w.to_json() for w in self.dataflow]
         if self.context_length:
             pipeline["context_length"] = self.context_length
-        pipeline["state"] = self.state.to_json()
+        if self.has("decoder"):  # a single-pass pipeline carries no state
+            pipeline["state"] = self.state.to_json()
         # Version 1 while nothing of version 2 is used: older readers keep reading what they can run.
         out: dict[str, Any] = {"version": FORMAT_VERSION if self.uses_version_2 else 1, "pipeline": pipeline}
         tokens = self.tokens.to_json()
@@ -416,3 +422,12 @@ def schema_path() -> Path:
 def _valid_generation_value(key: str, value: Any) -> bool:
     types = GENERATION_KEYS[key]
     return isinstance(value, types) and (bool in types or not isinstance(value, bool))
+
+
+def single_pass_refusal(spec: PipelineSpec) -> str:
+    """What a generation runtime says about a single-pass pipeline (no decoder to loop over)."""
+    file = spec.session("encoder").file if spec.has("encoder") else "its graph"
+    return (
+        f"{spec.folder} holds a single-pass model ({file}: run once on the input, no generation loop), such as a "
+        "sentence encoder; a text generator cannot run it. Load it with OnnxEmbedder.builder().model_path(...)."
+    )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inference4py.engine.pipeline import DESCRIPTION_FILE, load_pipeline
 from inference4py.errors import ModelFilesMissingError, ModelLoadError, UnsupportedModelError
 from inference4py.tasks.embedding.pooling import POOLING_MODES
 
@@ -127,10 +128,21 @@ def read_sentence_config(folder: Path) -> SentenceConfig:
 def find_graph(folder: Path, variant: str | None = None) -> Path:
     """``model.onnx`` (or ``model_<variant>.onnx``) in the folder or its ``onnx/`` sub-folder.
 
+    An ``inference4py.json`` describing a ``single-pass`` pipeline names the graph instead.
+
     Raises:
         ModelFilesMissingError: neither exists; the message lists the ONNX files that do.
+        UnsupportedModelError: the folder's description is a generation pipeline.
     """
     name = "model.onnx" if variant in (None, "", "fp32") else f"model_{variant}.onnx"
+    if variant in (None, "", "fp32") and (folder / DESCRIPTION_FILE).is_file():
+        spec = load_pipeline(folder)  # a description names the graph: a single-pass pipeline's session
+        if spec.has("decoder"):
+            raise UnsupportedModelError(
+                f"{folder / DESCRIPTION_FILE} describes a generation pipeline ({spec.preset or 'with a decoder'}), "
+                'not a sentence encoder: an embedder needs "extends": "single-pass" (one init session).'
+            )
+        return spec.path("encoder")
     for candidate in (folder / name, folder / "onnx" / name):
         if candidate.is_file():
             return candidate
