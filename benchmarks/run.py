@@ -550,6 +550,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--render", type=Path, default=None, help="re-render a results JSON (with --markdown: into the page)"
     )
+    ap.add_argument(
+        "--section",
+        default=None,
+        help="the page section --markdown rewrites (default: the model's name, with -long / -memory)",
+    )
     args = ap.parse_args(argv)
     if args.render:
         saved = json.loads(args.render.read_text(encoding="utf-8"))
@@ -559,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
             only_memory = "--only-memory" in saved["command"]
             model = saved["command"].split("--model", 1)[1].split()[0] if "--model" in saved["command"] else "tiny"
             model += "-long" if "--prompt long" in saved["command"] else ""
-            update_markdown(args.markdown, model + ("-memory" if only_memory else ""), report)
+            update_markdown(args.markdown, args.section or model + ("-memory" if only_memory else ""), report)
         return 0
     args.settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     command = "python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -619,7 +624,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     log(f"results: {out}")
     if args.markdown:
-        section = args.model + suffix + ("-memory" if args.only_memory else "")
+        section = args.section or args.model + suffix + ("-memory" if args.only_memory else "")
         update_markdown(args.markdown, section, report)
         log(f"tables written into {args.markdown} (section bench:{section})")
     return 0
