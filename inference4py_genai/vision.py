@@ -299,36 +299,21 @@ def _image_bytes(item: Any, index: int) -> bytes:
     """
     from PIL import Image, UnidentifiedImageError
 
-    if isinstance(item, (str, os.PathLike)):
-        path = Path(item)
-        if not path.is_file():
-            raise InvalidInputError(f"Image file {path} does not exist. Check the path.")
-        item = path.read_bytes()
-    if isinstance(item, np.ndarray):
-        if item.dtype != np.uint8 or item.ndim != 3 or item.shape[2] not in (3, 4):
-            raise InvalidInputError(
-                f"Image {index + 1}: arrays must be H x W x 3 (or 4) uint8, got {item.dtype} {item.shape}."
-            )
-        item = Image.fromarray(item)
-    if isinstance(item, (bytes, bytearray, memoryview)):
-        data = bytes(item)
-        if not data:
-            raise InvalidInputError(f"Image {index + 1} is empty (0 bytes).")
+    from inference4py.vision.images import image_source
+
+    source = image_source(item, index)  # paths, data URLs, arrays; web addresses and empty bytes refused
+    if isinstance(source, bytes):
         try:
-            with Image.open(io.BytesIO(data)) as image:
+            with Image.open(io.BytesIO(source)) as image:
                 image.load()  # a full decode: truncated files fail here, not inside genai
                 if image.format in ("JPEG", "PNG"):
-                    return data
+                    return source
                 return _png(image)
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
             raise InvalidInputError(
                 f"Image {index + 1} cannot be decoded ({exc}). Pass a JPEG, PNG, WebP, GIF or BMP image."
             ) from exc
-    if hasattr(item, "save") and hasattr(item, "mode"):  # a PIL image
-        return _png(item)
-    raise InvalidInputError(
-        f"Image {index + 1} has unsupported type {type(item).__name__}: pass a path, bytes, a PIL image or a uint8 array."
-    )
+    return _png(source)
 
 
 def _png(image: Any) -> bytes:

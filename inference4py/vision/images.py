@@ -13,23 +13,20 @@ import numpy as np
 
 from inference4py.errors import InvalidInputError
 
-__all__ = ["ImageInput", "load_image"]
+__all__ = ["ImageInput", "image_source", "load_image"]
 
 ImageInput = str | os.PathLike[str] | bytes | bytearray | Any  # Any: a PIL image or an HxWx3 uint8 array
 
 
-def load_image(item: ImageInput, index: int = 0) -> Any:
-    """``item`` as an RGB ``PIL.Image.Image``, fully decoded.
-
-    Args:
-        item: a file path, a ``data:image/...;base64,`` URL, encoded bytes (PNG, JPEG, WebP, ...),
-            a PIL image or an ``H x W x 3`` (or 4) uint8 array.
-        index: the image's position in the call, for messages (from 0).
+def image_source(item: ImageInput, index: int = 0) -> Any:
+    """``item`` as encoded bytes or a PIL image, before any decoding: a data URL's payload or a file's
+    content become bytes, a uint8 array a PIL image; a web address, a missing file, empty bytes,
+    a malformed array or another type are refused.
 
     Raises:
-        InvalidInputError: a missing file, undecodable bytes, an unsupported type or array.
+        InvalidInputError: as :func:`load_image`, for everything but undecodable bytes.
     """
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     n = index + 1
     if isinstance(item, str) and item.startswith("data:"):  # a data URL (OpenAI's image_url form)
@@ -58,21 +55,40 @@ def load_image(item: ImageInput, index: int = 0) -> Any:
                 f"Image {n}: arrays must be H x W x 3 (or 4) uint8, got {item.dtype} {item.shape}. "
                 "Convert it with np.asarray(image, dtype=np.uint8)."
             )
-        return Image.fromarray(item).convert("RGB")
+        return Image.fromarray(item)
     if isinstance(item, (bytes, bytearray, memoryview)):
         data = bytes(item)
         if not data:
             raise InvalidInputError(f"Image {n} is empty (0 bytes). Pass a PNG, JPEG, WebP, GIF or BMP image.")
+        return data
+    if isinstance(item, Image.Image):
+        return item
+    raise InvalidInputError(
+        f"Image {n} has unsupported type {type(item).__name__}: pass a path, bytes, a PIL image or a uint8 array."
+    )
+
+
+def load_image(item: ImageInput, index: int = 0) -> Any:
+    """``item`` as an RGB ``PIL.Image.Image``, fully decoded.
+
+    Args:
+        item: a file path, a ``data:image/...;base64,`` URL, encoded bytes (PNG, JPEG, WebP, ...),
+            a PIL image or an ``H x W x 3`` (or 4) uint8 array.
+        index: the image's position in the call, for messages (from 0).
+
+    Raises:
+        InvalidInputError: a missing file, undecodable bytes, an unsupported type or array.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    source = image_source(item, index)
+    if isinstance(source, bytes):
         try:
-            with Image.open(io.BytesIO(data)) as opened:
+            with Image.open(io.BytesIO(source)) as opened:
                 opened.load()  # a full decode: truncated files fail here
                 return opened.convert("RGB")
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
             raise InvalidInputError(
-                f"Image {n} cannot be decoded ({exc}). Pass a PNG, JPEG, WebP, GIF or BMP image."
+                f"Image {index + 1} cannot be decoded ({exc}). Pass a PNG, JPEG, WebP, GIF or BMP image."
             ) from exc
-    if isinstance(item, Image.Image):
-        return item.convert("RGB")
-    raise InvalidInputError(
-        f"Image {n} has unsupported type {type(item).__name__}: pass a path, bytes, a PIL image or a uint8 array."
-    )
+    return source.convert("RGB")
