@@ -122,12 +122,9 @@ def auto_fused_folder(
         root, key, source_hash = _entry_key(src, level, cache_dir)
     except (ModelNotFoundError, UnsupportedModelError, OSError):
         return src  # no single decoder graph here: the loader says what it makes of the folder
-    out = root / key[:24]
-    if _valid_entry(out, source_hash):
-        return out
-    refused = root / f"{key[:24]}.refused"
-    if refused.is_file():
-        return src
+    out, refused, found = _lookup(src, root, key, source_hash)
+    if found is not None:
+        return found
     from inference4py.engine.decoder import _has_op
 
     if _has_op(_decoder_graph(src), b"GroupQueryAttention"):
@@ -162,12 +159,9 @@ def sliced_genai_folder(folder: str | os.PathLike[str], *, cache_dir: str | os.P
         root, key, source_hash = _entry_key(src, _SLICE_LEVEL, cache_dir)
     except (ModelNotFoundError, OSError, ValueError, KeyError, TypeError, AttributeError):
         return src  # the loader says what it makes of the folder
-    out = root / key[:24]
-    if _valid_entry(out, source_hash):
-        return out
-    refused = root / f"{key[:24]}.refused"
-    if refused.is_file():
-        return src
+    out, refused, found = _lookup(src, root, key, source_hash)
+    if found is not None:
+        return found
 
     def make(source: Path, tmp: Path) -> str:
         from .logits import slice_logits
@@ -200,6 +194,15 @@ def sliced_genai_folder(folder: str | os.PathLike[str], *, cache_dir: str | os.P
         except OSError:
             pass
         return src
+
+
+def _lookup(src: Path, root: Path, key: str, source_hash: str) -> tuple[Path, Path, Path | None]:
+    """The entry's folder and refusal memo, and what to load without building: the entry when it is
+    valid, the source when the rewrite was refused before, else None."""
+    out, refused = root / key[:24], root / f"{key[:24]}.refused"
+    if _valid_entry(out, source_hash):
+        return out, refused, out
+    return out, refused, src if refused.is_file() else None
 
 
 def _genai_graph(folder: Path) -> Path:
