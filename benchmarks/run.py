@@ -119,7 +119,16 @@ def foreign_versions(python: str) -> dict[str, str | None]:
         return {}
 
 
-def run_worker(task: dict[str, Any], timeout: float) -> dict[str, Any]:
+def run_worker(
+    task: dict[str, Any],
+    timeout: float,
+    *,
+    module: str = "benchmarks.worker",
+    flags: tuple[str, ...] = (),
+    env_extra: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Run one task in a fresh interpreter (``python -m MODULE [FLAGS] TASK.json OUT.json``) and return
+    its result; a timeout or a worker that wrote nothing is an error result, never an exception."""
     python = task.get("python") or sys.executable
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         task_path, out_path = Path(tmp) / "task.json", Path(tmp) / "out.json"
@@ -130,12 +139,13 @@ def run_worker(task: dict[str, Any], timeout: float) -> dict[str, Any]:
             "TRANSFORMERS_VERBOSITY": "error",
             "HF_HUB_OFFLINE": "1",
             "PYTHONWARNINGS": "ignore",
+            **(env_extra or {}),
         }
         if python != sys.executable:  # another venv: `benchmarks` from this checkout (inference4py need not be there)
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
         try:
             proc = subprocess.run(
-                [python, "-m", "benchmarks.worker", str(task_path), str(out_path)],
+                [python, "-m", module, *flags, str(task_path), str(out_path)],
                 cwd=ROOT,
                 env=env,
                 capture_output=True,

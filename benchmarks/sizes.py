@@ -33,11 +33,8 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
@@ -299,52 +296,23 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def worker_main(task_path: Path, out_path: Path) -> int:
-    task = json.loads(task_path.read_text(encoding="utf-8"))
-    from benchmarks.peers.common import Unsupported
+    from benchmarks.worker import main
 
-    try:
-        result = run_task(task)
-    except Unsupported as exc:
-        result = {"status": "unsupported", "reason": str(exc)}
-    except Exception as exc:  # reported in the table, the run goes on
-        result = {
-            "status": "error",
-            "reason": f"{type(exc).__name__}: {str(exc)[:400]}",
-            "traceback": traceback.format_exc()[-3000:],
-        }
-    out_path.write_text(json.dumps(result), encoding="utf-8")
-    return 0
+    return main([str(task_path), str(out_path)], run=run_task)
 
 
 def spawn(task: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Run one task in a fresh interpreter (``python -m benchmarks.sizes --worker``)."""
+    from benchmarks.run import run_worker
+
     threads = str(task["threads"])
-    with tempfile.TemporaryDirectory(prefix="sizes-") as tmp:
-        task_path, out_path = Path(tmp) / "task.json", Path(tmp) / "out.json"
-        task_path.write_text(json.dumps(task), encoding="utf-8")
-        env = {
-            **os.environ,
-            "TOKENIZERS_PARALLELISM": "false",
-            "TRANSFORMERS_VERBOSITY": "error",
-            "HF_HUB_OFFLINE": "1",
-            "PYTHONWARNINGS": "ignore",
-            "INFERENCE4PY_NUM_THREADS": threads,
-            "OMP_NUM_THREADS": threads,
-        }
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "benchmarks.sizes", "--worker", str(task_path), str(out_path)],
-                cwd=ROOT,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-            )
-        except subprocess.TimeoutExpired:
-            return {"status": "error", "reason": f"timed out after {timeout:.0f}s"}
-        if not out_path.is_file():
-            return {"status": "error", "reason": f"worker exited {proc.returncode}: {proc.stderr.strip()[-400:]}"}
-        return json.loads(out_path.read_text(encoding="utf-8"))
+    return run_worker(
+        task,
+        timeout,
+        module="benchmarks.sizes",
+        flags=("--worker",),
+        env_extra={"INFERENCE4PY_NUM_THREADS": threads, "OMP_NUM_THREADS": threads},
+    )
 
 
 # ---------------------------------------------------------------------------------------------- driver
