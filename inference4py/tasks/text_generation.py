@@ -350,6 +350,7 @@ class OnnxTextGenerator(ClosableTask):
         extra = control.processors(self.tokenizer, config.eos_token_id, self._processors)
         if speculation is None:
             return generate_chunks(state, ids, config, self.tokenizer, extra_processors=extra)
+        self._refuse_final_phase("speculative decoding")
         from inference4py.generation.speculative import speculative_chunks
 
         draft_state = None
@@ -422,6 +423,7 @@ class OnnxTextGenerator(ClosableTask):
                 "generate_batch does not draft tokens (speculative decoding runs one sequence): drop speculative, "
                 "or call generate(prompt, speculative=...) per prompt."
             )
+        self._refuse_final_phase("generate_batch")
         rest, control = self._control({k: v for k, v in overrides.items() if k != "speculative"})
         rows = [self._prompts.encode(p, tools=control.tools) for p in prompts]
         config = self._planner.for_call(max(len(r) for r in rows), rest)
@@ -471,7 +473,17 @@ class OnnxTextGenerator(ClosableTask):
         """
         from inference4py.tasks.batched import BatchedTextGenerator
 
+        self._refuse_final_phase("batched() (continuous batching)")
         return BatchedTextGenerator(self, **options)
+
+    def _refuse_final_phase(self, what: str) -> None:
+        """The paths that do not run a pipeline's ``final`` sessions refuse such a pipeline (no silent gap)."""
+        final = [s.run for s in self._runtime.spec.steps if s.when == "final"]
+        if final:
+            raise ConfigurationError(
+                f"{what} does not run the pipeline's final session(s) ({', '.join(final)}): call generate() or "
+                "stream_chunks() per prompt, without speculative; the outputs are on result.final_outputs."
+            )
 
     def chat_session(self, *, system_prompt: str | None = None, **overrides: Any) -> ChatSession:
         """A multi-turn conversation that keeps its KV cache between turns (see :class:`ChatSession`)."""

@@ -138,6 +138,19 @@ def test_a_pipeline_without_final_sessions_has_no_final_outputs(whole):
     assert whole.generate("Hello", max_new_tokens=2).final_outputs is None
 
 
+def test_the_paths_that_do_not_run_final_sessions_refuse_them():
+    from inference4py.errors import ConfigurationError
+
+    with _generator(FINAL) as gen:
+        with pytest.raises(ConfigurationError, match=r"generate_batch does not run the pipeline's final session"):
+            gen.generate_batch(["Hello", "World"], max_new_tokens=4)
+        with pytest.raises(ConfigurationError, match=r"batched\(\) .* final session"):
+            gen.batched()
+        with pytest.raises(ConfigurationError, match=r"speculative decoding does not run .* final session"):
+            gen.generate("Hello Hello Hello", max_new_tokens=4, speculative="prompt_lookup")
+        assert gen.generate("Hello", max_new_tokens=4).final_outputs is not None  # the plain path still runs them
+
+
 def test_final_outputs_can_be_read_from_a_stream_of_chunks():
     from inference4py.generation.generate import collect
 
