@@ -18,6 +18,10 @@ def load(spec: dict[str, Any]) -> Peer:
         raise Unsupported(f"{folder} is not a genai folder")
     model = og.Model(str(folder))
     tok = og.Tokenizer(model)
+    # genai's sliding-window attention (Gemma 3) wants a KV capacity of at least the window:
+    # a shorter max_length fails in GroupQueryAttention, so the loop below counts the tokens
+    decoder = json.loads((folder / "genai_config.json").read_text(encoding="utf-8"))["model"]["decoder"]
+    window = int((decoder.get("sliding_window") or {}).get("window_size", 0))
     prompt = spec["prompt"]
 
     def encode() -> list[int]:
@@ -36,13 +40,16 @@ def load(spec: dict[str, Any]) -> Peer:
         s = SETTINGS[setting]
         params = og.GeneratorParams(model)
         total = len(ids) + max_new_tokens
-        opts: dict[str, Any] = {"max_length": total, "min_length": total, "do_sample": s["do_sample"], "batch_size": 1}
+        capacity = max(total, window + 1 if window else 0)
+        opts: dict[str, Any] = {"max_length": capacity, "min_length": total, "do_sample": s["do_sample"], "batch_size": 1}
         if s["do_sample"]:
             opts.update(temperature=s["temperature"], top_k=s["top_k"], top_p=s["top_p"], random_seed=s["seed"])
         params.set_search_options(**opts)
         gen = og.Generator(model, params)
         gen.append_tokens(list(ids))
-        while not gen.is_done():
+        for _ in range(max_new_tokens):
+            if gen.is_done():
+                break
             gen.generate_next_token()
             timed.tick(int(gen.get_next_tokens()[0]))
         timed.ended = time.perf_counter()
