@@ -3,7 +3,7 @@
     python benchmarks/sizes.py                                    # every model, lengths 32,512,2048, 3 runs
     python benchmarks/sizes.py --models smollm2 --lengths 32 --runs 1 --new-tokens 4 --peers inference4py,llama.cpp
     python benchmarks/sizes.py --markdown docs/performance.md     # also fill <!-- bench:sizes:start/end -->
-    python benchmarks/sizes.py --render benchmarks/results/sizes-TIME.json --markdown docs/performance.md
+    python benchmarks/sizes.py --render benchmarks/results/sizes-A.json sizes-B.json --markdown docs/performance.md
 
 Models are tools/build_real.py's folders under ``~/.cache/inference4py/real`` (``INFERENCE4PY_REAL_DIR``
 overrides): SmolLM2-135M-Instruct, Qwen2.5-Coder-0.5B-Instruct and Gemma 3 270M, each a GGUF from
@@ -578,15 +578,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="JSON file (default: benchmarks/results/sizes-<time>.json)")
     ap.add_argument("--markdown", type=Path, default=None, help=f"page whose bench:{SECTION} section gets the tables")
     ap.add_argument(
-        "--render", type=Path, default=None, help="re-render a saved results JSON (with --markdown: into the page)"
+        "--render",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="re-render saved results JSON files, one after the other (with --markdown: into the page)",
     )
     args = ap.parse_args(argv)
 
     from benchmarks.run import machine, update_markdown
 
     if args.render:
-        saved = json.loads(args.render.read_text(encoding="utf-8"))
-        report = render(saved)
+        # one run per model is how a 2-core machine gets quiet time for each: the page shows them in order
+        report = "\n".join(render(json.loads(path.read_text(encoding="utf-8"))) for path in args.render)
         print(report)
         if args.markdown:
             update_markdown(args.markdown, SECTION, report)
