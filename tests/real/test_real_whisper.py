@@ -363,22 +363,13 @@ def test_word_times_with_beam_search_line_up_with_transformers(clip):
     assert word_error_rate(spoken, "".join(g[0] for g in got)) <= WER_BOUNDS["whisper-base"][clip]
 
 
-def test_vad_leaves_the_silence_out_and_places_the_later_speech():
-    """Speech, 20 s of noise, speech (tests/fixtures/vad): with VAD no word lies in or reaches into the gap,
-    and the second sentence's words are transformers' words on the same speech chunk, mapped back.
-
-    The true onset of the second sentence is where its clip's first loud sample was put (26.139 s).
-    The VAD region, the chunk offsets and the mapping back are exact (that onset is 5.963 s into the
-    chunk, and every time maps back by 20.176 s); DTW over the alignment heads, transformers' method
-    and ours, times "After" at 6.26 s of the chunk, 0.30 s after the onset (the rows of the timestamp
-    tokens before it take the pause; openai-whisper's alignment, on the text tokens alone, would give
-    5.84 s).  So: transformers' times within 0.02 s, and the onset within 0.35 s (``after_onset``).
-    """
+def _vad_recording():
+    """The VAD recording (tests/fixtures/vad), its true onsets and VAD regions, and transformers' reference."""
     import json
     from pathlib import Path
 
     from inference4py.audio import SAMPLE_RATE, load_audio
-    from inference4py.tasks.whisper.vad import SileroVad, SpeechTimeMap
+    from inference4py.tasks.whisper.vad import SileroVad
     from tests.tasks.test_vad import compose, speech_extent
 
     vad_dir = Path(__file__).resolve().parents[1] / "fixtures" / "vad"
@@ -389,31 +380,70 @@ def test_vad_leaves_the_silence_out_and_places_the_later_speech():
     a, b = load_audio(vad_dir / "speech-a.flac"), load_audio(vad_dir / "speech-b.flac")
     audio, placed = compose(a, b, reference["recipe"])
     assert [list(p) for p in placed] == ref["clip_positions"]
+    a_start = (placed[0][0] + speech_extent(a)[0]) / SAMPLE_RATE  # 1.016 s: the true onsets
     a_end = (placed[0][0] + speech_extent(a)[1]) / SAMPLE_RATE
-    b_start = (placed[1][0] + speech_extent(b)[0]) / SAMPLE_RATE  # 26.139 s: the true onset
+    b_start = (placed[1][0] + speech_extent(b)[0]) / SAMPLE_RATE  # 26.139 s
     vad = SileroVad(vad_dir / "silero_vad_v6.onnx")
-    regions = vad.speech_regions(audio)
-    assert [list(r) for r in regions] == ref["regions"]
-    result = speech_model("whisper-base-optimum").transcribe(
-        (audio, SAMPLE_RATE), language="en", timestamps=True, word_timestamps=True, vad=vad
-    )
+    speech = vad.speech_map(audio)
+    assert [list(r) for r in speech.regions] == ref["regions"]
     spoken = " ".join(reference["clips"][k] for k in ("speech-a", "speech-b"))
-    assert word_error_rate(spoken, result.text) <= 0.15
-    assert [list(s.token_ids) for s in result.segments] == [s["token_ids"] for s in ref["segments"]]
+    return audio, (a_start, a_end, b_start), vad, speech, ref, spoken
 
-    # transformers' words on the chunk, mapped back by the region each word's middle lies in
-    time_map = SpeechTimeMap(regions)
+
+def _transformers_words(ref, time_map):
+    """transformers' words on the chunk, mapped back by the region each word's middle lies in."""
     want = []
     for s in ref["segments"]:
         for w in s["words"]:
             region = time_map.region_at((w["start"] + w["end"]) / 2)
             want.append(
-                (w["word"], time_map.to_original_in(w["start"], region), time_map.to_original_in(w["end"], region))
+                (
+                    w["word"],
+                    time_map.to_original_in(w["start"], region),
+                    time_map.to_original_in(w["end"], region),
+                    region,
+                )
             )
+    return want
+
+
+def test_vad_leaves_the_silence_out_and_places_the_later_speech():
+    """Speech, 20 s of noise, speech (tests/fixtures/vad): with VAD no word lies in or reaches into the gap,
+    the first word of each sentence starts where Silero found its speech, and the other words are
+    transformers' words on the same speech chunk, mapped back.
+
+    The true onset of the second sentence is where its clip's first loud sample was put (26.139 s).
+    The VAD region, the chunk offsets and the mapping back are exact (that onset is 5.963 s into the
+    chunk, and every time maps back by 20.176 s); DTW over the alignment heads, transformers' method
+    and ours, times "After" at 6.26 s of the chunk, 0.30 s after the onset (the rows of the timestamp
+    tokens before it take the pause; openai-whisper's alignment, on the text tokens alone, would give
+    5.84 s), and "Voice" at the chunk start, 0.39 s before its onset (1.016 s), in the padding.
+    Silero's onsets of the two regions (before the 400 ms padding) are 1.024 s and 26.144 s, so with
+    ``VadOptions.word_onsets`` (the default) "Voice" starts 0.008 s and "After" 0.005 s after the
+    truth (``after_onset``, within 0.1 s); every other word is transformers' within 0.02 s.
+    """
+    from inference4py.audio import SAMPLE_RATE
+
+    audio, (a_start, a_end, b_start), vad, speech, ref, spoken = _vad_recording()
+    regions = speech.regions
+    result = speech_model("whisper-base-optimum").transcribe(
+        (audio, SAMPLE_RATE), language="en", timestamps=True, word_timestamps=True, vad=vad
+    )
+    assert word_error_rate(spoken, result.text) <= 0.15
+    assert [list(s.token_ids) for s in result.segments] == [s["token_ids"] for s in ref["segments"]]
+
+    want = _transformers_words(ref, speech)
     words = [w for s in result.segments for w in s.words]
     assert [w.word for w in words] == [w[0] for w in want]
-    for w, (_, start, end) in zip(words, want):
-        assert w.start == pytest.approx(start, abs=0.02 + 1e-6), w.word
+    firsts = {}  # region -> index of its first word
+    for i, (_, _, _, region) in enumerate(want):
+        firsts.setdefault(region, i)
+    assert sorted(firsts) == [0, 1]
+    for i, (w, (_, start, end, region)) in enumerate(zip(words, want)):
+        if firsts[region] == i:  # the first word of a region: at Silero's onset of it
+            assert w.start == pytest.approx(speech.onset_of(region), abs=1e-3), w.word
+        else:
+            assert w.start == pytest.approx(start, abs=0.02 + 1e-6), w.word
         assert w.end == pytest.approx(end, abs=0.02 + 1e-6), w.word
 
     # nothing in the silent part: every word starts and ends in the speech around it
@@ -421,14 +451,42 @@ def test_vad_leaves_the_silence_out_and_places_the_later_speech():
     assert len(first) + len(second) == len(words)
     assert all(w.end <= regions[0][1] / SAMPLE_RATE for w in first)  # "speech." does not reach into the gap
     assert [w.word.strip(" ,.") for w in second[:3]] == ["After", "a", "long"]
+    assert abs(first[0].start - a_start) <= 0.1, first[0].start - a_start  # "Voice": 0.008 s late (DTW: 0.39 s early)
     after_onset = second[0].start - b_start
-    assert 0.0 <= after_onset <= 0.35, after_onset  # transformers' DTW: 0.297 s late
+    assert abs(after_onset) <= 0.1, after_onset  # 0.005 s late (transformers' DTW: 0.297 s late)
     assert second[1].start == pytest.approx(b_start + 0.5, abs=0.25)  # "a", about half a second in
     # the segment of the second sentence starts with its first word, not at its timestamp token
     # (<|5.00|>, which lies in the first region of the chunk: 5.624 s of the recording)
     assert result.segments[-1].start == second[0].start
     assert all(s.end <= regions[0][1] / SAMPLE_RATE for s in result.segments[:-1])
     assert result.duration == pytest.approx(audio.size / SAMPLE_RATE)
+
+
+def test_vad_without_word_onsets_keeps_transformers_times():
+    """``VadOptions(word_onsets=False)``: every word, the first of each sentence too, is transformers'
+    (DTW) within 0.02 s, and "After" starts 0.30 s after the true onset: the setting matters."""
+    from inference4py.audio import SAMPLE_RATE
+    from inference4py.tasks.whisper.vad import VadOptions
+
+    audio, (_, _, b_start), vad, speech, ref, _ = _vad_recording()
+    result = speech_model("whisper-base-optimum").transcribe(
+        (audio, SAMPLE_RATE),
+        language="en",
+        timestamps=True,
+        word_timestamps=True,
+        vad=vad,
+        vad_options=VadOptions(word_onsets=False),
+    )
+    assert [list(s.token_ids) for s in result.segments] == [s["token_ids"] for s in ref["segments"]]
+    want = _transformers_words(ref, speech)
+    words = [w for s in result.segments for w in s.words]
+    assert [w.word for w in words] == [w[0] for w in want]
+    for w, (_, start, end, _) in zip(words, want):
+        assert w.start == pytest.approx(start, abs=0.02 + 1e-6), w.word
+        assert w.end == pytest.approx(end, abs=0.02 + 1e-6), w.word
+    after = next(w for w in words if w.word.strip() == "After")
+    assert 0.25 <= after.start - b_start <= 0.35, after.start - b_start  # 0.297 s late
+    assert result.segments[-1].start == after.start
 
 
 def test_longform_policy_on_real_speech():

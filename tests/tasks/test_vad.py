@@ -37,6 +37,7 @@ from inference4py.tasks.whisper.vad import (
     VadOptions,
     chunk_speech,
     regions_from_probabilities,
+    time_map_from_probabilities,
 )
 from tests.conftest import FIXTURES, MODELS
 from tests.hubserver import FakeHub, hub_client_online, populate_cache, reset_hub_client
@@ -240,6 +241,24 @@ def test_padding_meets_halfway_between_close_regions_and_stays_inside_the_audio(
     assert regions == [(0, 3 * w + 3 * w // 2), (3 * w + 3 * w // 2, 10 * w), (14 * w, 19 * w)]
 
 
+def test_onsets_are_where_the_speech_starts_even_when_the_padding_is_clipped_or_halved():
+    w = WINDOW_SAMPLES
+    options = VadOptions(speech_pad_ms=2 * w * 1000 / RATE, min_silence_duration_ms=0)  # two windows of padding
+    probabilities = _probabilities("-##---##--------##-")
+    time_map = time_map_from_probabilities(probabilities, 19 * w, options)
+    assert list(time_map.regions) == regions_from_probabilities(probabilities, 19 * w, options)
+    # padded starts: 0 (clipped at the audio start: 1 window, not 2), 4.5 windows (halfway: 1.5), 14 (2)
+    assert [s for s, _ in time_map.regions] == [0, 3 * w + 3 * w // 2, 14 * w]
+    assert time_map.onsets == (w, 6 * w, 16 * w)  # the speech itself, not start + pad
+    assert [time_map.onset_of(i) for i in range(3)] == [w / RATE, 6 * w / RATE, 16 * w / RATE]
+    # a region cut at max_speech_duration_s: the second part's onset is where the speech resumed
+    one_window = VadOptions(
+        speech_pad_ms=w * 1000 / RATE, min_silence_duration_ms=1000, max_speech_duration_s=12 * w / RATE
+    )
+    cut = time_map_from_probabilities(_probabilities("#####-----#####"), 15 * w, one_window)
+    assert cut.regions == ((0, 6 * w), (9 * w, 15 * w)) and cut.onsets == (0, 10 * w)
+
+
 def test_max_speech_duration_cuts_at_the_last_pause_or_hard():
     w = WINDOW_SAMPLES
     seconds = 10 * w / RATE  # regions of at most 10 windows (9 once the check's window is taken off)
@@ -276,6 +295,8 @@ def test_max_speech_duration_cuts_at_the_last_pause_or_hard():
         {"speech_pad_ms": True},
         {"max_speech_duration_s": 0.5},  # not more than one window + 2 * 400 ms padding
         {"max_speech_duration_s": math.nan},
+        {"word_onsets": 1},
+        {"word_onsets": None},
     ],
 )
 def test_invalid_options_are_configuration_errors(kwargs):
@@ -374,6 +395,71 @@ def test_time_map_at_the_edges():
 
 
 # --------------------------------------------------------------------------- errors
+
+
+def test_time_map_onsets():
+    regions = [(RATE, 2 * RATE), (4 * RATE, 5 * RATE)]
+    plain = SpeechTimeMap(regions)
+    assert plain.onsets is None and plain.onset_of(1) is None and "onsets" not in repr(plain)
+    time_map = SpeechTimeMap(regions, onsets=[RATE + 800, None])
+    assert time_map.onsets == (RATE + 800, None) and time_map.onset_of(0) == 1.05 and time_map.onset_of(1) is None
+    assert "onsets=[16800, None]" in repr(time_map)
+    with pytest.raises(ConfigurationError, match="2 regions"):
+        time_map.onset_of(2)
+    for onsets in ([RATE], [RATE, 3 * RATE], [RATE - 1, None], [2 * RATE, None]):  # one per region, inside it
+        with pytest.raises(ConfigurationError, match="onsets"):
+            SpeechTimeMap(regions, onsets=onsets)
+
+
+def test_chunks_carry_the_onsets_of_their_regions():
+    audio = np.zeros(100 * RATE, np.float32)
+    regions = [(0, 10 * RATE), (20 * RATE, 30 * RATE), (40 * RATE, 50 * RATE), (60 * RATE, 95 * RATE)]
+    onsets = [RATE // 4, 20 * RATE + 6400, 40 * RATE + 6400, 60 * RATE + 6400]
+    speech = SpeechTimeMap(regions, onsets=onsets)
+    chunks = chunk_speech(audio, speech)
+    assert [c.time_map.regions for c in chunks] == [
+        tuple(regions[:3]),
+        ((60 * RATE, 90 * RATE),),
+        ((90 * RATE, 95 * RATE),),
+    ]
+    # the region longer than a chunk: its onset goes with the piece it lies in, the other piece has none
+    assert [c.time_map.onsets for c in chunks] == [tuple(onsets[:3]), (onsets[3],), (None,)]
+    (spanned, *_) = chunk_speech(audio, speech, keep_gaps=True)
+    assert spanned.time_map.regions == ((0, 30 * RATE),) and spanned.time_map.onsets == (onsets[0],)
+    assert all(c.time_map.onsets is None for c in chunk_speech(audio, regions))  # plain regions: no onsets
+
+
+def test_the_first_word_of_each_region_starts_at_its_onset():
+    from inference4py.tasks.whisper.job import map_segment, map_segments
+    from inference4py.tasks.whisper.results import Segment, Word
+
+    regions = [(RATE, 3 * RATE), (20 * RATE, 23 * RATE)]  # 1-3 s, 20-23 s; the join at 2.0 s of the chunk
+    segments = (
+        Segment(0.0, 0.6, " Some", (), words=(Word(0.1, 0.6, " Some", 0.9),)),  # 1.1-1.6 s
+        Segment(0.6, 1.8, " speech.", (), words=(Word(0.6, 1.9, " speech.", 0.9),)),  # 1.6-2.9 s
+        # DTW squeezes the word after the join: 20.7-20.72 s
+        Segment(1.8, 3.2, " After a", (), words=(Word(2.7, 2.72, " After", 0.8), Word(2.72, 3.1, " a", 0.9))),
+    )
+
+    def times(mapped):
+        return [[(w.start, w.end) for w in s.words] for s in mapped]
+
+    dtw = [[(1.1, 1.6)], [(1.6, 2.9)], [(20.7, 20.72), (20.72, 21.1)]]
+    assert times(map_segments(segments, SpeechTimeMap(regions))) == dtw  # no onsets: DTW's times
+    with_onsets = SpeechTimeMap(regions, onsets=[int(1.4 * RATE), int(20.4 * RATE)])
+    mapped = map_segments(segments, with_onsets)
+    # "Some" and "After" start where Silero found speech; "speech." (first of its segment, not of
+    # its region) and "a" keep DTW's times
+    assert times(mapped) == [[(1.4, 1.6)], [(1.6, 2.9)], [(20.4, 20.72), (20.72, 21.1)]]
+    assert (mapped[0].start, mapped[0].end) == (1.0, 1.6)  # a segment keeps its own times ...
+    assert (mapped[2].start, mapped[2].end) == (20.4, 21.2)  # ... unless it starts with its first word: it follows
+    # an onset after the word's end: the word stays where DTW put it
+    late = SpeechTimeMap(regions, onsets=[int(1.7 * RATE), int(20.8 * RATE)])
+    assert times(map_segments(segments, late)) == dtw
+    # a region whose onset is not known (a piece of a long region) keeps DTW's times
+    assert times(map_segments(segments, SpeechTimeMap(regions, onsets=[None, int(20.4 * RATE)])))[0] == dtw[0]
+    # one segment alone does not know whether its first word is its region's first: no onset
+    assert [(w.start, w.end) for w in map_segment(segments[2], with_onsets).words] == dtw[2]
 
 
 def test_time_map_places_a_time_in_a_given_region():

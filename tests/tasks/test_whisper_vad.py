@@ -39,23 +39,45 @@ def vad():
     return SileroVad(VAD / "silero_vad_v6.onnx")
 
 
-def test_only_the_speech_is_decoded_and_times_are_the_recordings(asr, vad, recording):
+def expected_start(time_map, want, region, started):
+    """DTW's start of word ``want`` mapped back; for the first word of its region, the region's onset."""
+    start = time_map.to_original_in(want.start, region)
+    end = time_map.to_original_in(want.end, region)
+    onset = time_map.onset_of(region)
+    if region not in started:
+        started.add(region)
+        if onset is not None and onset < end:
+            return onset
+    return start
+
+
+@pytest.mark.parametrize("word_onsets", [True, False])
+def test_only_the_speech_is_decoded_and_times_are_the_recordings(asr, vad, recording, word_onsets):
     regions = vad.speech_regions(recording)
     assert len(regions) == 2  # the two sentences; the 20 s gap is not speech
-    time_map = SpeechTimeMap(regions)
+    speech_map = vad.speech_map(recording)
+    assert speech_map.regions == tuple(regions)
+    assert all(s < o < s + 0.4 * SAMPLE_RATE + 1 for (s, _), o in zip(regions, speech_map.onsets))  # in the padding
+    time_map = speech_map if word_onsets else SpeechTimeMap(regions)
     speech = time_map.extract(recording)
     kwargs = {"language": "en", "timestamps": True, "max_new_tokens": 24, "word_timestamps": True}
     direct = asr.transcribe((speech, SAMPLE_RATE), **kwargs)
-    result = asr.transcribe((recording, SAMPLE_RATE), vad=vad, **kwargs)
+    options = VadOptions(word_onsets=word_onsets)
+    result = asr.transcribe((recording, SAMPLE_RATE), vad=vad, vad_options=options, **kwargs)
     assert result.token_ids == direct.token_ids and result.text == direct.text
     assert result.duration == pytest.approx(recording.size / SAMPLE_RATE)
     assert len(result.segments) == len(direct.segments) > 0
+    started: set[int] = set()
+    moved = 0
     for got, want in zip(result.segments, direct.segments):
         assert len(got.words) == len(want.words)
         for w_got, w_want in zip(got.words, want.words):
-            # a word is placed in the region its middle lies in, both ends inside that region
+            # a word is placed in the region its middle lies in, both ends inside that region; the
+            # first word of a region starts at the region's onset (with word_onsets)
             region = time_map.region_at((w_want.start + w_want.end) / 2)
-            assert w_got.start == pytest.approx(time_map.to_original_in(w_want.start, region), abs=1e-3)
+            start = expected_start(time_map, w_want, region, started)
+            moved += start != time_map.to_original_in(w_want.start, region)
+            assert w_got.start == pytest.approx(start, abs=1e-3)
             assert w_got.end == pytest.approx(time_map.to_original_in(w_want.end, region), abs=1e-3)
             low, high = (r / SAMPLE_RATE for r in regions[region])
             assert low <= w_got.start <= w_got.end <= high
@@ -69,6 +91,7 @@ def test_only_the_speech_is_decoded_and_times_are_the_recordings(asr, vad, recor
                 end = got.words[-1].end
         assert got.start == pytest.approx(start, abs=1e-3)
         assert got.end == pytest.approx(max(start, end), abs=1e-3)
+    assert (moved > 0) == word_onsets  # the setting matters on this recording
     # a time in the second sentence is placed after the gap, within 0.1 s of where it was spoken
     first_len = (regions[0][1] - regions[0][0]) / SAMPLE_RATE
     later = first_len + 0.5
@@ -77,6 +100,41 @@ def test_only_the_speech_is_decoded_and_times_are_the_recordings(asr, vad, recor
     gap = (regions[0][1] / SAMPLE_RATE, regions[1][0] / SAMPLE_RATE)
     assert not any(gap[0] < s.start < gap[1] for s in result.segments)
     assert not any(gap[0] < w.start < gap[1] for s in result.segments for w in s.words)
+
+
+@pytest.mark.parametrize("word_onsets", [True, False])
+def test_vad_chunks_in_a_batch_place_words_as_the_sequential_path(asr, vad, recording, word_onsets):
+    from inference4py.tasks.whisper.vad import chunk_speech
+
+    kwargs = {"language": "en", "timestamps": True, "max_new_tokens": 24, "word_timestamps": True}
+    options = VadOptions(word_onsets=word_onsets)
+    alone = asr.transcribe((recording, SAMPLE_RATE), vad=vad, vad_options=options, **kwargs)
+    (batched,) = asr.transcribe_batch(
+        [(recording, SAMPLE_RATE)], parallel_chunks=True, vad=vad, vad_options=options, **kwargs
+    )
+    assert len(chunk_speech(recording, vad.speech_map(recording))) == 1  # one chunk: the same audio decoded
+    assert batched.segments == alone.segments
+    # three recordings' worth of speech: two chunks, each region's first word at its onset
+    longer = np.concatenate([recording] * 3)
+    (result,) = asr.transcribe_batch(
+        [(longer, SAMPLE_RATE)], parallel_chunks=True, vad=vad, vad_options=options, **kwargs
+    )
+    speech = vad.speech_map(longer)
+    chunks = chunk_speech(longer, speech if word_onsets else SpeechTimeMap(speech.regions))
+    assert len(chunks) == 2 and all((c.time_map.onsets is not None) == word_onsets for c in chunks)
+    got = [w for s in result.segments for w in s.words]
+    want = []
+    for chunk in chunks:
+        started: set[int] = set()
+        for s in asr.transcribe((chunk.audio, SAMPLE_RATE), **kwargs).segments:
+            for w in s.words:
+                region = chunk.time_map.region_at((w.start + w.end) / 2)
+                want.append(
+                    (expected_start(chunk.time_map, w, region, started), chunk.time_map.to_original_in(w.end, region))
+                )
+    assert len(got) == len(want) > 0
+    for w, (start, end) in zip(got, want):
+        assert (w.start, w.end) == (pytest.approx(start, abs=1e-3), pytest.approx(end, abs=1e-3))
 
 
 def test_a_recording_without_speech_gives_no_text(asr, vad):

@@ -31,14 +31,14 @@ from inference4py.tasks.whisper.decoding import (
     needs_fallback,
     no_speech_probability,
 )
-from inference4py.tasks.whisper.job import AlignmentCapture, CallPolicy, FileJob, map_segment
+from inference4py.tasks.whisper.job import AlignmentCapture, CallPolicy, FileJob, map_segments
 from inference4py.tasks.whisper.results import Segment, Transcription
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from inference4py.tasks.whisper.model import WhisperSpeechModel
-    from inference4py.tasks.whisper.vad import SileroVad, VadOptions
+    from inference4py.tasks.whisper.vad import SileroVad, SpeechTimeMap, VadOptions
 
 
 def run_jobs(
@@ -203,16 +203,22 @@ class Chunk:
 
     ``regions``: the ``(start, end)`` sample ranges of the recording the samples are made of
     (one range for a fixed window; the speech regions of a VAD chunk, laid end to end).
+    ``onsets``: where the speech of each region starts before padding (None where not known), or
+    None (fixed windows, or ``VadOptions.word_onsets=False``): the first word of a region starts there.
     """
 
     samples: np.ndarray
     regions: tuple[tuple[int, int], ...]
     rate: int
+    onsets: tuple[int | None, ...] | None = None
 
-    def to_original(self, t: float, *, is_end: bool = False) -> float:
+    def time_map(self) -> SpeechTimeMap:
         from inference4py.tasks.whisper.vad import SpeechTimeMap
 
-        return float(SpeechTimeMap(self.regions, sampling_rate=self.rate).to_original(t, is_end=is_end))
+        return SpeechTimeMap(self.regions, sampling_rate=self.rate, onsets=self.onsets)
+
+    def to_original(self, t: float, *, is_end: bool = False) -> float:
+        return float(self.time_map().to_original(t, is_end=is_end))
 
 
 def cut_chunks(
@@ -220,12 +226,12 @@ def cut_chunks(
 ) -> list[Chunk]:
     """The chunks of a recording: VAD speech chunks of at most one window, else fixed windows."""
     if vad is not None:
-        from inference4py.tasks.whisper.vad import chunk_speech
+        from inference4py.tasks.whisper.vad import chunk_speech, transcription_map
 
-        regions = vad.speech_regions(samples, vad_options)
+        speech = transcription_map(vad, samples, vad_options)
         return [
-            Chunk(c.audio, c.time_map.regions, rate)
-            for c in chunk_speech(samples, regions, max_duration_s=window / rate, sampling_rate=rate)
+            Chunk(c.audio, c.time_map.regions, rate, c.time_map.onsets)
+            for c in chunk_speech(samples, speech, max_duration_s=window / rate, sampling_rate=rate)
         ]
     return [
         Chunk(samples[start : start + window], ((start, min(start + window, samples.size)),), rate)
@@ -237,12 +243,9 @@ def merge_chunks(
     parts: Sequence[tuple[Chunk, Transcription]], *, duration: float, language: str | None, elapsed: float
 ) -> Transcription:
     """One recording's transcription from its chunks' (times mapped back to the recording)."""
-    from inference4py.tasks.whisper.vad import SpeechTimeMap
-
     segments: list[Segment] = []
     for chunk, result in parts:
-        time_map = SpeechTimeMap(chunk.regions, sampling_rate=chunk.rate)
-        segments.extend(map_segment(seg, time_map) for seg in result.segments)
+        segments.extend(map_segments(result.segments, chunk.time_map()))
     return Transcription(
         "".join(result.text for _, result in parts),
         tuple(segments),

@@ -395,7 +395,7 @@ class FileJob:
         tail = self.detok.finish()
         segments = tuple(self.segments)
         if self.time_map is not None and segments:
-            segments = tuple(map_segment(s, self.time_map) for s in segments)
+            segments = map_segments(segments, self.time_map)
         return tail, Transcription(
             self.detok.text,
             segments,
@@ -406,7 +406,21 @@ class FileJob:
         )
 
 
-def map_segment(segment: Segment, time_map: Any) -> Segment:
+def map_segments(segments: Sequence[Segment], time_map: Any) -> tuple[Segment, ...]:
+    """The segments of one transcription of speech cut out by VAD (or of a chunk), in the original recording.
+
+    Each as :func:`map_segment`; and when the map knows where the speech of its regions starts
+    (``time_map.onsets``, :meth:`~inference4py.tasks.whisper.vad.SileroVad.speech_map`), the first
+    word of each region starts there, if that is before the word's end.  DTW times that word badly:
+    after a join the timestamp tokens before it take the frames of the padded pause (0.30 s late on
+    the test recording), at the start of a chunk it lands in the padding (0.40 s early), while
+    Silero's onset is resolved to its 32 ms windows.  The other words keep DTW's times.
+    """
+    started: set[int] = set()  # regions whose first word has been placed
+    return tuple(map_segment(s, time_map, started=started) for s in segments)
+
+
+def map_segment(segment: Segment, time_map: Any, *, started: set[int] | None = None) -> Segment:
     """A segment of speech cut out by VAD (or of a chunk), its times and its words' in the original recording.
 
     A word is placed in the region its middle lies in, both ends inside that region: DTW may stretch
@@ -414,6 +428,10 @@ def map_segment(segment: Segment, time_map: Any) -> Segment:
     recording, not the speech after it.  A segment keeps its own times, except that an end that
     falls in another region than the word next to it is that word's: a timestamp token is coarser
     than the join, and the segment after one may start in the region before its speech.
+
+    ``started``: the regions whose first word came in an earlier segment (updated); with it, a word
+    that is the first of its region starts at the region's onset when the map knows it and it is
+    before the word's end (see :func:`map_segments`).  None: no word is moved to an onset.
     """
 
     def rounded(t: float) -> float:
@@ -423,7 +441,13 @@ def map_segment(segment: Segment, time_map: Any) -> Segment:
     for w in segment.words:
         region = time_map.region_at((w.start + w.end) / 2)
         start = rounded(time_map.to_original_in(w.start, region))
-        words.append(replace(w, start=start, end=max(start, rounded(time_map.to_original_in(w.end, region)))))
+        end = rounded(time_map.to_original_in(w.end, region))
+        if started is not None and region not in started:
+            started.add(region)
+            onset = time_map.onset_of(region)
+            if onset is not None and rounded(onset) < end:
+                start = rounded(onset)
+        words.append(replace(w, start=start, end=max(start, end)))
     start = rounded(time_map.to_original(segment.start))
     end = rounded(time_map.to_original(segment.end, is_end=True))
     if words:

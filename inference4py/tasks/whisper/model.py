@@ -56,7 +56,7 @@ from inference4py.tasks.whisper.longform import cut_window
 from inference4py.tasks.whisper.prompt import check_request, decoder_prompt
 from inference4py.tasks.whisper.results import Transcription
 from inference4py.tasks.whisper.timestamps import WhisperTimestampRules
-from inference4py.tasks.whisper.vad import SileroVad, SpeechTimeMap, VadOptions
+from inference4py.tasks.whisper.vad import SileroVad, SpeechTimeMap, VadOptions, transcription_map
 from inference4py.tasks.whisper.vocab import TASKS, _WhisperVocab, language_code
 from inference4py.tasks.whisper.words import default_alignment_heads
 from inference4py.tokenization import Tokenizer, load_tokenizer
@@ -718,7 +718,7 @@ class WhisperSpeechModel(ClosableTask):
         duration = samples.size / self._features["sample_rate"]
         time_map = None
         if policy.vad is not None:  # only the speech, laid end to end (faster-whisper's vad_filter)
-            time_map = SpeechTimeMap(policy.vad.speech_regions(samples, policy.vad_options))
+            time_map = transcription_map(policy.vad, samples, policy.vad_options)
             samples = time_map.extract(samples)
         return self._job_of(
             samples, language, task, timestamps, policy, overrides, time_map=time_map, duration=duration

@@ -12,7 +12,10 @@ with the Silero VAD ONNX model (MIT, https://github.com/snakers4/silero-vad):
    ``collect_chunks`` does, or kept with the pauses between them as whisperX's
    ``merge_chunks`` does (``keep_gaps=True``).
 3. Each :class:`SpeechChunk` carries a :class:`SpeechTimeMap`: a time in the chunk's
-   audio (a Whisper timestamp) -> the time in the original recording.
+   audio (a Whisper timestamp) -> the time in the original recording.  A map made by
+   :meth:`SileroVad.speech_map` also knows where the speech of each region starts before
+   the padding (its *onset*): transcription with word timestamps starts the first word of
+   each region there (``VadOptions.word_onsets``).
 
 Two layouts of the ONNX graph are recognised from their inputs and outputs:
 
@@ -61,6 +64,7 @@ __all__ = [
     "SpeechTimeMap",
     "SpeechChunk",
     "regions_from_probabilities",
+    "time_map_from_probabilities",
     "chunk_speech",
 ]
 
@@ -106,6 +110,14 @@ class VadOptions:
         max_speech_duration_s: a region longer than this is cut at its last pause of more
             than 98 ms, or where it reaches the limit when it has none; the padded region
             stays within this length.  ``math.inf``: no limit.
+        word_onsets: with word timestamps, the first word of each speech region starts at
+            the region's onset as Silero found it (its start before padding; Silero's
+            32 ms windows place it within a few tens of ms), when that onset is before the
+            word's end.  DTW's time of that word is off by tenths of a second: after a
+            join of two regions its timestamp tokens take the frames of the padded pause
+            (0.30 s late on the test recording), at the start of a chunk it lands in the
+            padding (0.40 s early).  Every other word keeps DTW's times.  False: every
+            word keeps DTW's times (transformers').  Not used by the regions themselves.
 
     Raises:
         ConfigurationError: a value is out of range (the message gives the range).
@@ -117,6 +129,7 @@ class VadOptions:
     min_silence_duration_ms: float = 2000
     speech_pad_ms: float = 400
     max_speech_duration_s: float = 30.0
+    word_onsets: bool = True
 
     def __post_init__(self) -> None:
         if not _is_number(self.threshold) or not 0.0 < self.threshold < 1.0:
@@ -134,6 +147,8 @@ class VadOptions:
             value = getattr(self, name)
             if not _is_number(value) or not 0 <= value < math.inf:
                 raise ConfigurationError(f"{name}={value!r} is invalid: use a finite number of milliseconds >= 0.")
+        if not isinstance(self.word_onsets, (bool, np.bool_)):
+            raise ConfigurationError(f"word_onsets={self.word_onsets!r} is invalid: use True or False.")
         longest = (WINDOW_SAMPLES + 2 * self.speech_pad_ms * SAMPLE_RATE / 1000) / SAMPLE_RATE
         if not _is_number(self.max_speech_duration_s) or not self.max_speech_duration_s > longest:
             raise ConfigurationError(
@@ -176,6 +191,33 @@ def regions_from_probabilities(
     Returns:
         ``(start, end)`` sample pairs, sorted and disjoint, ``0 <= start < end <= num_samples``.
     """
+    return _find_regions(probabilities, num_samples, options)[0]
+
+
+def time_map_from_probabilities(
+    probabilities: Sequence[float] | np.ndarray,
+    num_samples: int,
+    options: VadOptions | None = None,
+) -> SpeechTimeMap:
+    """The speech regions of :func:`regions_from_probabilities` as a map that knows their onsets.
+
+    The onset of a region is where its speech starts before the padding, kept as found
+    (not recomputed from the padded start: a region at the start of the audio, or close to
+    the one before, is padded by less than ``speech_pad_ms``).
+
+    Returns:
+        a :class:`SpeechTimeMap` of the padded regions, with ``onsets`` set.
+    """
+    regions, onsets = _find_regions(probabilities, num_samples, options)
+    return SpeechTimeMap(regions, onsets=onsets)
+
+
+def _find_regions(
+    probabilities: Sequence[float] | np.ndarray,
+    num_samples: int,
+    options: VadOptions | None,
+) -> tuple[list[Region], list[int]]:
+    """The padded regions and, for each, where its speech starts before the padding."""
     options = options or VadOptions()
     rate = SAMPLE_RATE
     threshold, neg_threshold = options.threshold, options.effective_neg_threshold
@@ -222,7 +264,7 @@ def regions_from_probabilities(
                 start = silence_start = cut_at = resumed_at = None
     if start is not None and num_samples - start > min_speech:
         raw.append((start, num_samples))
-    return _pad(raw, pad, num_samples)
+    return _pad(raw, pad, num_samples), [s for s, _ in raw]
 
 
 def _pad(raw: list[Region], pad: float, num_samples: int) -> list[Region]:
@@ -395,6 +437,35 @@ class SileroVad:
         probabilities = self.speech_probabilities(audio, sampling_rate=sampling_rate)
         return regions_from_probabilities(probabilities, int(np.asarray(audio).shape[0]), options)
 
+    def speech_map(
+        self, audio: np.ndarray, options: VadOptions | None = None, *, sampling_rate: int = SAMPLE_RATE
+    ) -> SpeechTimeMap:
+        """The regions of :meth:`speech_regions` as a :class:`SpeechTimeMap` that knows their onsets.
+
+        Args:
+            audio: mono float samples at 16 kHz.
+            options: the rules (default :class:`VadOptions`).
+            sampling_rate: the rate of ``audio``; anything but 16000 is refused.
+
+        Returns:
+            the map of the padded regions; ``onsets`` holds where the speech of each starts
+            before the padding.
+
+        Raises:
+            AudioError: the audio is not 1-D float samples at 16 kHz, or holds NaN / inf.
+            InferenceError: onnxruntime failed.
+        """
+        probabilities = self.speech_probabilities(audio, sampling_rate=sampling_rate)
+        return time_map_from_probabilities(probabilities, int(np.asarray(audio).shape[0]), options)
+
+
+def transcription_map(vad: SileroVad, audio: np.ndarray, options: VadOptions | None) -> SpeechTimeMap:
+    """The map of the speech a transcription decodes: with onsets unless ``options.word_onsets`` is False."""
+    speech = vad.speech_map(audio, options)
+    if (options or VadOptions()).word_onsets:
+        return speech
+    return SpeechTimeMap(speech.regions, sampling_rate=speech.sampling_rate)
+
 
 def _check_audio(audio: Any, sampling_rate: int) -> np.ndarray:
     if sampling_rate != SAMPLE_RATE:
@@ -429,6 +500,10 @@ class SpeechTimeMap:
         regions: ``(start, end)`` sample ranges of the original audio, in the order they
             were concatenated (sorted and disjoint, as :meth:`SileroVad.speech_regions` gives).
         sampling_rate: samples per second of both.
+        onsets: for each region, the sample of the original audio where its speech starts
+            before padding (``start <= onset < end``), or None where it is not known (a
+            piece of a region cut in two); None: no onsets (:meth:`SileroVad.speech_map`
+            sets them).
 
     Example:
         >>> m = SpeechTimeMap([(16000, 32000), (64000, 80000)])  # 1-2 s and 4-5 s
@@ -438,7 +513,13 @@ class SpeechTimeMap:
         1.5
     """
 
-    def __init__(self, regions: Iterable[Region], *, sampling_rate: int = SAMPLE_RATE) -> None:
+    def __init__(
+        self,
+        regions: Iterable[Region],
+        *,
+        sampling_rate: int = SAMPLE_RATE,
+        onsets: Iterable[int | None] | None = None,
+    ) -> None:
         self.regions: tuple[Region, ...] = tuple((int(s), int(e)) for s, e in regions)
         self.sampling_rate = int(sampling_rate)
         previous = 0
@@ -448,6 +529,16 @@ class SpeechTimeMap:
                     f"Speech regions must be non-empty, sorted and disjoint sample ranges; got {list(self.regions)}."
                 )
             previous = end
+        self.onsets: tuple[int | None, ...] | None = None
+        if onsets is not None:
+            self.onsets = tuple(None if o is None else int(o) for o in onsets)
+            if len(self.onsets) != len(self.regions) or not all(
+                o is None or s <= o < e for o, (s, e) in zip(self.onsets, self.regions)
+            ):
+                raise ConfigurationError(
+                    f"onsets must give one sample (or None) per region, inside it; got {list(self.onsets)} "
+                    f"for the regions {list(self.regions)}."
+                )
         self._ends: list[int] = []  # where each region ends in the concatenated audio, in samples
         total = 0
         for start, end in self.regions:
@@ -465,7 +556,18 @@ class SpeechTimeMap:
         return self.num_samples / self.sampling_rate
 
     def __repr__(self) -> str:
-        return f"SpeechTimeMap(regions={list(self.regions)}, sampling_rate={self.sampling_rate})"
+        onsets = "" if self.onsets is None else f", onsets={list(self.onsets)}"
+        return f"SpeechTimeMap(regions={list(self.regions)}, sampling_rate={self.sampling_rate}{onsets})"
+
+    def onset_of(self, region: int) -> float | None:
+        """Where the speech of region ``region`` starts before padding, in seconds of the original audio.
+
+        None when the map has no onsets or does not know this region's.
+        """
+        if not 0 <= region < len(self.regions):
+            raise ConfigurationError(f"region={region!r} is invalid: this map has {len(self.regions)} regions.")
+        onset = None if self.onsets is None else self.onsets[region]
+        return None if onset is None else onset / self.sampling_rate
 
     def to_original(self, t: float, *, is_end: bool = False) -> float:
         """The time in the original audio of time ``t`` (seconds) in the concatenated audio.
@@ -575,7 +677,7 @@ class SpeechChunk:
 
 def chunk_speech(
     audio: np.ndarray,
-    regions: Iterable[Region],
+    regions: Iterable[Region] | SpeechTimeMap,
     *,
     max_duration_s: float = 30.0,
     keep_gaps: bool = False,
@@ -589,7 +691,10 @@ def chunk_speech(
 
     Args:
         audio: the original samples the regions refer to.
-        regions: sorted, disjoint ``(start, end)`` sample ranges (:meth:`SileroVad.speech_regions`).
+        regions: sorted, disjoint ``(start, end)`` sample ranges (:meth:`SileroVad.speech_regions`),
+            or a map of them (:meth:`SileroVad.speech_map`), whose onsets the chunks' maps then
+            carry (a region cut into pieces: the piece the onset lies in; ``keep_gaps``: the
+            onset of a chunk's first region).
         max_duration_s: the longest chunk (30 s: one Whisper window).
         keep_gaps: False (faster-whisper's ``collect_chunks``): a chunk is its regions laid
             end to end, pauses cut out, and its length is the sum of theirs.  True
@@ -609,28 +714,42 @@ def chunk_speech(
     limit = int(max_duration_s * sampling_rate)
     if limit < 1:
         raise ConfigurationError(f"max_duration_s={max_duration_s!r} is shorter than one sample.")
-    checked = SpeechTimeMap(regions, sampling_rate=sampling_rate).regions  # validates order
+    given = regions if isinstance(regions, SpeechTimeMap) else SpeechTimeMap(regions, sampling_rate=sampling_rate)
+    checked = given.regions  # validated: sorted and disjoint
     if checked and checked[-1][1] > len(audio):
         raise ConfigurationError(
             f"The speech region {checked[-1]} ends after the audio ({len(audio)} samples): "
             "were the regions found on other audio?"
         )
-    pieces = [(s, min(s + limit, end)) for start, end in checked for s in range(start, end, limit)]
+    onsets = given.onsets
 
-    groups: list[list[Region]] = []
+    def onset_in(region: int, first: int) -> int | None:  # the region's onset, if it is in the piece from first
+        onset = None if onsets is None else onsets[region]
+        return onset if onset is not None and first <= onset < first + limit else None
+
+    pieces = [
+        (s, min(s + limit, end), onset_in(i, s))
+        for i, (start, end) in enumerate(checked)
+        for s in range(start, end, limit)
+    ]
+
+    groups: list[list[tuple[int, int, int | None]]] = []
     length = 0  # of the group under way, as keep_gaps counts it
-    for start, end in pieces:
+    for start, end, onset in pieces:
         if groups:
             grown = end - groups[-1][0][0] if keep_gaps else length + end - start
             if grown <= limit:
-                groups[-1].append((start, end))
+                groups[-1].append((start, end, onset))
                 length = grown
                 continue
-        groups.append([(start, end)])
+        groups.append([(start, end, onset)])
         length = end - start
     chunks = []
     for group in groups:
-        spans = [(group[0][0], group[-1][1])] if keep_gaps else group
-        time_map = SpeechTimeMap(spans, sampling_rate=sampling_rate)
+        if keep_gaps:
+            spans, starts = [(group[0][0], group[-1][1])], [group[0][2]]
+        else:
+            spans, starts = [(s, e) for s, e, _ in group], [o for _, _, o in group]
+        time_map = SpeechTimeMap(spans, sampling_rate=sampling_rate, onsets=None if onsets is None else starts)
         chunks.append(SpeechChunk(time_map.extract(audio), time_map))
     return chunks
