@@ -460,6 +460,25 @@ def test_the_first_word_of_each_region_starts_at_its_onset():
     assert times(map_segments(segments, SpeechTimeMap(regions, onsets=[None, int(20.4 * RATE)])))[0] == dtw[0]
     # one segment alone does not know whether its first word is its region's first: no onset
     assert [(w.start, w.end) for w in map_segment(segments[2], with_onsets).words] == dtw[2]
+    # an onset more than MAX_ONSET_SHIFT before DTW's start: the decoder left out the speech before
+    # the word (moving it would make one 1.2 s "After"); within it, the word moves
+    later = (*segments[:2], Segment(1.8, 4.0, " After", (), words=(Word(3.5, 3.9, " After", 0.8),)))  # 21.5 s
+    assert times(map_segments(later, with_onsets))[2] == [(21.5, 21.9)]  # 1.1 s after the onset at 20.4 s
+    near = SpeechTimeMap(regions, onsets=[int(1.4 * RATE), int(20.6 * RATE)])  # 0.9 s before it
+    assert times(map_segments(later, near))[2] == [(20.6, 21.9)]
+
+
+def test_a_segment_starts_no_later_than_its_moved_first_word():
+    from inference4py.tasks.whisper.job import map_segments
+    from inference4py.tasks.whisper.results import Segment, Word
+
+    regions = [(RATE, 3 * RATE)]  # 1-3 s
+    # the timestamp token says 0.8 s into the chunk (1.8 s); DTW's first word at 0.9 s (1.9 s)
+    segments = (Segment(0.8, 1.6, " Hello", (), words=(Word(0.9, 1.5, " Hello", 0.9),)),)
+    (mapped,) = map_segments(segments, SpeechTimeMap(regions, onsets=[int(1.5 * RATE)]))
+    assert (mapped.words[0].start, mapped.start, mapped.end) == (1.5, 1.5, 2.6)
+    (kept,) = map_segments(segments, SpeechTimeMap(regions))  # no onset: the segment keeps its own start
+    assert (kept.words[0].start, kept.start) == (1.9, 1.8)
 
 
 def test_time_map_places_a_time_in_a_given_region():

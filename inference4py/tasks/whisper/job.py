@@ -406,6 +406,9 @@ class FileJob:
         )
 
 
+MAX_ONSET_SHIFT = 1.0  # seconds: how far a region's first word may move to the region's speech onset
+
+
 def map_segments(segments: Sequence[Segment], time_map: Any) -> tuple[Segment, ...]:
     """The segments of one transcription of speech cut out by VAD (or of a chunk), in the original recording.
 
@@ -414,7 +417,9 @@ def map_segments(segments: Sequence[Segment], time_map: Any) -> tuple[Segment, .
     word of each region starts there, if that is before the word's end.  DTW times that word badly:
     after a join the timestamp tokens before it take the frames of the padded pause (0.30 s late on
     the test recording), at the start of a chunk it lands in the padding (0.40 s early), while
-    Silero's onset is resolved to its 32 ms windows.  The other words keep DTW's times.
+    Silero's onset is resolved to its 32 ms windows.  The other words keep DTW's times, and so
+    does a first word more than ``MAX_ONSET_SHIFT`` (1 s) from the onset: the decoder left out
+    speech before it (a window skipped as silence), and moving it would make one long word.
     """
     started: set[int] = set()  # regions whose first word has been placed
     return tuple(map_segment(s, time_map, started=started) for s in segments)
@@ -438,6 +443,7 @@ def map_segment(segment: Segment, time_map: Any, *, started: set[int] | None = N
         return round(float(t), 3)
 
     words = []
+    moved_first = False
     for w in segment.words:
         region = time_map.region_at((w.start + w.end) / 2)
         start = rounded(time_map.to_original_in(w.start, region))
@@ -445,8 +451,11 @@ def map_segment(segment: Segment, time_map: Any, *, started: set[int] | None = N
         if started is not None and region not in started:
             started.add(region)
             onset = time_map.onset_of(region)
-            if onset is not None and rounded(onset) < end:
+            # further than MAX_ONSET_SHIFT from DTW's start, the word is not the region's first speech
+            # (the decoder left out what came before it): it keeps DTW's times
+            if onset is not None and rounded(onset) < end and abs(onset - start) <= MAX_ONSET_SHIFT:
                 start = rounded(onset)
+                moved_first = moved_first or not words
         words.append(replace(w, start=start, end=max(start, end)))
     start = rounded(time_map.to_original(segment.start))
     end = rounded(time_map.to_original(segment.end, is_end=True))
@@ -456,4 +465,6 @@ def map_segment(segment: Segment, time_map: Any, *, started: set[int] | None = N
             start = words[0].start
         if time_map.region_at(segment.end, is_end=True) != time_map.region_at((last.start + last.end) / 2):
             end = words[-1].end
+        if moved_first:  # a segment does not start after its first word
+            start = min(start, words[0].start)
     return replace(segment, start=start, end=max(start, end), words=tuple(words))
