@@ -337,13 +337,17 @@ def rows_from_results(path: Path) -> list[RoofRow | dict[str, Any]]:
             for length, rows in sorted(entry["results"].items(), key=lambda kv: int(kv[0])):
                 for name, res in rows.items():
                     meta = entry["rows"].get(name, {})
-                    res = {**res, "precision": meta.get("precision"), "folder": meta.get("folder")}
+                    folder = Path(meta.get("folder", ""))
+                    loaded = (res.get("info") or {}).get("model_folder")
+                    if folder.suffix == ".gguf" and loaded:  # inference4py on a GGUF: the graph it converted to
+                        folder = Path(loaded)
+                    res = {**res, "precision": meta.get("precision"), "folder": str(folder)}
                     items.append(
                         (
                             model,
                             name,
                             res,
-                            Path(meta.get("folder", "")),
+                            folder,
                             config,
                             int(length),
                             saved["spec"]["new_tokens"],

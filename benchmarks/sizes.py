@@ -10,7 +10,8 @@ overrides): SmolLM2-135M-Instruct, Qwen2.5-Coder-0.5B-Instruct and Gemma 3 270M,
 PyPI wheels, dequantized to fp32, exported by optimum and by onnxruntime-genai's builder (fp32 and
 int4).  Rows per model: inference4py on the optimum export with no options (fused on first load
 when the graph allows), inference4py on genai's int4 folder, optimum (ORTModelForCausalLM), genai
-fp32 and int4, and llama.cpp (llama-cpp-python) on the GGUF file the checkpoint came from.
+fp32 and int4, inference4py on the GGUF file itself (converted once into the library's own graph:
+``gguf_bits(32)`` float32, and the default 4-bit), and llama.cpp (llama-cpp-python) on that GGUF file.
 
 The prompt is synthetic prose (``prose()``: fixed sentences, fixed seed), encoded by each model's
 tokenizer (with its special tokens, so Gemma's BOS is there) and cut to exactly N tokens: every row
@@ -68,6 +69,7 @@ class SizeRow:
     layout: str  # the folder suffix under the real dir (``<key>-<layout>``), or "gguf" (``gguf/<key>.gguf``)
     precision: str  # "gguf": the file's own quantization, read from it
     what: str
+    options: tuple[tuple[str, Any], ...] = ()  # builder settings the peer applies (``gguf_bits``)
 
 
 MODELS = (
@@ -90,6 +92,22 @@ ROWS = (
     SizeRow("optimum", "optimum_peer", "optimum", "fp32", "ORTModelForCausalLM.generate on the optimum export"),
     SizeRow("genai", "genai_peer", "genai-fp32", "fp32", "onnxruntime-genai's loop on its builder's fp32 folder"),
     SizeRow("genai[int4]", "genai_peer", "genai-int4", "int4", "onnxruntime-genai's loop on its builder's int4 folder"),
+    SizeRow(
+        "inference4py[gguf-fp32]",
+        "inference4py_peer",
+        "gguf",
+        "fp32",
+        "OnnxTextGenerator on the GGUF file, gguf_bits(32): converted once into the library's own graph, float32",
+        (("gguf_bits", 32),),
+    ),
+    SizeRow(
+        "inference4py[gguf]",
+        "inference4py_peer",
+        "gguf",
+        "int4",
+        "OnnxTextGenerator on the GGUF file, no options: converted once into the library's own graph, 4-bit",
+        (("gguf_bits", 4),),
+    ),
     SizeRow(
         "llama.cpp",
         "llamacpp_peer",
@@ -268,6 +286,7 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
         "threads": task["threads"],
         "n_ctx": task["n_ctx"],
         "eos_ids": task["eos_ids"],
+        **task.get("options", {}),
     }
     ids, n = task["ids"], task["new_tokens"]
     t = time.perf_counter()
@@ -364,6 +383,7 @@ def make_task(model: str, row: SizeRow, ids: list[int], args: argparse.Namespace
         "eos_ids": eos,
         "warmup": args.warmup,
         "iters": args.iters,
+        "options": dict(row.options),
     }
 
 
@@ -396,10 +416,11 @@ def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def prepare(models: list[SizeModel], rows: list[SizeRow], args: argparse.Namespace, log) -> None:  # noqa: ANN001
-    """Load each default inference4py row once, untimed: its first load fuses the export into the cache."""
+    """Load each inference4py row that builds a cached copy once, untimed: its first load fuses the
+    export, or converts the GGUF, into the cache."""
     for m in models:
         for row in rows:
-            if row.module != "inference4py_peer" or row.layout != "optimum" or missing(m.key, row):
+            if row.module != "inference4py_peer" or row.layout not in ("optimum", "gguf") or missing(m.key, row):
                 continue
             t = time.perf_counter()
             ids = prompt_ids(m.key, 8)

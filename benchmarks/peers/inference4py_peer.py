@@ -31,6 +31,8 @@ def load(spec: dict[str, Any]) -> Peer:
         builder = OnnxTextGenerator.builder().model_path(folder)
         if spec.get("fuse") is not None:
             builder = builder.fuse_attention(spec["fuse"])
+        if spec.get("gguf_bits") is not None:  # a .gguf file: the weights of its conversion
+            builder = builder.gguf_bits(spec["gguf_bits"])
         if "messages" in prompt:
             builder = builder.chat_template()
         task = builder.build()
@@ -59,4 +61,4 @@ def load(spec: dict[str, Any]) -> Peer:
         return run(list(ids), max_new_tokens, setting)
 
     return Peer(generate=lambda n, s: run(source, n, s), generate_ids=generate_ids,
-                prompt_ids=lambda: list(encode(source)), info={"class": type(task).__name__})
+                prompt_ids=lambda: list(encode(source)), info={"class": type(task).__name__, "model_folder": str(getattr(task, "folder", ""))})
