@@ -80,3 +80,29 @@ def test_kv_bytes_follow_layers_heads_and_sliding_windows() -> None:
     assert geometry.bytes_per_token(100) == layers * 2 * kv_heads * head_dim * 4 * 100
     local = KvGeometry(windows=(8, None), kv_heads=1, head_dim=4, elem_bytes=2)
     assert local.bytes_per_token(100) == 2 * 4 * 2 * (8 + 100)
+
+
+def test_an_inference4py_row_on_a_gguf_file_reads_the_graph_it_converted_to(tmp_path: Path) -> None:
+    # sizes.py records the GGUF file as the row's folder; the peer reports the folder it loaded
+    from benchmarks.roof import rows_from_results
+
+    gguf_file = next(GGUF.glob("*.gguf"))
+    row = {"status": "ok", "decode_tps": 10.0, "info": {"model_folder": str(MODELS / "llama")}}
+    saved = {
+        "spec": {"lengths": [8], "new_tokens": 4},
+        "results": {
+            "llama": {
+                "provenance": {},
+                "rows": {
+                    "inference4py": {"folder": str(MODELS / "llama"), "precision": "fp32"},
+                    "inference4py[gguf-fp32]": {"folder": str(gguf_file), "precision": "fp32"},
+                },
+                "results": {"8": {"inference4py": {**row, "info": {}}, "inference4py[gguf-fp32]": row}},
+            }
+        },
+    }
+    path = tmp_path / "sizes-test.json"
+    path.write_text(json.dumps(saved), encoding="utf-8")
+    plain, converted = rows_from_results(path)
+    assert Path(converted.path) == Path(plain.path) == MODELS / "llama" / "model.onnx"
+    assert converted.weight_bytes_per_token == onnx_weight_bytes(MODELS / "llama" / "model.onnx").per_token
