@@ -442,7 +442,7 @@ def map_segment(segment: Segment, time_map: Any, *, started: set[int] | None = N
     def rounded(t: float) -> float:
         return round(float(t), 3)
 
-    words = []
+    words: list[Word] = []
     moved_first = False
     for w in segment.words:
         region = time_map.region_at((w.start + w.end) / 2)
