@@ -201,40 +201,33 @@ def decode_rows(
 class Chunk:
     """A stretch of a recording transcribed on its own: its samples and where they are in the recording.
 
-    ``regions``: the ``(start, end)`` sample ranges of the recording the samples are made of
-    (one range for a fixed window; the speech regions of a VAD chunk, laid end to end).
-    ``onsets``: where the speech of each region starts before padding (None where not known), or
-    None (fixed windows, or ``VadOptions.word_onsets=False``): the first word of a region starts there.
+    ``time_map``: the ``(start, end)`` sample ranges of the recording the samples are made of (one
+    range for a fixed window; the speech regions of a VAD chunk, laid end to end), with the onsets
+    of the regions' speech when the first word of a region is to start there (VAD chunks unless
+    ``VadOptions.word_onsets=False``).
     """
 
     samples: np.ndarray
-    regions: tuple[tuple[int, int], ...]
-    rate: int
-    onsets: tuple[int | None, ...] | None = None
-
-    def time_map(self) -> SpeechTimeMap:
-        from inference4py.tasks.whisper.vad import SpeechTimeMap
-
-        return SpeechTimeMap(self.regions, sampling_rate=self.rate, onsets=self.onsets)
-
-    def to_original(self, t: float, *, is_end: bool = False) -> float:
-        return float(self.time_map().to_original(t, is_end=is_end))
+    time_map: SpeechTimeMap
 
 
 def cut_chunks(
     samples: np.ndarray, rate: int, window: int, vad: SileroVad | None, vad_options: VadOptions | None
 ) -> list[Chunk]:
     """The chunks of a recording: VAD speech chunks of at most one window, else fixed windows."""
-    if vad is not None:
-        from inference4py.tasks.whisper.vad import chunk_speech, transcription_map
+    from inference4py.tasks.whisper.vad import SpeechTimeMap, chunk_speech, transcription_map
 
+    if vad is not None:
         speech = transcription_map(vad, samples, vad_options)
         return [
-            Chunk(c.audio, c.time_map.regions, rate, c.time_map.onsets)
+            Chunk(c.audio, c.time_map)
             for c in chunk_speech(samples, speech, max_duration_s=window / rate, sampling_rate=rate)
         ]
     return [
-        Chunk(samples[start : start + window], ((start, min(start + window, samples.size)),), rate)
+        Chunk(
+            samples[start : start + window],
+            SpeechTimeMap([(start, min(start + window, samples.size))], sampling_rate=rate),
+        )
         for start in range(0, samples.size, window)
     ]
 
@@ -245,7 +238,7 @@ def merge_chunks(
     """One recording's transcription from its chunks' (times mapped back to the recording)."""
     segments: list[Segment] = []
     for chunk, result in parts:
-        segments.extend(map_segments(result.segments, chunk.time_map()))
+        segments.extend(map_segments(result.segments, chunk.time_map))
     return Transcription(
         "".join(result.text for _, result in parts),
         tuple(segments),
