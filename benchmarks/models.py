@@ -15,6 +15,15 @@ REAL = Path.home() / ".cache" / "inference4py" / "real"  # tools/build_real.py's
 OPENVINO = Path(os.environ.get("INFERENCE4PY_OV_MODELS", Path.home() / ".cache" / "inference4py" / "openvino"))
 OV_PYTHON = os.environ.get("INFERENCE4PY_OV_PYTHON", "/work/ov-venv/bin/python")
 OV_HINT = "see benchmarks/README.md, OpenVINO GenAI"
+# inference4py on onnxruntime's OpenVINO execution provider: the onnxruntime-openvino build (a whole onnxruntime
+# distribution that replaces the `onnxruntime` module) lives in its own venv, with inference4py installed there.
+ORTOV_PYTHON = os.environ.get("INFERENCE4PY_ORTOV_PYTHON", "/work/ortov-venv/bin/python")
+ORTOV_HINT = (
+    "see benchmarks/README.md, onnxruntime's OpenVINO execution provider: python3.11 -m venv /work/ortov-venv && "
+    "/work/ortov-venv/bin/pip install onnxruntime-openvino==1.24.1 numpy tokenizers sentencepiece huggingface_hub "
+    "pillow jinja2 onnx tqdm psutil && /work/ortov-venv/bin/pip install --no-deps -e ."
+)
+OV_EP = ("OpenVINOExecutionProvider", "CPUExecutionProvider")
 
 I4PY = "inference4py"
 
@@ -36,6 +45,7 @@ class Row:
     settings: tuple[str, ...] = ("greedy", "sample", "beam4")
     fuse: bool | None = None  # the builder's fuse_attention(); None: not called (the default load)
     python: str | None = None  # the worker's interpreter (None: the driver's own), e.g. the OpenVINO venv
+    providers: tuple[str, ...] | None = None  # the worker's onnxruntime execution providers (None: the library default)
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,33 @@ class Model:
     rows: tuple[Row, ...]
     build_hint: str = ""
     iters: int = 30  # measured generations per process (a tiny generation lasts ~30 ms: many, or noise wins)
+
+
+def openvino_ep_rows(folder: Path, int4_folder: Path, fp32_ref: str = I4PY) -> tuple[Row, ...]:
+    """inference4py on onnxruntime's OpenVINO execution provider (onnxruntime-openvino, in its venv): the
+    unfused optimum export and onnxruntime-genai's int4 folder."""
+    return (
+        Row(
+            f"{I4PY}[openvino-ep]",
+            "inference4py_peer",
+            folder,
+            ref=fp32_ref,
+            settings=NO_BEAM,
+            fuse=False,
+            python=ORTOV_PYTHON,
+            providers=OV_EP,
+        ),
+        Row(
+            f"{I4PY}[openvino-ep-int4]",
+            "inference4py_peer",
+            int4_folder,
+            precision="int4",
+            ref=f"{I4PY}[genai-int4]",
+            settings=NO_BEAM,
+            python=ORTOV_PYTHON,
+            providers=OV_EP,
+        ),
+    )
 
 
 def openvino_rows(name: str, fp32_ref: str = I4PY, int4_ref: str = f"{I4PY}[genai-int4]") -> tuple[Row, ...]:
@@ -125,6 +162,7 @@ def smollm2() -> Model:
         ),
         Row(f"{I4PY}[quantized-int4]", "inference4py_peer", q4, precision="int4", ref=None, settings=NO_BEAM),
         *openvino_rows("smollm2"),
+        *openvino_ep_rows(opt, g4, fp32_ref=f"{I4PY}[unfused]"),
     )
     return Model("smollm2", SMOLLM2_PROMPT, 128, rows, build_hint="python benchmarks/build_smollm2.py", iters=2)
 
@@ -141,6 +179,7 @@ def qwen25_coder() -> Model:
         Row(f"{I4PY}[genai-int4]", "inference4py_peer", g4, precision="int4", ref=None, settings=NO_BEAM),
         Row("genai[int4]", "genai_peer", g4, precision="int4", ref=f"{I4PY}[genai-int4]", settings=NO_BEAM),
         *openvino_rows(name),
+        *openvino_ep_rows(opt, g4, fp32_ref=f"{I4PY}[unfused]"),
     )
     return Model(name, SMOLLM2_PROMPT, 128, rows, build_hint="python tools/build_real.py", iters=2)
 

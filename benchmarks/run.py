@@ -15,8 +15,9 @@ token (from the text prompt: template + tokenization + prefill), decode tokens/s
 (whole call / tokens), peak RSS during generation and over the whole process, and
 ratios to the inference4py row on the same weights.  ``--memory`` adds a 1,000-token
 generation and 100 repeated generations (RSS growth); ``--prompt long`` a ~1,000-token chat
-turn instead of the model's prompt (prefill / TTFT).  A row with ``python`` set (OpenVINO GenAI)
-runs its worker with that interpreter.  Results: a JSON file in
+turn instead of the model's prompt (prefill / TTFT).  A row with ``python`` set (OpenVINO GenAI,
+onnxruntime-openvino) runs its worker with that interpreter; ``providers`` sets the onnxruntime execution
+providers of an inference4py row.  Results: a JSON file in
 benchmarks/results/ and, with ``--markdown``, the tables inside the given page
 (between ``<!-- bench:KEY -->`` markers, so the page regenerates in place).
 """
@@ -42,7 +43,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python benchmarks/run.py`: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.models import I4PY, OV_HINT, ROOT, Model, Row, long_prompt, resolve  # noqa: E402
+from benchmarks.models import I4PY, ORTOV_HINT, OV_HINT, ROOT, Model, Row, long_prompt, resolve  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PACKAGES = (
@@ -57,7 +58,14 @@ PACKAGES = (
     "tokenizers",
 )
 # Read from the interpreter of rows that run elsewhere (Row.python), e.g. the OpenVINO venv.
-FOREIGN_PACKAGES = ("openvino", "openvino-genai", "openvino-tokenizers", "optimum-intel", "nncf")
+FOREIGN_PACKAGES = (
+    "openvino",
+    "openvino-genai",
+    "openvino-tokenizers",
+    "optimum-intel",
+    "nncf",
+    "onnxruntime-openvino",
+)
 
 
 # ---------------------------------------------------------------------------------------------- machine
@@ -167,6 +175,7 @@ def task_for(model: Model, row: Row, setting: str, mode: str, args: argparse.Nam
         "python": row.python,
         "seq2seq": row.seq2seq,
         "fuse": row.fuse,
+        "providers": list(row.providers) if row.providers else None,
         "max_new_tokens": args.max_new_tokens or model.max_new_tokens,
         "setting": setting,
         "mode": mode,
@@ -179,7 +188,7 @@ def task_for(model: Model, row: Row, setting: str, mode: str, args: argparse.Nam
 def missing(row: Row, model: Model) -> str | None:
     """Why a row cannot run here (its folder or its interpreter is absent), or None."""
     if row.python and not Path(row.python).is_file():
-        return f"interpreter {row.python} missing ({OV_HINT})"
+        return f"interpreter {row.python} missing ({ORTOV_HINT if row.providers else OV_HINT})"
     if not row.folder.exists():
         hint = OV_HINT if row.module == "openvino_peer" else (model.build_hint or "build it")
         return f"{row.folder} missing ({hint})"

@@ -16,6 +16,29 @@ def _overrides(max_new_tokens: int, setting: str) -> dict[str, Any]:
     return {"max_new_tokens": max_new_tokens, "min_new_tokens": max_new_tokens, **SETTINGS[setting]}
 
 
+def _session_providers(task: Any, depth: int = 5) -> list[str] | None:
+    """The execution providers of the first onnxruntime session found among the task's attributes
+    (a bounded walk: the library keeps its sessions in private objects), or None."""
+    seen: set[int] = set()
+    level: list[Any] = [task]
+    for _ in range(depth):
+        nxt: list[Any] = []
+        for obj in level:
+            if id(obj) in seen or isinstance(obj, (str, bytes, int, float, Path)):
+                continue
+            seen.add(id(obj))
+            if type(obj).__name__ == "InferenceSession" and callable(getattr(obj, "get_providers", None)):
+                return list(obj.get_providers())
+            if isinstance(obj, dict):
+                nxt.extend(obj.values())
+            elif isinstance(obj, (list, tuple)):
+                nxt.extend(obj)
+            else:
+                nxt.extend(getattr(obj, "__dict__", {}).values())
+        level = nxt
+    return None
+
+
 def load(spec: dict[str, Any]) -> Peer:
     folder = Path(spec["folder"])
     prompt = spec["prompt"]
@@ -31,6 +54,8 @@ def load(spec: dict[str, Any]) -> Peer:
         builder = OnnxTextGenerator.builder().model_path(folder)
         if spec.get("fuse") is not None:
             builder = builder.fuse_attention(spec["fuse"])
+        if spec.get("providers"):  # e.g. OpenVINOExecutionProvider (onnxruntime-openvino, in its own venv)
+            builder = builder.providers(list(spec["providers"]))
         if spec.get("gguf_bits") is not None:  # a .gguf file: the weights of its conversion
             builder = builder.gguf_bits(spec["gguf_bits"])
         if "messages" in prompt:
@@ -60,5 +85,18 @@ def load(spec: dict[str, Any]) -> Peer:
     def generate_ids(ids: Sequence[int], max_new_tokens: int, setting: str) -> Timed:
         return run(list(ids), max_new_tokens, setting)
 
-    return Peer(generate=lambda n, s: run(source, n, s), generate_ids=generate_ids,
-                prompt_ids=lambda: list(encode(source)), info={"class": type(task).__name__, "model_folder": str(getattr(task, "folder", ""))})
+    info: dict[str, Any] = {"class": type(task).__name__, "model_folder": str(getattr(task, "folder", ""))}
+    if spec.get("providers"):
+        import onnxruntime
+
+        actual = _session_providers(task)
+        info["providers_requested"] = list(spec["providers"])
+        info["providers"] = actual if actual is not None else list(spec["providers"])
+        info["providers_source"] = "session" if actual is not None else "requested"
+        info["onnxruntime"] = onnxruntime.__version__
+    return Peer(
+        generate=lambda n, s: run(source, n, s),
+        generate_ids=generate_ids,
+        prompt_ids=lambda: list(encode(source)),
+        info=info,
+    )
