@@ -46,6 +46,7 @@ class Row:
     fuse: bool | None = None  # the builder's fuse_attention(); None: not called (the default load)
     python: str | None = None  # the worker's interpreter (None: the driver's own), e.g. the OpenVINO venv
     providers: tuple[str, ...] | None = None  # the worker's onnxruntime execution providers (None: the library default)
+    kv_cache_precision: str | None = None  # OpenVINO rows: the CPU plugin's KV_CACHE_PRECISION (None: its default, u8)
 
 
 @dataclass(frozen=True)
@@ -86,9 +87,20 @@ def openvino_ep_rows(folder: Path, int4_folder: Path, fp32_ref: str = I4PY) -> t
 
 
 def openvino_rows(name: str, fp32_ref: str = I4PY, int4_ref: str = f"{I4PY}[genai-int4]") -> tuple[Row, ...]:
-    """OpenVINO GenAI on optimum-intel's exports of ``name`` (fp32 and int4 sym, group 32), in its venv."""
+    """OpenVINO GenAI on optimum-intel's exports of ``name`` (fp32 and int4 sym, group 32), in its venv; the fp32
+    export also with an fp32 KV cache (``openvino[kv-f32]``: the plugin's default cache is 8-bit)."""
     return (
         Row("openvino", "openvino_peer", OPENVINO / f"{name}-fp32", ref=fp32_ref, settings=NO_BEAM, python=OV_PYTHON),
+        # The CPU plugin stores the KV cache in 8 bits unless told otherwise; this row keeps it in fp32, as ours is.
+        Row(
+            "openvino[kv-f32]",
+            "openvino_peer",
+            OPENVINO / f"{name}-fp32",
+            ref=fp32_ref,
+            settings=NO_BEAM,
+            python=OV_PYTHON,
+            kv_cache_precision="f32",
+        ),
         Row(
             "openvino[int4]",
             "openvino_peer",

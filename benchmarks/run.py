@@ -176,6 +176,7 @@ def task_for(model: Model, row: Row, setting: str, mode: str, args: argparse.Nam
         "seq2seq": row.seq2seq,
         "fuse": row.fuse,
         "providers": list(row.providers) if row.providers else None,
+        "kv_cache_precision": row.kv_cache_precision,
         "max_new_tokens": args.max_new_tokens or model.max_new_tokens,
         "setting": setting,
         "mode": mode,

@@ -7,7 +7,8 @@ Same protocol as the other peers: the chat template is rendered by the pipeline'
 inside the timed call; tokens arrive through a ``StreamerBase`` (token ids, no per-token
 detokenization, as the genai peer); greedy; EOS suppressed (``min_new_tokens`` =
 ``max_new_tokens`` and ``ignore_eos``), so exactly ``max_new_tokens`` tokens.
-Threads: ``INFERENCE_NUM_THREADS`` (the task's ``threads``, default all cores).
+Threads: ``INFERENCE_NUM_THREADS`` (the task's ``threads``, default all cores).  KV cache: the CPU
+plugin's default (``KV_CACHE_PRECISION`` u8, an 8-bit cache), or the task's ``kv_cache_precision``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ def load(spec: dict[str, Any]) -> Peer:
     threads = int(spec.get("threads") or os.cpu_count() or 1)
     device = "CPU"
     properties: dict[str, Any] = {"INFERENCE_NUM_THREADS": threads}
+    if spec.get("kv_cache_precision"):  # the plugin's default on CPU is u8 (an 8-bit KV cache)
+        properties["KV_CACHE_PRECISION"] = spec["kv_cache_precision"]
     pipeline: dict[str, Any] = {}
     backend = os.environ.get("INFERENCE4PY_OV_ATTENTION_BACKEND", "")  # "" : the library's default (PA on CPU)
     prefix_caching = os.environ.get("INFERENCE4PY_OV_PREFIX_CACHING", "0") == "1"
