@@ -371,12 +371,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", type=Path, default=None, help=f"page whose bench:{SECTION} section gets the tables")
     ap.add_argument("--render", type=Path, default=None, help="re-render a saved results JSON (no measuring)")
     args = ap.parse_args(argv)
-    command = "python benchmarks/attention.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = " ".join(["python benchmarks/attention.py", *(sys.argv[1:] if argv is None else argv)])
 
     if args.render is not None:
         saved = json.loads(args.render.read_text(encoding="utf-8"))
         rows = [Row(**r) for r in saved["rows"]]
-        env, command = saved["environment"], saved["command"]
+        env, command = saved["environment"], saved["command"].strip()
     else:
         unknown = [s for s in args.shapes.split(",") if s not in SHAPES]
         if unknown:
@@ -393,17 +393,13 @@ def main(argv: list[str] | None = None) -> int:
             rows += measure(SHAPES[name], contexts, args.threads, args.repeats, with_torch=not args.no_torch)
     report = render(rows, env, command)
     print(report)
-    if args.render is None and not args.no_save:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        out = args.out or RESULTS / f"attention-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}.json"
-        payload = {"command": command, "environment": env, "rows": [asdict(r) for r in rows]}
-        out.write_text(json.dumps(payload, indent=1), encoding="utf-8")
-        print(f"results: {out}", file=sys.stderr)
-    if args.markdown:
-        from benchmarks.run import update_markdown
+    from benchmarks.run import publish, save_json
 
-        update_markdown(args.markdown, SECTION, report)
-        print(f"table written into {args.markdown} (section bench:{SECTION})", file=sys.stderr)
+    if args.render is None and not args.no_save:
+        out = args.out or RESULTS / f"attention-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}.json"
+        save_json(out, {"command": command, "environment": env, "rows": [asdict(r) for r in rows]})
+    if args.markdown:
+        publish(args.markdown, SECTION, report)
     return 0
 
 

@@ -88,38 +88,26 @@ def openvino_ep_rows(folder: Path, int4_folder: Path, fp32_ref: str = I4PY) -> t
 
 def openvino_rows(name: str, fp32_ref: str = I4PY, int4_ref: str = f"{I4PY}[genai-int4]") -> tuple[Row, ...]:
     """OpenVINO GenAI on optimum-intel's exports of ``name`` (fp32 and int4 sym, group 32), in its venv; both
-    also with an fp32 KV cache (``[kv-f32]``, ``[int4-kv-f32]``: the CPU plugin's default cache is 8-bit)."""
+    also with an fp32 KV cache (``[kv-f32]``, ``[int4-kv-f32]``: the CPU plugin's default cache is 8-bit, ours
+    is fp32)."""
+
+    def row(label: str, layout: str, ref: str, kv_cache_precision: str | None = None) -> Row:
+        return Row(
+            label,
+            "openvino_peer",
+            OPENVINO / f"{name}-{layout}",
+            precision=layout,
+            ref=ref,
+            settings=NO_BEAM,
+            python=OV_PYTHON,
+            kv_cache_precision=kv_cache_precision,
+        )
+
     return (
-        Row("openvino", "openvino_peer", OPENVINO / f"{name}-fp32", ref=fp32_ref, settings=NO_BEAM, python=OV_PYTHON),
-        # The CPU plugin stores the KV cache in 8 bits unless told otherwise; this row keeps it in fp32, as ours is.
-        Row(
-            "openvino[kv-f32]",
-            "openvino_peer",
-            OPENVINO / f"{name}-fp32",
-            ref=fp32_ref,
-            settings=NO_BEAM,
-            python=OV_PYTHON,
-            kv_cache_precision="f32",
-        ),
-        Row(
-            "openvino[int4]",
-            "openvino_peer",
-            OPENVINO / f"{name}-int4",
-            precision="int4",
-            ref=int4_ref,
-            settings=NO_BEAM,
-            python=OV_PYTHON,
-        ),
-        Row(
-            "openvino[int4-kv-f32]",
-            "openvino_peer",
-            OPENVINO / f"{name}-int4",
-            precision="int4",
-            ref=int4_ref,
-            settings=NO_BEAM,
-            python=OV_PYTHON,
-            kv_cache_precision="f32",
-        ),
+        row("openvino", "fp32", fp32_ref),
+        row("openvino[kv-f32]", "fp32", fp32_ref, "f32"),
+        row("openvino[int4]", "int4", int4_ref),
+        row("openvino[int4-kv-f32]", "int4", int4_ref, "f32"),
     )
 
 

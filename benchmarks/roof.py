@@ -479,8 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     apply_bandwidth(rows, bandwidth["gbps"])
     report = render(bandwidth, rows, command)
     print(report)
+    from benchmarks.run import publish, save_json
+
     if not args.no_save:
-        RESULTS.mkdir(parents=True, exist_ok=True)
         out = args.out or RESULTS / f"roof-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}.json"
         payload = {
             "command": command,
@@ -488,13 +489,9 @@ def main(argv: list[str] | None = None) -> int:
             "results": [str(p) for p in args.results],
             "rows": [asdict(r) if isinstance(r, RoofRow) else r for r in rows],
         }
-        out.write_text(json.dumps(payload, indent=1), encoding="utf-8")
-        print(f"results: {out}", file=sys.stderr)
+        save_json(out, payload)
     if args.markdown:
-        from benchmarks.run import update_markdown
-
-        update_markdown(args.markdown, SECTION, report)
-        print(f"table written into {args.markdown} (section bench:{SECTION})", file=sys.stderr)
+        publish(args.markdown, SECTION, report)
     return 0
 
 

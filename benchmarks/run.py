@@ -524,6 +524,19 @@ def render(results: dict[str, Any], env: dict[str, Any], command: str) -> str:
     return head + "\n" + "\n".join(parts)
 
 
+def save_json(path: Path, payload: Any) -> None:
+    """Write a results file (its folder created) and say where it went, on stderr."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=1), encoding="utf-8")
+    print(f"results: {path}", file=sys.stderr)
+
+
+def publish(page: Path, key: str, body: str) -> None:
+    """:func:`update_markdown`, and say so on stderr."""
+    update_markdown(page, key, body)
+    print(f"table written into {page} (section bench:{key})", file=sys.stderr)
+
+
 def update_markdown(page: Path, key: str, body: str) -> None:
     start, end = f"<!-- bench:{key}:start -->", f"<!-- bench:{key}:end -->"
     text = page.read_text(encoding="utf-8") if page.is_file() else ""
