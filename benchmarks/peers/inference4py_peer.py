@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from benchmarks.peers.common import SETTINGS, Peer, Timed, Unsupported
 from inference4py.errors import ConfigurationError
@@ -16,27 +17,10 @@ def _overrides(max_new_tokens: int, setting: str) -> dict[str, Any]:
     return {"max_new_tokens": max_new_tokens, "min_new_tokens": max_new_tokens, **SETTINGS[setting]}
 
 
-def _session_providers(task: Any, depth: int = 5) -> list[str] | None:
-    """The execution providers of the first onnxruntime session found among the task's attributes
-    (a bounded walk: the library keeps its sessions in private objects), or None."""
-    seen: set[int] = set()
-    level: list[Any] = [task]
-    for _ in range(depth):
-        nxt: list[Any] = []
-        for obj in level:
-            if id(obj) in seen or isinstance(obj, (str, bytes, int, float, Path)):
-                continue
-            seen.add(id(obj))
-            if type(obj).__name__ == "InferenceSession" and callable(getattr(obj, "get_providers", None)):
-                return list(obj.get_providers())
-            if isinstance(obj, dict):
-                nxt.extend(obj.values())
-            elif isinstance(obj, (list, tuple)):
-                nxt.extend(obj)
-            else:
-                nxt.extend(getattr(obj, "__dict__", {}).values())
-        level = nxt
-    return None
+def _session_providers(task: Any) -> list[str] | None:
+    """The execution providers of the decoder's onnxruntime session (OnnxTextGenerator's private runtime), or None."""
+    session = getattr(getattr(getattr(task, "_runtime", None), "rest", None), "session", None)
+    return list(session.get_providers()) if session is not None else None
 
 
 def load(spec: dict[str, Any]) -> Peer:
