@@ -225,10 +225,9 @@ class GqaRunner:
             bound.append(self._bind(qkv, key, value, context))
 
         def run() -> None:
-            for binding, _ in bound:
+            for binding, _ in bound:  # the second item keeps the bound arrays alive
                 self.session.run_with_iobinding(binding)
 
-        run.keep = bound  # type: ignore[attr-defined]
         return run
 
 

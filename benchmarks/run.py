@@ -534,7 +534,7 @@ def save_json(path: Path, payload: Any) -> None:
 def publish(page: Path, key: str, body: str) -> None:
     """:func:`update_markdown`, and say so on stderr."""
     update_markdown(page, key, body)
-    print(f"table written into {page} (section bench:{key})", file=sys.stderr)
+    print(f"tables written into {page} (section bench:{key})", file=sys.stderr)
 
 
 def update_markdown(page: Path, key: str, body: str) -> None:
@@ -597,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
             only_memory = "--only-memory" in saved["command"]
             model = saved["command"].split("--model", 1)[1].split()[0] if "--model" in saved["command"] else "tiny"
             model += "-long" if "--prompt long" in saved["command"] else ""
-            update_markdown(args.markdown, args.section or model + ("-memory" if only_memory else ""), report)
+            publish(args.markdown, args.section or model + ("-memory" if only_memory else ""), report)
         return 0
     args.settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     command = "python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -647,19 +647,12 @@ def main(argv: list[str] | None = None) -> int:
     env["loadavg_end"] = os.getloadavg()
     report = render(results, env, command)
     print(report)
-    RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     suffix = "-long" if args.prompt == "long" else ""
     out = args.out or RESULTS / f"{args.model.replace(',', '+')}{suffix}-{stamp}.json"
-    out.write_text(
-        json.dumps({"machine": env, "command": command, "results": results, "targets": targets(results)}, indent=1),
-        encoding="utf-8",
-    )
-    log(f"results: {out}")
+    save_json(out, {"machine": env, "command": command, "results": results, "targets": targets(results)})
     if args.markdown:
-        section = args.section or args.model + suffix + ("-memory" if args.only_memory else "")
-        update_markdown(args.markdown, section, report)
-        log(f"tables written into {args.markdown} (section bench:{section})")
+        publish(args.markdown, args.section or args.model + suffix + ("-memory" if args.only_memory else ""), report)
     return 0
 
 

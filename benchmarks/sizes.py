@@ -607,14 +607,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
 
-    from benchmarks.run import machine, update_markdown
+    from benchmarks.run import machine, publish, save_json
 
     if args.render:
         # one run per model is how a 2-core machine gets quiet time for each: the page shows them in order
         report = "\n".join(render(json.loads(path.read_text(encoding="utf-8"))) for path in args.render)
         print(report)
         if args.markdown:
-            update_markdown(args.markdown, SECTION, report)
+            publish(args.markdown, SECTION, report)
         return 0
     args.lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
     if args.new_tokens < 2:
@@ -645,13 +645,9 @@ def main(argv: list[str] | None = None) -> int:
     saved = {"machine": env, "command": command, "spec": spec, "results": results}
     report = render(saved)
     print(report)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = args.out or RESULTS / f"sizes-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}.json"
-    out.write_text(json.dumps(saved, indent=1), encoding="utf-8")
-    log(f"results: {out}")
+    save_json(args.out or RESULTS / f"sizes-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}.json", saved)
     if args.markdown:
-        update_markdown(args.markdown, SECTION, report)
-        log(f"tables written into {args.markdown} (section bench:{SECTION})")
+        publish(args.markdown, SECTION, report)
     return 0
 
 
