@@ -1,5 +1,9 @@
 """A GGUF file becomes a model folder: written once, atomically, and cached by the file's hash.
 
+By default the folder holds every weight as the file holds it (``bits=None``: no second rounding);
+``bits`` 32 and 16 are exact float widths, 8 and 4 re-round the weights and are only ever used when
+asked for.  The conversion streams tensor by tensor, so its memory stays near one tensor's size.
+
 The folder is an ordinary one (``model.onnx`` with its weights beside it, ``config.json``,
 ``generation_config.json``, the tokenizer files), so everything after the conversion is the
 library's normal load path.  ``inference4py-gguf.json`` records where it came from; it is written
@@ -19,37 +23,101 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from inference4py import _env
 from inference4py.errors import ConfigurationError
+from inference4py.gguf.blocks import LAYOUTS
 from inference4py.gguf.reader import GGUFFile, check_header
 
-__all__ = ["BITS", "convert_gguf", "default_bits", "file_digest", "gguf_folder"]
+__all__ = ["BITS", "convert_gguf", "file_digest", "gguf_folder", "width_name"]
 
 _log = logging.getLogger("inference4py.gguf")
 
 BITS = (4, 8, 16, 32)
-CONVERTER_VERSION = 2  # bump when the folders it writes change: old cache entries are then rebuilt
+CONVERTER_VERSION = 3  # bump when the folders it writes change: old cache entries are then rebuilt
 _MARKER = "inference4py-gguf.json"
-_FLOAT_TYPES = frozenset({"F32", "F16", "BF16"})
+_SPARE_DISK = 64 << 20  # bytes kept free beyond the estimated folder size
 
 
-def default_bits(gguf: GGUFFile) -> int:
-    """32 for a float file (exact), else 4: a quantized file stays small and fast (MatMulNBits)."""
-    return 32 if set(gguf.types()) <= _FLOAT_TYPES else 4
+def width_name(bits: int | None) -> str:
+    """The cache suffix of a width: ``file`` (as the file holds it) or ``<bits>bit``."""
+    return "file" if bits is None else f"{bits}bit"
 
 
 def _check_bits(bits: int | None) -> None:
     if bits is not None and bits not in BITS:
-        raise ConfigurationError(f"bits={bits!r} is not a conversion width; use one of {', '.join(map(str, BITS))}.")
+        raise ConfigurationError(
+            f"bits={bits!r} is not a conversion width; use one of {', '.join(map(str, BITS))}, or None to keep "
+            "the weights as the file holds them."
+        )
 
 
 def file_digest(path: str | os.PathLike[str]) -> str:
-    """The sha256 of a file (read in 1 MB blocks)."""
+    """The sha256 of a file, remembered in the cache by path, size and modification time.
+
+    A file seen before (same resolved path, size and mtime) is not read again: finding the
+    conversion of a 5 GB file takes milliseconds.
+    """
+    source = Path(path).resolve()
+    stat = source.stat()
+    memo = _env.inference4py_cache() / "file-digests" / (hashlib.sha256(str(source).encode()).hexdigest() + ".json")
+    key = {"path": str(source), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    try:
+        known = json.loads(memo.read_text())
+        if isinstance(known, dict) and {k: known.get(k) for k in key} == key and isinstance(known.get("sha256"), str):
+            return str(known["sha256"])
+    except (OSError, ValueError):
+        pass
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open(source, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        scratch = memo.with_suffix(f".{os.getpid()}.tmp")
+        scratch.write_text(json.dumps({**key, "sha256": digest.hexdigest()}))
+        os.replace(scratch, memo)
+    except OSError:  # a read-only cache only costs the next lookup a re-read
+        pass
     return digest.hexdigest()
+
+
+def estimated_size(gguf: GGUFFile, bits: int | None) -> int:
+    """About how many bytes the converted folder takes (its weights; the rest is small)."""
+    total = 0.0
+    for info in gguf.tensors():
+        count = float(np.prod(info.shape))
+        layout = LAYOUTS.get(info.type)
+        if bits is None:
+            if layout is None:
+                total += 4 * count
+                continue
+            per_block = 4 + (4 if layout.minimum else 0)
+            total += count * (layout.bits / 8 + per_block / layout.block)
+        elif bits in (32, 16):
+            total += count * bits / 8
+        else:
+            total += count * (bits / 8 + 4 / 32) if len(info.shape) > 1 else 4 * count
+    embedding = gguf.info("token_embd.weight") if "token_embd.weight" in gguf else None
+    if embedding is not None and bits in (4, 8):  # a float32 table beside the head's quantized copy
+        total += 4 * float(np.prod(embedding.shape))
+    return int(total * 1.02)
+
+
+def _check_disk(gguf: GGUFFile, folder: Path, bits: int | None) -> None:
+    """A clear error before writing anything when the disk cannot hold the folder."""
+    needed = estimated_size(gguf, bits) + _SPARE_DISK
+    probe = folder
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < needed:
+        raise ConfigurationError(
+            f"Not enough free disk to convert {gguf.path.name}: the {width_name(bits)} folder needs about "
+            f"{needed / 1e9:.2f} GB and {probe} has {free / 1e9:.2f} GB free. Free some space, or point "
+            "INFERENCE4PY_CACHE (or the output folder) at a larger disk."
+        )
 
 
 def convert_gguf(
@@ -60,52 +128,45 @@ def convert_gguf(
     Args:
         path: The ``.gguf`` file.
         out: The folder to create; it must not exist unless ``overwrite``.
-        bits: 32 (float32, exact), 16, 8 or 4 (MatMulNBits); None picks :func:`default_bits`.
+        bits: None (the default) keeps every weight as the file holds it; 32 (float32) and 16 are
+            exact float widths; 8 and 4 re-round every matrix into MatMulNBits blocks (lossy).
         overwrite: Replace an existing ``out``.
 
     Raises:
         ModelLoadError: not a GGUF file, or a damaged one.
         UnsupportedModelError: an architecture, tokenizer or tensor type the converter does not know.
-        ConfigurationError: a bad ``bits``, or ``out`` exists.
+        ConfigurationError: a bad ``bits``, ``out`` exists, or too little free disk for it.
     """
     _check_bits(bits)
     target = Path(out).expanduser()
     if target.exists() and not overwrite:
         raise ConfigurationError(f"{target} already exists: choose another folder, or pass overwrite=True.")
     gguf = GGUFFile(path)
-    return _write(gguf, target, bits if bits is not None else default_bits(gguf), digest=None)
+    return _write(gguf, target, bits, digest=None)
 
 
 def gguf_folder(path: str | os.PathLike[str], *, bits: int | None = None) -> Path:
     """The converted folder of ``path``, from the cache (built on first use).
 
-    The cache lives in ``$INFERENCE4PY_CACHE/gguf/<sha256 of the file>-<bits>bit``; an entry
-    without its marker (an interrupted conversion from an older version) is rebuilt, never trusted.
-    A cached entry is found from the file's hash alone: the file is parsed only to convert it.
+    The cache lives in ``$INFERENCE4PY_CACHE/gguf/<sha256 of the file>-<width>`` (``file`` for the
+    default, ``32bit``...); an entry without its marker (an interrupted conversion, an older
+    converter) is rebuilt, never trusted.  A cached entry is found from the file's remembered hash
+    alone: the file is neither parsed nor re-read.
     """
     _check_bits(bits)
     source = Path(path).expanduser()
     check_header(source)
     started = time.perf_counter()
     digest = file_digest(source)
-    root = _env.inference4py_cache() / "gguf"
-    widths = BITS if bits is None else (bits,)
-    for width in widths:
-        recorded = _marker(root / f"{digest[:32]}-{width}bit")
-        # with no width asked for, only an entry that was converted at the default width answers
-        if recorded.get("sha256") == digest and (bits is not None or recorded.get("default_width")):
-            return root / f"{digest[:32]}-{width}bit"
-    gguf = GGUFFile(source)
-    width = bits if bits is not None else default_bits(gguf)
-    folder = root / f"{digest[:32]}-{width}bit"
-    recorded = _marker(folder)
-    if recorded.get("sha256") == digest:  # converted before at this width, asked for explicitly then
+    folder = _env.inference4py_cache() / "gguf" / f"{digest[:32]}-{width_name(bits)}"
+    if _marker(folder).get("sha256") == digest:
         return folder
+    gguf = GGUFFile(source)
     if folder.exists():
         _log.warning("rebuilding the conversion of %s: the cached folder %s is incomplete or outdated", source, folder)
         shutil.rmtree(folder, ignore_errors=True)
-    _log.warning("converting %s to an ONNX folder (%d-bit), once: %s", source.name, width, folder)
-    _write(gguf, folder, width, digest=digest, default_width=bits is None)
+    _log.warning("converting %s to an ONNX folder (%s), once: %s", source.name, width_name(bits), folder)
+    _write(gguf, folder, bits, digest=digest)
     _log.info("converted %s in %.1f s", source.name, time.perf_counter() - started)
     return folder
 
@@ -119,25 +180,16 @@ def _marker(folder: Path) -> dict[str, Any]:
     return recorded if isinstance(recorded, dict) and recorded.get("converter") == CONVERTER_VERSION else {}
 
 
-def _write(gguf: GGUFFile, target: Path, bits: int, *, digest: str | None, default_width: bool = False) -> Path:
-    import onnx
-
-    from inference4py.gguf.graph import build_decoder
+def _write(gguf: GGUFFile, target: Path, bits: int | None, *, digest: str | None) -> Path:
+    from inference4py.gguf.graph import write_decoder
     from inference4py.gguf.tokenizer import generation_defaults, tokenizer_files
 
     files = tokenizer_files(gguf.metadata)  # before the graph: a bad vocabulary fails fast
-    model, config = build_decoder(gguf, bits)
+    _check_disk(gguf, target.parent, bits)
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        onnx.save_model(
-            model,
-            str(work / "model.onnx"),
-            save_as_external_data=True,
-            all_tensors_to_one_file=True,
-            location="model.onnx.data",
-            size_threshold=1024,
-        )
+        config = write_decoder(gguf, work, bits)
         _dump(work / "config.json", config)
         _dump(work / "generation_config.json", generation_defaults(gguf.metadata))
         for name, content in files.items():
@@ -145,8 +197,7 @@ def _write(gguf: GGUFFile, target: Path, bits: int, *, digest: str | None, defau
         provenance: dict[str, Any] = {
             "source": str(gguf.path),
             "sha256": digest,
-            "bits": bits,
-            "default_width": default_width,  # chosen by default_bits(): what a load without bits reuses
+            "bits": bits,  # None: every weight as the file holds it
             "architecture": gguf.architecture,
             "name": gguf.get("general.name"),
             "tensor_types": dict(gguf.types()),

@@ -12,30 +12,39 @@ The graph is the layout the library already runs fastest (a shared past/present 
 * RMS norms as ``SimplifiedLayerNormalization`` / ``SkipSimplifiedLayerNormalization`` (the
   residual stream runs through the Skip variant), a gated MLP, tied or separate lm_head.
 
-Weights (``bits``): 32 keeps every matrix as dequantized (float32); 16 stores them as float16
-with a Cast before use (the file halves; onnxruntime folds the Casts when the session loads, so
-it computes in float32); 4 and 8 turn every linear layer, lm_head included, into ``MatMulNBits``
-(symmetric blocks of 32, accuracy level 4, packed by onnxruntime's own quantizer from the
-dequantized weights).  The embedding table stays float32 for 4 and 8 bits (float16 for 16).
+Weights (``bits``).  None, the default, keeps every weight as the file holds it: each ggml block
+type runs on ``MatMulNBits`` with the file's own codes and scales (:mod:`inference4py.gguf.blocks`
+says which width and block per type), a type with per-block minimums adds their small product
+(each block's sum of the input times its minimum), and the embedding table is read by
+``GatherBlockQuantized`` from the same bytes a tied head multiplies with.  32 dequantizes every
+matrix to float32; 16 stores float16 with a Cast before use (onnxruntime folds the Casts when the
+session loads, so it computes in float32); 4 and 8 re-round every linear layer into symmetric
+``MatMulNBits`` blocks of 32 (lossy, only when asked; the embedding stays float32).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from inference4py.errors import ConfigurationError, UnsupportedModelError
+from inference4py.gguf.blocks import LAYOUTS, Layout, unpack
 from inference4py.gguf.hyper import MAX_ROPE_POSITIONS, Hyper, hf_config, read_hyper
-from inference4py.gguf.reader import GGUFFile
+from inference4py.gguf.reader import FLOAT_TYPES, SUPPORTED_TYPES, GGUFFile
+from inference4py.gguf.store import ExternalData
 
-__all__ = ["BITS", "build_decoder"]
+__all__ = ["BITS", "Part", "write_decoder"]
 
 BITS = (4, 8, 16, 32)
 BLOCK_SIZE = 32  # MatMulNBits block: genai's builder and inference4py.quantize use the same
 ACCURACY_LEVEL = 4  # int8 activations in MatMulNBits: the fastest on CPU
 OPSET = 21  # Gelu with approximate="tanh" needs 20
+_CHUNK_VALUES = 1 << 24  # rows of a large tensor are read and written about 16M values at a time
 
 
 def rope_caches(
@@ -61,34 +70,69 @@ def unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
     return weight.reshape(heads, half, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
-def _qkv_weight(gguf: GGUFFile, hp: Hyper, prefix: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """Layer ``prefix``'s ``[q + k + v, hidden]`` projection (q/k rows in half-split rotary order) and bias."""
+def _qkv(gguf: GGUFFile, hp: Hyper, prefix: str) -> tuple[list[Part], np.ndarray | None]:
+    """Layer ``prefix``'s q, k, v projection rows (q/k in half-split rotary order) and their bias."""
     if f"{prefix}attn_qkv.weight" in gguf:  # Phi-3 stores it fused, unpermuted
         bias = gguf.tensor(f"{prefix}attn_qkv.bias") if f"{prefix}attn_qkv.bias" in gguf else None
-        return gguf.tensor(f"{prefix}attn_qkv.weight"), bias
-    q, k, v = (gguf.tensor(f"{prefix}attn_{t}.weight") for t in "qkv")
-    if hp.arch.permuted_qk:
-        q, k = unpermute(q, hp.heads), unpermute(k, hp.kv_heads)
+        return [Part(f"{prefix}attn_qkv.weight")], bias
+    permuted = hp.arch.permuted_qk
+    parts = [
+        Part(f"{prefix}attn_q.weight", heads=hp.heads if permuted else None),
+        Part(f"{prefix}attn_k.weight", heads=hp.kv_heads if permuted else None),
+        Part(f"{prefix}attn_v.weight"),
+    ]
     if f"{prefix}attn_q.bias" not in gguf:
-        return np.concatenate([q, k, v], axis=0), None
-    if hp.arch.permuted_qk:  # llama.cpp would have permuted these too; no such file is known
+        return parts, None
+    if permuted:  # llama.cpp would have permuted these too; no such file is known
         raise UnsupportedModelError(f"{gguf.path}: q/k biases on a permuted {hp.arch.name} layout are not supported.")
-    bias = np.concatenate([gguf.tensor(f"{prefix}attn_{t}.bias").reshape(-1) for t in "qkv"])
-    return np.concatenate([q, k, v], axis=0), bias
+    return parts, np.concatenate([gguf.tensor(f"{prefix}attn_{t}.bias").reshape(-1) for t in "qkv"])
+
+
+@dataclass(frozen=True)
+class Part:
+    """Rows of one GGUF tensor that a linear layer reads: all of them, or ``rows``; llama.cpp's rotary
+    row order undone over ``heads`` heads when given."""
+
+    tensor: str
+    rows: slice | None = None
+    heads: int | None = None
+
+
+@dataclass(frozen=True)
+class _Quantized:
+    """A matrix held as the file holds it: MatMulNBits' initializers, and what the embedding reuses."""
+
+    weight: str  # [N, blocks, block bytes] uint8, shared with GatherBlockQuantized
+    scales: str  # [N * blocks] float32
+    scales_array: np.ndarray  # [N, blocks]
+    zero_points: str | None  # explicit zero points of 0, packed as MatMulNBits wants them
+    minimums: str | None  # [blocks, N] float32: the per-block minimums, transposed for MatMul
+    layout: Layout
+    rows: int
+    cols: int
+
+
+def _pack(stored: np.ndarray, bits: int) -> np.ndarray:
+    """Unsigned ``[rows, cols]`` values -> bytes: 8-bit as they are, 4-bit two per byte (low nibble first)."""
+    values = stored.astype(np.uint8)
+    return values if bits == 8 else values[:, 0::2] | (values[:, 1::2] << 4)
 
 
 class _Builder:
-    """Nodes and initializers of the graph being built."""
+    """Nodes and initializers of the graph being built; initializers go to ``store`` as they are made."""
 
-    def __init__(self, bits: int) -> None:
+    def __init__(self, gguf: GGUFFile, bits: int | None, store: ExternalData) -> None:
         from onnx import helper, numpy_helper
 
         self.helper = helper
         self.numpy_helper = numpy_helper
+        self.gguf = gguf
         self.bits = bits
+        self.store = store
         self.nodes: list[Any] = []
         self.initializers: list[Any] = []
         self._consts: dict[tuple[str, tuple[int, ...]], str] = {}
+        self._block_sums: dict[tuple[str, int], str] = {}
         self._quantizer: Any = None
 
     def node(
@@ -102,7 +146,11 @@ class _Builder:
         return self.node(op, inputs, name, domain=domain, **attrs)[0]
 
     def initializer(self, array: np.ndarray, name: str) -> str:
-        self.initializers.append(self.numpy_helper.from_array(np.ascontiguousarray(array), name))
+        self.initializers.append(self.store.array(array, name))
+        return name
+
+    def chunked(self, name: str, dtype: Any, shape: tuple[int, ...], parts: Iterator[np.ndarray]) -> str:
+        self.initializers.append(self.store.chunks(name, dtype, shape, parts))
         return name
 
     def ints(self, values: list[int]) -> str:
@@ -116,41 +164,180 @@ class _Builder:
     def scalar(self, value: float) -> str:
         return self.initializer(np.array(value, dtype=np.float32), f"/constants/FLOAT/{len(self.initializers)}")
 
-    def weight(self, array: np.ndarray, name: str) -> str:
-        """A float weight stored at the build's precision (16: float16 + Cast), used as float32."""
-        if self.bits != 16:
-            return self.initializer(array.astype(np.float32, copy=False), name)
-        stored = self.initializer(array.astype(np.float16), name)
-        return self.one("Cast", [stored], f"{name}/Cast", to=1)
+    # ------------------------------------------------------------------ reading weights
+    def kind(self, tensor: str) -> str:
+        return self.gguf.info(tensor).type
 
-    def linear(self, x: str, weight: np.ndarray, name: str, bias: np.ndarray | None = None) -> str:
-        """``x @ weight.T (+ bias)`` for a ``[out, in]`` weight, at the build's precision."""
-        out_features, in_features = weight.shape
-        if self.bits in (4, 8):
-            packed, scales = self._quantize(weight)
-            y = self.one(
-                "MatMulNBits",
-                [
-                    x,
-                    self.initializer(packed, f"{name}.weight_Q{self.bits}"),
-                    self.initializer(scales, f"{name}.weight_scales"),
-                ],
-                f"{name}/MatMulNBits",
-                domain="com.microsoft",
-                K=in_features,
-                N=out_features,
-                bits=self.bits,
-                block_size=BLOCK_SIZE,
-                accuracy_level=ACCURACY_LEVEL,
+    def mode(self, kind: str, tensor: str) -> str:
+        """How a ``kind`` matrix is held at this width: nbits (as stored), float32, float16 or requantized."""
+        if self.bits is None:
+            if kind in LAYOUTS:
+                return "nbits"
+            if kind in FLOAT_TYPES:
+                return "float32"
+            raise UnsupportedModelError(
+                f"{self.gguf.path}: tensor {tensor!r} is stored as {kind}, which no onnxruntime operator holds as "
+                f"stored. Types converted exactly as the file holds them: {', '.join(SUPPORTED_TYPES)}. Convert "
+                "with bits=32 (float32, exact but larger) or, accepting a second rounding, bits=8 or 4."
             )
-        else:
-            y = self.one("MatMul", [x, self.weight(weight.T, f"{name}.weight")], f"{name}/MatMul")
+        return {32: "float32", 16: "float16"}.get(self.bits, "requantized")
+
+    def _chunks(self, parts: list[Part], raw: bool, cols: int) -> Iterator[np.ndarray]:
+        """The stacked rows of ``parts`` (raw blocks, or dequantized float32) in chunks of about 16M values."""
+        step = max(1, _CHUNK_VALUES // max(cols, 1))
+        for part in parts:
+            window = range(self.gguf.info(part.tensor).shape[0])
+            if part.rows is not None:
+                window = window[part.rows]
+            spans = (
+                [(window.start, window.stop)]
+                if part.heads is not None
+                else [(start, min(start + step, window.stop)) for start in range(window.start, window.stop, step)]
+            )
+            for start, stop in spans:
+                rows = (
+                    np.asarray(self.gguf.raw_rows(part.tensor)[start:stop])
+                    if raw
+                    else self.gguf.float_rows(part.tensor, start, stop)
+                )
+                yield rows if part.heads is None else unpermute(rows, part.heads)
+
+    def _shape(self, parts: list[Part]) -> tuple[int, int]:
+        rows = 0
+        cols = self.gguf.info(parts[0].tensor).shape[-1]
+        for part in parts:
+            total = self.gguf.info(part.tensor).shape[0]
+            rows += len(range(total)[part.rows]) if part.rows is not None else total
+        return rows, cols
+
+    # ------------------------------------------------------------------ linear layers
+    def linear(self, x: str, parts: list[Part], name: str, bias: np.ndarray | None = None) -> str:
+        """``x @ W.T (+ bias)`` for ``W`` the parts' rows stacked (``[out, in]``), held at the build's width.
+
+        Parts of different storage (Q4_K_M files keep some rows in Q6_K) become one product each,
+        concatenated: no part is converted to another part's format.
+        """
+        groups: list[list[Part]] = []
+        for part in parts:
+            if groups and self.kind(groups[-1][0].tensor) == self.kind(part.tensor):
+                groups[-1].append(part)
+            else:
+                groups.append([part])
+        outs = [self._linear(x, group, name if len(groups) == 1 else f"{name}.{i}") for i, group in enumerate(groups)]
+        y = outs[0] if len(outs) == 1 else self.one("Concat", outs, f"/{name}/Concat", axis=-1)
         if bias is not None:
             y = self.one("Add", [y, self.initializer(bias.astype(np.float32), f"{name}.bias")], f"{name}/Add")
         return y
 
+    def _linear(self, x: str, parts: list[Part], name: str) -> str:
+        kind = self.kind(parts[0].tensor)
+        mode = self.mode(kind, parts[0].tensor)
+        if mode == "nbits":
+            return self.matmul_nbits(x, self.quantized(parts, kind, name), name)
+        if mode == "requantized":
+            return self._requantized(x, parts, name)
+        rows, cols = self._shape(parts)
+        weight = np.concatenate(list(self._chunks(parts, False, cols)), axis=0) if rows else np.zeros((0, cols))
+        if mode == "float32":
+            stored = self.initializer(np.ascontiguousarray(weight.T, dtype=np.float32), f"{name}.weight")
+        else:
+            half = self.initializer(np.ascontiguousarray(weight.T, dtype=np.float16), f"{name}.weight")
+            stored = self.one("Cast", [half], f"{name}.weight/Cast", to=1)
+        return self.one("MatMul", [x, stored], f"{name}/MatMul")
+
+    def quantized(self, parts: list[Part], kind: str, name: str) -> _Quantized:
+        """Write the parts' blocks as MatMulNBits holds them (codes, scales, minimums as stored)."""
+        layout = LAYOUTS[kind]
+        rows, cols = self._shape(parts)
+        blocks = cols // layout.block
+        scales: list[np.ndarray] = []
+        minimums: list[np.ndarray] = []
+
+        def packed() -> Iterator[np.ndarray]:
+            for raw in self._chunks(parts, True, cols):
+                unpacked = unpack(kind, raw)
+                scales.append(unpacked.scales)
+                if unpacked.minimums is not None:
+                    minimums.append(unpacked.minimums)
+                yield _pack(unpacked.codes + layout.offset, layout.bits)
+
+        blob = layout.block * layout.bits // 8
+        weight = self.chunked(f"{name}.weight_Q{layout.bits}", np.uint8, (rows, blocks, blob), packed())
+        scales_array = np.concatenate(scales, axis=0)
+        scale_name = self.initializer(scales_array.reshape(-1), f"{name}.weight_scales")
+        zero_points = None
+        if layout.zero_point is not None:  # 4-bit zero points of 0, two blocks per byte
+            per_row = -(-blocks * layout.bits // 8)
+            zero_points = self.initializer(np.zeros(rows * per_row, np.uint8), f"{name}.weight_zero_points")
+        minimum_name = None
+        if layout.minimum:
+            minimum_name = self.initializer(
+                np.ascontiguousarray(np.concatenate(minimums, axis=0).T), f"{name}.weight_minimums"
+            )
+        return _Quantized(weight, scale_name, scales_array, zero_points, minimum_name, layout, rows, cols)
+
+    def matmul_nbits(self, x: str, q: _Quantized, name: str) -> str:
+        """``x @ W.T`` with ``W = scale * code (+ minimum)`` per block: MatMulNBits, plus the minimums'
+        small product (each block's sum of ``x`` times its minimum) for the types that have one."""
+        inputs = [x, q.weight, q.scales] + ([q.zero_points] if q.zero_points else [])
+        y = self.one(
+            "MatMulNBits",
+            inputs,
+            f"{name}/MatMulNBits",
+            domain="com.microsoft",
+            K=q.cols,
+            N=q.rows,
+            bits=q.layout.bits,
+            block_size=q.layout.block,
+            accuracy_level=ACCURACY_LEVEL,
+        )
+        if q.minimums is None:
+            return y
+        sums = self.block_sums(x, q.cols, q.layout.block)
+        return self.one(
+            "Add", [y, self.one("MatMul", [sums, q.minimums], f"{name}/minimums/MatMul")], f"{name}/Add_min"
+        )
+
+    def block_sums(self, x: str, cols: int, block: int) -> str:
+        """``x`` ``[batch, seq, cols]`` summed over each block of ``block`` columns: ``[batch, seq, cols / block]``."""
+        key = (x, block)
+        if key not in self._block_sums:
+            tag = f"{x.strip('/').replace('/', '_')}_{block}"
+            grouped = self.one("Reshape", [x, self.ints([0, 0, cols // block, block])], f"/block_sums/{tag}/Reshape")
+            self._block_sums[key] = self.one(
+                "ReduceSum", [grouped, self.ints([-1])], f"/block_sums/{tag}/ReduceSum", keepdims=0
+            )
+        return self._block_sums[key]
+
+    def _requantized(self, x: str, parts: list[Part], name: str) -> str:
+        """A lossy width asked for explicitly: onnxruntime's symmetric MatMulNBits blocks of the dequantized rows."""
+        bits = int(self.bits or 4)
+        rows, cols = self._shape(parts)
+        blocks = -(-cols // BLOCK_SIZE)
+        scales: list[np.ndarray] = []
+
+        def packed() -> Iterator[np.ndarray]:
+            for chunk in self._chunks(parts, False, cols):
+                weight, scale = self._quantize(chunk)
+                scales.append(scale.reshape(chunk.shape[0], -1))
+                yield weight
+
+        weight = self.chunked(f"{name}.weight_Q{bits}", np.uint8, (rows, blocks, BLOCK_SIZE * bits // 8), packed())
+        scale_name = self.initializer(np.concatenate(scales, axis=0).reshape(-1), f"{name}.weight_scales")
+        return self.one(
+            "MatMulNBits",
+            [x, weight, scale_name],
+            f"{name}/MatMulNBits",
+            domain="com.microsoft",
+            K=cols,
+            N=rows,
+            bits=bits,
+            block_size=BLOCK_SIZE,
+            accuracy_level=ACCURACY_LEVEL,
+        )
+
     def _quantize(self, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """onnxruntime's MatMulNBits packing (the quantizer inference4py.quantize runs) of a ``[out, in]`` weight."""
+        """onnxruntime's MatMulNBits packing (the quantizer inference4py.quantize runs) of ``[out, in]`` rows."""
         if self._quantizer is None:
             try:
                 from onnxruntime.quantization.matmul_nbits_quantizer import (
@@ -170,6 +357,37 @@ class _Builder:
             np.ascontiguousarray(weight.T, dtype=np.float32)
         )
         return packed, scales.reshape(-1)
+
+    # ------------------------------------------------------------------ the embedding table and the head
+    def float_table(self, tensor: str, name: str) -> str:
+        """A ``[rows, cols]`` table in float32 (float16 at 16 bits), written in row chunks."""
+        rows, cols = self._shape([Part(tensor)])
+        dtype = np.float16 if self.bits == 16 else np.float32
+        return self.chunked(name, dtype, (rows, cols), self._chunks([Part(tensor)], False, cols))
+
+    def embedding(self, q: _Quantized, ids: str, name: str) -> str:
+        """Rows ``ids`` of a table held as stored: GatherBlockQuantized on the matrix's own blocks."""
+        rows, blocks = q.scales_array.shape
+        scales = self.initializer(q.scales_array.reshape(rows, blocks, 1), f"{name}.weight_scales_3d")
+        inputs = [q.weight, ids, scales]
+        if q.layout.zero_point is not None:
+            inputs.append(self.initializer(np.zeros((rows, blocks, 1), np.uint8), f"{name}.weight_zero_points_3d"))
+        y = self.one(
+            "GatherBlockQuantized",
+            inputs,
+            f"{name}/GatherBlockQuantized",
+            domain="com.microsoft",
+            gather_axis=0,
+            quantize_axis=2,
+            block_size=q.layout.block,
+            bits=q.layout.bits,
+        )  # [batch, seq, blocks, block]
+        if q.minimums is not None:
+            picked = self.one("Gather", [q.minimums, ids], f"{name}/minimums/Gather", axis=1)  # [blocks, batch, seq]
+            picked = self.one("Transpose", [picked], f"{name}/minimums/Transpose", perm=[1, 2, 0])
+            picked = self.one("Unsqueeze", [picked, self.ints([-1])], f"{name}/minimums/Unsqueeze")
+            y = self.one("Add", [y, picked], f"{name}/minimums/Add")
+        return self.one("Reshape", [y, self.ints([0, 0, -1])], f"{name}/Reshape")
 
     def rms_norm(self, x: str, weight: np.ndarray, name: str, eps: float) -> str:
         return self.one(
@@ -196,31 +414,36 @@ class _Builder:
         return outs[0], outs[3]
 
 
-def build_decoder(gguf: GGUFFile, bits: int = 32) -> tuple[Any, dict[str, Any]]:
-    """The decoder of a GGUF file as one ONNX graph, and the config.json dict describing it.
+def write_decoder(gguf: GGUFFile, folder: Path, bits: int | None = None) -> dict[str, Any]:
+    """Write the decoder of a GGUF file into ``folder`` as ``model.onnx`` + ``model.onnx.data``.
+
+    Weights are read and written one tensor (a large one, one chunk of rows) at a time, so the
+    conversion holds about one tensor in memory whatever the model's size.
 
     Args:
         gguf: The opened file (:class:`~inference4py.gguf.reader.GGUFFile`).
-        bits: 32 (float32 weights exactly as dequantized), 16 (float16 weights), 4 or 8
-            (``MatMulNBits`` blocks of 32 requantized from the dequantized weights; the embedding
-            table stays float32).
+        folder: An existing, empty folder.
+        bits: None (the default) keeps every weight as the file holds it: each block type on
+            ``MatMulNBits`` with the file's own codes, scales and minimums, the embedding table on
+            ``GatherBlockQuantized`` sharing a tied head's bytes, float tensors in float32.
+            32 dequantizes every weight to float32 (exact), 16 stores float16 (exact for F16 files),
+            8 and 4 re-round every matrix into symmetric ``MatMulNBits`` blocks of 32 (lossy: only
+            when asked for).
 
     Returns:
-        ``(model, config)``: an ``onnx.ModelProto`` in onnxruntime-genai's decoder layout (save it
-        with external data: its weights exceed protobuf's 2 GB for models above ~0.5B parameters in
-        float32) and the transformers-style config.json dict (model_type, architectures,
-        hidden_size, ..., sliding_window, tie_word_embeddings).
+        The transformers-style config.json dict (model_type, architectures, hidden_size, ...,
+        sliding_window, tie_word_embeddings).
 
     Raises:
-        ConfigurationError: ``bits`` is not 4, 8, 16 or 32.
+        ConfigurationError: ``bits`` is not None, 4, 8, 16 or 32.
         UnsupportedModelError: the architecture (or a feature of it, such as yarn rotary scaling)
-            is not supported; the message lists the supported architectures.
+            is not supported, or (with ``bits=None``) a tensor type no operator holds as stored.
         ModelLoadError: a tensor or metadata field the architecture needs is missing.
 
     Example:
-        >>> model, config = build_decoder(GGUFFile("smollm2.gguf"), bits=4)  # doctest: +SKIP
+        >>> config = write_decoder(GGUFFile("smollm2.gguf"), Path("out"))  # doctest: +SKIP
     """
-    if bits not in BITS:
+    if bits is not None and bits not in BITS:
         raise ConfigurationError(f"bits={bits} is not supported: use one of {', '.join(map(str, BITS))}.")
     try:
         from onnx import TensorProto, helper
@@ -230,7 +453,18 @@ def build_decoder(gguf: GGUFFile, bits: int = 32) -> tuple[Any, dict[str, Any]]:
         ) from exc
 
     hp = read_hyper(gguf)
-    b = _Builder(bits)
+    store = ExternalData(folder)
+    try:
+        b = _Builder(gguf, bits, store)
+        model = _build(b, hp, TensorProto, helper)
+    finally:
+        store.close()
+    (folder / "model.onnx").write_bytes(model.SerializeToString())
+    return hf_config(hp, gguf)
+
+
+def _build(b: _Builder, hp: Hyper, TensorProto: Any, helper: Any) -> Any:  # noqa: N803 - onnx's names
+    gguf, bits = b.gguf, b.bits
 
     # attention_mask -> per-row valid length - 1 and the total length, as GroupQueryAttention wants them
     mask_sum = b.one("ReduceSum", ["attention_mask", b.ints([1])], "/model/attn_mask/ReduceSum", keepdims=0)
@@ -263,25 +497,26 @@ def build_decoder(gguf: GGUFFile, bits: int = 32) -> tuple[Any, dict[str, Any]]:
         caches[True] = (b.initializer(cos_l, "cos_cache_local"), b.initializer(sin_l, "sin_cache_local"))
 
     # embeddings
-    embed = gguf.tensor("token_embd.weight")  # [vocab, hidden]
-    table = b.initializer(embed.astype(np.float16) if bits == 16 else embed, "model.embed_tokens.weight")
-    x = b.one("Gather", [table, "input_ids"], "/model/embed_tokens/Gather")
-    if bits == 16:
-        x = b.one("Cast", [x], "/model/embed_tokens/Cast", to=TensorProto.FLOAT)
+    embed_kind = b.kind("token_embd.weight")  # [vocab, hidden]
+    quantized_embed, table = None, None
+    if b.mode(embed_kind, "token_embd.weight") == "nbits":  # as the file holds it; a tied head shares the bytes
+        quantized_embed = b.quantized([Part("token_embd.weight")], embed_kind, "model.embed_tokens")
+        x = b.embedding(quantized_embed, "input_ids", "/model/embed_tokens")
+    else:
+        table = b.float_table("token_embd.weight", "model.embed_tokens.weight")
+        x = b.one("Gather", [table, "input_ids"], "/model/embed_tokens/Gather")
+        if bits == 16:
+            x = b.one("Cast", [x], "/model/embed_tokens/Cast", to=TensorProto.FLOAT)
     if hp.arch.embed_scale:  # Gemma: scaled by sqrt(hidden) in float32, as transformers does
         x = b.one("Mul", [x, b.scalar(float(np.float32(math.sqrt(hp.hidden))))], "/model/embed_tokens/Mul")
-    lm_weight = None if hp.tied else gguf.tensor("output.weight")
-    tied_embed = embed if hp.tied else None
-    del embed
 
     q_size, kv_size = hp.heads * hp.head_dim, hp.kv_heads * hp.head_dim
     h = b.rms_norm(x, gguf.tensor("blk.0.attn_norm.weight"), "model.layers.0.input_layernorm", hp.eps)
     residual = x
     for i in range(hp.layers):
         p, n = f"blk.{i}.", f"model.layers.{i}"
-        qkv_w, qkv_b = _qkv_weight(gguf, hp, p)
-        qkv = b.linear(h, qkv_w, f"{n}.attn.qkv_proj", qkv_b)
-        del qkv_w
+        qkv_parts, qkv_b = _qkv(gguf, hp, p)
+        qkv = b.linear(h, qkv_parts, f"{n}.attn.qkv_proj", qkv_b)
         if f"{p}attn_q_norm.weight" in gguf:  # Qwen3, Gemma 3: RMS norm of each head's query and key
             q, k, v = b.node(
                 "Split", [qkv, b.ints([q_size, kv_size, kv_size])], f"/{n}/attn/qkv_split", outputs=3, axis=-1
@@ -314,7 +549,7 @@ def build_decoder(gguf: GGUFFile, bits: int = 32) -> tuple[Any, dict[str, Any]]:
         )
         b.nodes[-1].output[1] = f"present.{i}.key"
         b.nodes[-1].output[2] = f"present.{i}.value"
-        a = b.linear(attn[0], gguf.tensor(f"{p}attn_output.weight"), f"{n}.attn.o_proj")
+        a = b.linear(attn[0], [Part(f"{p}attn_output.weight")], f"{n}.attn.o_proj")
         if f"{p}post_attention_norm.weight" in gguf:  # Gemma: norm of the attention output
             a = b.rms_norm(a, gguf.tensor(f"{p}post_attention_norm.weight"), f"{n}.post_attention_layernorm", hp.eps)
         h, residual = b.skip_rms_norm(
@@ -322,17 +557,18 @@ def build_decoder(gguf: GGUFFile, bits: int = 32) -> tuple[Any, dict[str, Any]]:
         )
 
         if f"{p}ffn_gate.weight" in gguf:
-            gate_w, up_w = gguf.tensor(f"{p}ffn_gate.weight"), gguf.tensor(f"{p}ffn_up.weight")
+            gate_part, up_part = Part(f"{p}ffn_gate.weight"), Part(f"{p}ffn_up.weight")
         else:  # Phi-3: one [2 * intermediate, hidden] matrix, the gate's rows first
-            gate_w, up_w = np.split(gguf.tensor(f"{p}ffn_up.weight"), 2, axis=0)
-        gate = b.linear(h, gate_w, f"{n}.mlp.gate_proj")
-        up = b.linear(h, up_w, f"{n}.mlp.up_proj")
-        del gate_w, up_w
+            half = gguf.info(f"{p}ffn_up.weight").shape[0] // 2
+            gate_part = Part(f"{p}ffn_up.weight", rows=slice(0, half))
+            up_part = Part(f"{p}ffn_up.weight", rows=slice(half, 2 * half))
+        gate = b.linear(h, [gate_part], f"{n}.mlp.gate_proj")
+        up = b.linear(h, [up_part], f"{n}.mlp.up_proj")
         if hp.arch.activation == "gelu_tanh":
             act = b.one("Gelu", [gate], f"/{n}/mlp/act_fn/Gelu", approximate="tanh")
         else:
             act = b.one("Mul", [gate, b.one("Sigmoid", [gate], f"/{n}/mlp/act_fn/Sigmoid")], f"/{n}/mlp/act_fn/Mul")
-        m = b.linear(b.one("Mul", [act, up], f"/{n}/mlp/Mul"), gguf.tensor(f"{p}ffn_down.weight"), f"{n}.mlp.down_proj")
+        m = b.linear(b.one("Mul", [act, up], f"/{n}/mlp/Mul"), [Part(f"{p}ffn_down.weight")], f"{n}.mlp.down_proj")
         if f"{p}post_ffw_norm.weight" in gguf:  # Gemma: norm of the MLP output
             m = b.rms_norm(m, gguf.tensor(f"{p}post_ffw_norm.weight"), f"{n}.post_feedforward_layernorm", hp.eps)
         last = i == hp.layers - 1
@@ -344,10 +580,12 @@ def build_decoder(gguf: GGUFFile, bits: int = 32) -> tuple[Any, dict[str, Any]]:
         h, residual = b.skip_rms_norm(residual, m, gguf.tensor(norm_name), norm, hp.eps)
 
     # The head computes only the positions asked for: num_logits_to_keep = k > 0 keeps the last k,
-    # 0 keeps all (as optimize/logits.py adds to exports). A 4/8-bit head keeps at least two rows:
+    # 0 keeps all (as optimize/logits.py adds to exports). A MatMulNBits head keeps at least two rows:
     # onnxruntime's one-row MatMulNBits takes another kernel, whose logits differ from the prompt's.
+    head = "token_embd.weight" if hp.tied else "output.weight"
+    head_mode = b.mode(b.kind(head), head)
     keep = "num_logits_to_keep"
-    kept = b.one("Max", [keep, b.ints([2])], "/lm_head/keep/Max") if bits in (4, 8) else keep
+    kept = b.one("Max", [keep, b.ints([2])], "/lm_head/keep/Max") if head_mode in ("nbits", "requantized") else keep
     start = b.one(
         "Where",
         [
@@ -361,12 +599,13 @@ def build_decoder(gguf: GGUFFile, bits: int = 32) -> tuple[Any, dict[str, Any]]:
     h = b.one("Slice", [h, start, b.ints([np.iinfo(np.int64).max]), b.ints([1])], "/lm_head/keep/Slice")
 
     # lm_head
-    if lm_weight is not None:
-        logits = b.linear(h, lm_weight, "lm_head")
-    elif bits in (4, 8):
-        assert tied_embed is not None
-        logits = b.linear(h, tied_embed, "lm_head")  # its own quantized copy: the embedding stays float32
-    else:  # tied, float: read the embedding table itself ([vocab, hidden]) through Gemm(transB=1), no copy
+    if quantized_embed is not None and hp.tied:  # the embedding's own blocks
+        logits = b.matmul_nbits(h, quantized_embed, "lm_head")
+    elif head_mode in ("nbits", "requantized"):  # re-rounded: a tied head gets its own quantized copy
+        logits = b.linear(h, [Part(head)], "lm_head")
+    else:  # float: the [vocab, hidden] table read through Gemm(transB=1), the embedding's own when tied
+        if table is None or not hp.tied:
+            table = b.float_table(head, "lm_head.weight")
         flat = b.one("Reshape", [h, b.ints([-1, hp.hidden])], "/lm_head/Reshape_in")
         table_f32 = b.one("Cast", [table], "/lm_head/Cast", to=TensorProto.FLOAT) if bits == 16 else table
         y = b.one("Gemm", [flat, table_f32], "/lm_head/Gemm", transB=1)
@@ -411,4 +650,4 @@ def build_decoder(gguf: GGUFFile, bits: int = 32) -> tuple[Any, dict[str, Any]]:
         producer_name="inference4py.gguf",
     )
     model.ir_version = 10
-    return model, hf_config(hp, gguf)
+    return model

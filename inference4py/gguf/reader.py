@@ -16,12 +16,16 @@ from typing import Any
 import numpy as np
 
 from inference4py.errors import ConfigurationError, ModelLoadError, UnsupportedModelError
+from inference4py.gguf.blocks import LAYOUTS
 
-__all__ = ["GGUFFile", "TensorInfo", "SUPPORTED_TYPES", "check_header", "require_gguf"]
+__all__ = ["FLOAT_TYPES", "GGUFFile", "SUPPORTED_TYPES", "TensorInfo", "check_header", "require_gguf"]
 
 _INSTALL = 'pip install "inference4py[gguf]"'
-# ggml block types the converter reads (the gguf package dequantizes them; these are the ones tested)
-SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
+# ggml types the converter reads: the float types, and the block types onnxruntime's quantized operators hold
+# exactly as stored (inference4py.gguf.blocks.LAYOUTS); any other type the gguf package dequantizes converts
+# only to an explicit float or re-rounded width
+FLOAT_TYPES = ("F32", "F16", "BF16")
+SUPPORTED_TYPES = (*FLOAT_TYPES, *LAYOUTS)
 _MAGIC = b"GGUF"
 
 
@@ -137,20 +141,39 @@ class GGUFFile:
 
     def tensor(self, name: str) -> np.ndarray:
         """The tensor dequantized to float32, in numpy order (``[rows, cols]`` for a matrix: GGUF's ne reversed)."""
+        info = self.info(name)
+        rows = info.shape[0] if len(info.shape) > 1 else 1
+        return self.float_rows(name, 0, rows).reshape(info.shape)
+
+    def float_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of a tensor dequantized to float32 ``[stop - start, cols]`` (a vector is one row).
+
+        Raises:
+            UnsupportedModelError: a type the gguf package cannot dequantize.
+        """
         t = self._tensor(name)
         kind = t.tensor_type.name
-        if kind not in SUPPORTED_TYPES:
-            raise UnsupportedModelError(
-                f"{self.path}: tensor {name!r} is stored as {kind}, which the converter does not read. Supported "
-                f"types: {', '.join(SUPPORTED_TYPES)}. Re-quantize the model with llama.cpp to one of them."
-            )
-        gguf = require_gguf()
-        shape = tuple(int(d) for d in reversed(t.shape))
+        data = t.data.reshape(-1, t.data.shape[-1]) if t.data.ndim > 1 else t.data.reshape(1, -1)
+        part = data[start:stop]
         if kind == "F32":
-            return np.asarray(t.data, dtype=np.float32).reshape(shape)
+            return np.asarray(part, dtype=np.float32)
         if kind == "F16":
-            return np.asarray(t.data, dtype=np.float16).astype(np.float32).reshape(shape)
-        return np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
+            return np.asarray(part, dtype=np.float16).astype(np.float32)
+        gguf = require_gguf()
+        try:
+            values = gguf.quants.dequantize(np.asarray(part), t.tensor_type)
+        except NotImplementedError as exc:
+            raise UnsupportedModelError(
+                f"{self.path}: tensor {name!r} is stored as {kind}, which cannot be read. Supported types: "
+                f"{', '.join(SUPPORTED_TYPES)}. Re-quantize the model with llama.cpp to one of them."
+            ) from exc
+        return np.asarray(values, dtype=np.float32).reshape(part.shape[0], -1)
+
+    def raw_rows(self, name: str) -> np.ndarray:
+        """A quantized matrix's bytes as the file holds them: ``[rows, bytes per row]`` uint8 (memory-mapped)."""
+        t = self._tensor(name)
+        data = np.asarray(t.data)
+        return data.reshape(-1, data.shape[-1]) if data.ndim > 1 else data.reshape(1, -1)
 
     def types(self) -> Mapping[str, int]:
         """How many tensors of each ggml type the file holds."""

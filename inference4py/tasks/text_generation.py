@@ -61,7 +61,10 @@ class TextGeneratorBuilder(ChatOptions, GenerationBuilder["OnnxTextGenerator"]):
         return self
 
     def gguf_bits(self, bits: int) -> TextGeneratorBuilder:
-        """Weights of a GGUF conversion: 32 (float32, exact), 16, 8 or 4 (default: 32 for float files, else 4)."""
+        """Weights of a GGUF conversion: 32 (float32) or 16 (exact floats), 8 or 4 (re-rounded, lossy).
+
+        Without it, every weight stays as the file holds it (docs/gguf.md): the default.
+        """
         from inference4py.gguf.convert import BITS
 
         if bits not in BITS:

@@ -7,7 +7,6 @@ file joins one of each (same vocabulary size) into a complete llama.cpp file.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -167,18 +166,37 @@ def test_a_gguf_file_from_the_hub_cache_offline(llama_gguf, cache, tmp_path, mon
 
 
 def test_a_load_without_a_width_reuses_the_default_conversion_only(llama_gguf, cache, monkeypatch):
-    default = gguf_folder(llama_gguf)  # an F32 file: 32 bits by default
+    default = gguf_folder(llama_gguf)  # as the file holds it
     explicit16 = gguf_folder(llama_gguf, bits=16)
-    assert default.name.endswith("-32bit") and explicit16 != default
+    assert default.name.endswith("-file") and explicit16.name.endswith("-16bit")
     monkeypatch.setattr(convert_module, "GGUFFile", None)  # both answered from the cache, nothing parsed
     assert gguf_folder(llama_gguf) == default and gguf_folder(llama_gguf, bits=16) == explicit16
 
 
-def test_default_width_is_exact_for_float_files_and_int4_for_quantized_ones():
-    assert convert_module.default_bits(GGUFFile(GGUF_DIR / "model-llama-F32.gguf")) == 32
-    assert convert_module.default_bits(GGUFFile(GGUF_DIR / "model-llama-F16.gguf")) == 32
-    assert convert_module.default_bits(GGUFFile(GGUF_DIR / "model-llama-Q8_0.gguf")) == 4
-    assert os.fspath(GGUF_DIR)  # the fixtures exist
+@pytest.mark.parametrize(
+    "name,ops,embedding",
+    [
+        ("model-llama-F32.gguf", {"MatMul"}, "Gather"),
+        ("model-llama-F16.gguf", {"MatMul"}, "Gather"),
+        ("model-llama-Q8_0.gguf", {"MatMulNBits"}, "GatherBlockQuantized"),
+    ],
+)
+def test_the_default_width_keeps_each_weight_as_the_file_holds_it(name, ops, embedding, tmp_path):
+    import onnx
+
+    from inference4py.gguf.graph import write_decoder
+
+    folder = tmp_path
+    write_decoder(GGUFFile(GGUF_DIR / name), folder)  # bits=None: the default
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+    kinds = {n.op_type for n in graph.node}
+    assert ops <= kinds and ({"MatMul", "MatMulNBits"} - ops).isdisjoint(
+        {n.op_type for n in graph.node if "proj" in n.name}
+    )
+    assert graph.node[next(i for i, n in enumerate(graph.node) if "embed_tokens" in n.name)].op_type == embedding
+    if "Q8_0" in name:  # 8 bits and a float32 scale per block of 32
+        nbits = [n for n in graph.node if n.op_type == "MatMulNBits"]
+        assert {next(a.i for a in n.attribute if a.name == "bits") for n in nbits} == {8}
 
 
 def test_an_unsupported_tensor_type_names_the_supported_ones(tmp_path, cache):
@@ -191,5 +209,11 @@ def test_an_unsupported_tensor_type_names_the_supported_ones(tmp_path, cache):
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    with pytest.raises(UnsupportedModelError, match=r"IQ2_XXS.*Q4_K.*Q6_K"):
-        GGUFFile(path).tensor("blk.0.attn_q.weight")
+    from inference4py.gguf.graph import Part, _Builder
+    from inference4py.gguf.store import ExternalData
+
+    builder = _Builder(GGUFFile(path), None, ExternalData(tmp_path))
+    with pytest.raises(UnsupportedModelError, match=r"IQ2_XXS.*Q4_K.*Q6_K.*bits=32"):
+        builder.linear("x", [Part("blk.0.attn_q.weight")], "q")
+    builder.store.close()
+    assert GGUFFile(path).tensor("blk.0.attn_q.weight").shape == (4, 256)  # a float width reads it
