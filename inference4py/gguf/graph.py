@@ -102,10 +102,9 @@ class Part:
 class _Quantized:
     """A matrix held as the file holds it: MatMulNBits' initializers, and what the embedding reuses."""
 
+    name: str
     weight: str  # [N, blocks, block bytes] uint8, shared with GatherBlockQuantized
-    scales: str  # [N * blocks] float32
-    scales_array: np.ndarray  # [N, blocks]
-    zero_points: str | None  # explicit zero points of 0, packed as MatMulNBits wants them
+    scales: np.ndarray  # [N, blocks] float32: each reader writes them in the shape it wants
     minimums: str | None  # [blocks, N] float32: the per-block minimums, transposed for MatMul
     layout: Layout
     rows: int
@@ -263,23 +262,20 @@ class _Builder:
 
         blob = layout.block * layout.bits // 8
         weight = self.chunked(f"{name}.weight_Q{layout.bits}", np.uint8, (rows, blocks, blob), packed())
-        scales_array = np.concatenate(scales, axis=0)
-        scale_name = self.initializer(scales_array.reshape(-1), f"{name}.weight_scales")
-        zero_points = None
-        if layout.zero_point is not None:  # 4-bit zero points of 0, two blocks per byte
-            per_row = -(-blocks * layout.bits // 8)
-            zero_points = self.initializer(np.zeros(rows * per_row, np.uint8), f"{name}.weight_zero_points")
         minimum_name = None
         if layout.minimum:
             minimum_name = self.initializer(
                 np.ascontiguousarray(np.concatenate(minimums, axis=0).T), f"{name}.weight_minimums"
             )
-        return _Quantized(weight, scale_name, scales_array, zero_points, minimum_name, layout, rows, cols)
+        return _Quantized(name, weight, np.concatenate(scales, axis=0), minimum_name, layout, rows, cols)
 
     def matmul_nbits(self, x: str, q: _Quantized, name: str) -> str:
         """``x @ W.T`` with ``W = scale * code (+ minimum)`` per block: MatMulNBits, plus the minimums'
         small product (each block's sum of ``x`` times its minimum) for the types that have one."""
-        inputs = [x, q.weight, q.scales] + ([q.zero_points] if q.zero_points else [])
+        inputs = [x, q.weight, self.initializer(q.scales.reshape(-1), f"{q.name}.weight_scales")]
+        if q.layout.zero_point is not None:  # zero points of 0, packed as MatMulNBits wants them
+            per_row = -(-q.scales.shape[1] * q.layout.bits // 8)
+            inputs.append(self.initializer(np.zeros(q.rows * per_row, np.uint8), f"{q.name}.weight_zero_points"))
         y = self.one(
             "MatMulNBits",
             inputs,
@@ -367,8 +363,8 @@ class _Builder:
 
     def embedding(self, q: _Quantized, ids: str, name: str) -> str:
         """Rows ``ids`` of a table held as stored: GatherBlockQuantized on the matrix's own blocks."""
-        rows, blocks = q.scales_array.shape
-        scales = self.initializer(q.scales_array.reshape(rows, blocks, 1), f"{name}.weight_scales_3d")
+        rows, blocks = q.scales.shape
+        scales = self.initializer(q.scales.reshape(rows, blocks, 1), f"{name}.weight_scales_3d")
         inputs = [q.weight, ids, scales]
         if q.layout.zero_point is not None:
             inputs.append(self.initializer(np.zeros((rows, blocks, 1), np.uint8), f"{name}.weight_zero_points_3d"))
