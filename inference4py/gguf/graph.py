@@ -201,7 +201,7 @@ class _Builder:
                 )
                 yield rows if part.heads is None else unpermute(rows, part.heads)
 
-    def _shape(self, parts: list[Part]) -> tuple[int, int]:
+    def shape(self, parts: list[Part]) -> tuple[int, int]:
         rows = 0
         cols = self.gguf.info(parts[0].tensor).shape[-1]
         for part in parts:
@@ -235,7 +235,7 @@ class _Builder:
             return self.matmul_nbits(x, self.quantized(parts, kind, name), name)
         if mode == "requantized":
             return self._requantized(x, parts, name)
-        rows, cols = self._shape(parts)
+        rows, cols = self.shape(parts)
         weight = np.concatenate(list(self._chunks(parts, False, cols)), axis=0) if rows else np.zeros((0, cols))
         if mode == "float32":
             stored = self.initializer(np.ascontiguousarray(weight.T, dtype=np.float32), f"{name}.weight")
@@ -247,7 +247,7 @@ class _Builder:
     def quantized(self, parts: list[Part], kind: str, name: str) -> _Quantized:
         """Write the parts' blocks as MatMulNBits holds them (codes, scales, minimums as stored)."""
         layout = LAYOUTS[kind]
-        rows, cols = self._shape(parts)
+        rows, cols = self.shape(parts)
         blocks = cols // layout.block
         scales: list[np.ndarray] = []
         minimums: list[np.ndarray] = []
@@ -308,7 +308,7 @@ class _Builder:
     def _requantized(self, x: str, parts: list[Part], name: str) -> str:
         """A lossy width asked for explicitly: onnxruntime's symmetric MatMulNBits blocks of the dequantized rows."""
         bits = int(self.bits or 4)
-        rows, cols = self._shape(parts)
+        rows, cols = self.shape(parts)
         blocks = -(-cols // BLOCK_SIZE)
         scales: list[np.ndarray] = []
 
@@ -357,7 +357,7 @@ class _Builder:
     # ------------------------------------------------------------------ the embedding table and the head
     def float_table(self, tensor: str, name: str) -> str:
         """A ``[rows, cols]`` table in float32 (float16 at 16 bits), written in row chunks."""
-        rows, cols = self._shape([Part(tensor)])
+        rows, cols = self.shape([Part(tensor)])
         dtype = np.float16 if self.bits == 16 else np.float32
         return self.chunked(name, dtype, (rows, cols), self._chunks([Part(tensor)], False, cols))
 
@@ -558,8 +558,18 @@ def _build(b: _Builder, hp: Hyper, TensorProto: Any, helper: Any) -> Any:  # noq
             half = gguf.info(f"{p}ffn_up.weight").shape[0] // 2
             gate_part = Part(f"{p}ffn_up.weight", rows=slice(0, half))
             up_part = Part(f"{p}ffn_up.weight", rows=slice(half, 2 * half))
-        gate = b.linear(h, [gate_part], f"{n}.mlp.gate_proj")
-        up = b.linear(h, [up_part], f"{n}.mlp.up_proj")
+        if b.kind(gate_part.tensor) == b.kind(up_part.tensor):  # one product for both, then split
+            intermediate = b.shape([gate_part])[0]
+            gate, up = b.node(
+                "Split",
+                [b.linear(h, [gate_part, up_part], f"{n}.mlp.gate_up_proj"), b.ints([intermediate, intermediate])],
+                f"/{n}/mlp/gate_up_split",
+                outputs=2,
+                axis=-1,
+            )
+        else:
+            gate = b.linear(h, [gate_part], f"{n}.mlp.gate_proj")
+            up = b.linear(h, [up_part], f"{n}.mlp.up_proj")
         if hp.arch.activation == "gelu_tanh":
             act = b.one("Gelu", [gate], f"/{n}/mlp/act_fn/Gelu", approximate="tanh")
         else:

@@ -229,7 +229,7 @@ def test_config_describes_the_graph(tmp_path):
 def test_int4_graph_uses_matmulnbits_and_keeps_the_embedding_float(tmp_path):
     model, _ = build("model-llama-Q8_0.gguf", 4, tmp_path)
     ops = [n.op_type for n in model.graph.node]
-    assert ops.count("MatMulNBits") == 5 * 2 + 1  # qkv, o_proj, gate, up, down in each of 2 layers + lm_head
+    assert ops.count("MatMulNBits") == 4 * 2 + 1  # qkv, o_proj, gate + up, down in each of 2 layers + lm_head
     assert "MatMul" not in ops
     embed = next(t for t in model.graph.initializer if t.name == "model.embed_tokens.weight")
     assert embed.data_type == onnx.TensorProto.FLOAT

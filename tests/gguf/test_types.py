@@ -163,7 +163,7 @@ def test_the_graph_holds_every_matrix_as_the_file_does(converted, kind):
 
     nbits = [n for n in nodes if n.op_type == "MatMulNBits"]
     projections = {f"model.layers.{i}.{p}" for i in range(LAYERS) for p in ("attn.qkv_proj", "attn.o_proj")}
-    projections |= {f"model.layers.{i}.mlp.{p}_proj" for i in range(LAYERS) for p in ("gate", "up", "down")}
+    projections |= {f"model.layers.{i}.mlp.{p}_proj" for i in range(LAYERS) for p in ("gate_up", "down")}
     assert {n.name.removesuffix("/MatMulNBits") for n in nbits} == projections | {"lm_head"}
     assert len(nbits) == len(projections) + 1
     for node in nbits:
