@@ -1,0 +1,201 @@
+"""Perplexity of a GGUF file converted by inference4py against llama.cpp's ``llama-perplexity`` on it.
+
+    python benchmarks/quality.py --gguf FILE.gguf [--gguf ...] --text TEXT.txt \\
+        --llama-perplexity BIN --llama-tokenize BIN [--ctx 512] [--chunks 20] \\
+        [--widths file,32,4] [--markdown docs/gguf.md]
+
+llama.cpp's method, on both sides, on the same tokens: the text is tokenized once by llama.cpp
+(``llama-tokenize --ids``; our own tokenizer is checked against it and the result recorded), cut
+into chunks of ``--ctx`` tokens, the first token of each chunk replaced by BOS when the model adds
+one, and the second half of each chunk scored: ``exp(mean(-log p(token | everything before it in
+the chunk)))`` over those tokens.  Our side runs the converted graph once per chunk with
+onnxruntime (all positions' logits, log-softmax in float64); llama.cpp's side is its own
+``llama-perplexity -c CTX --chunks N`` output ("Final estimate").
+
+Widths: ``file`` is the default conversion (every weight as the file holds it), ``32`` float32
+(exact, dequantized), ``16``, and ``8`` / ``4`` re-rounded (lossy).  Conversions come from the
+library's cache (``INFERENCE4PY_CACHE``), so a second run only scores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.run import machine, publish, save_json  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def cpu_flags() -> list[str]:
+    """The SIMD flags a CPU kernel may choose by (avx2, avx512*, vnni, bf16, fma, f16c)."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            wanted = ("avx", "fma", "f16c", "vnni", "bf16", "amx")
+            return sorted({f for f in line.split(":", 1)[1].split() if f.startswith(wanted) or "vnni" in f})
+    return []
+
+
+def llama_tokens(binary: str, model: Path, text: Path) -> list[int]:
+    """llama.cpp's tokens of ``text`` (with BOS when the model adds one), as llama-perplexity sees them."""
+    out = subprocess.run(
+        [binary, "-m", str(model), "-f", str(text), "--ids", "--log-disable"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    found = re.findall(r"\[[0-9, ]*\]", out)
+    if not found:
+        raise SystemExit(f"llama-tokenize printed no id list: {out[-300:]!r}")
+    return [int(t) for t in json.loads(found[-1])]
+
+
+def llama_perplexity(binary: str, model: Path, text: Path, ctx: int, chunks: int, threads: int) -> dict[str, Any]:
+    started = time.perf_counter()
+    run = subprocess.run(
+        [binary, "-m", str(model), "-f", str(text), "-c", str(ctx), "--chunks", str(chunks), "-t", str(threads)],
+        capture_output=True,
+        text=True,
+    )
+    log = run.stdout + run.stderr
+    match = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", log)
+    if run.returncode or not match:
+        raise SystemExit(f"llama-perplexity failed ({run.returncode}): {log[-800:]}")
+    return {"ppl": float(match.group(1)), "stderr": float(match.group(2)), "seconds": time.perf_counter() - started}
+
+
+def our_perplexity(folder: Path, tokens: list[int], ctx: int, chunks: int, bos: int | None) -> dict[str, Any]:
+    """llama.cpp's perplexity recipe on the converted graph (one prefill per chunk, all logits kept)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    inputs = {i.name: i for i in session.get_inputs()}
+    started = time.perf_counter()
+    nll, count = 0.0, 0
+    first = ctx // 2
+    for c in range(chunks):
+        ids = np.array(tokens[c * ctx : (c + 1) * ctx], dtype=np.int64)
+        if bos is not None:
+            ids[0] = bos
+        feeds: dict[str, np.ndarray] = {"input_ids": ids[None], "attention_mask": np.ones((1, ctx), np.int64)}
+        if "num_logits_to_keep" in inputs:
+            feeds["num_logits_to_keep"] = np.array(0, np.int64)
+        for name, info in inputs.items():
+            if name.startswith("past_key_values."):
+                feeds[name] = np.zeros((1, info.shape[1], 0, info.shape[3]), np.float32)
+        logits = session.run(["logits"], feeds)[0][0].astype(np.float64)  # [ctx, vocab]
+        scored = logits[first : ctx - 1]
+        top = scored.max(axis=-1, keepdims=True)
+        logsumexp = top[:, 0] + np.log(np.exp(scored - top).sum(axis=-1))
+        nll += float((logsumexp - scored[np.arange(len(scored)), ids[first + 1 :]]).sum())
+        count += len(scored)
+    return {"ppl": math.exp(nll / count), "tokens_scored": count, "seconds": time.perf_counter() - started}
+
+
+def folder_size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gguf", action="append", required=True, type=Path, help="a GGUF file (repeat for several)")
+    ap.add_argument("--text", required=True, type=Path, help="the text to score")
+    ap.add_argument("--llama-perplexity", required=True, help="llama.cpp's llama-perplexity binary")
+    ap.add_argument("--llama-tokenize", required=True, help="llama.cpp's llama-tokenize binary")
+    ap.add_argument("--ctx", type=int, default=512)
+    ap.add_argument("--chunks", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--widths", default="file,32", help="comma-separated: file, 32, 16, 8, 4")
+    ap.add_argument("--markdown", type=Path, help="write the table into this page (section bench:quality)")
+    args = ap.parse_args(argv)
+
+    from inference4py.gguf.convert import file_digest, gguf_folder
+    from inference4py.gguf.reader import GGUFFile
+    from inference4py.gguf.tokenizer import generation_defaults
+    from inference4py.tokenization import load_tokenizer
+
+    env = {**machine(), "cpu_flags": cpu_flags()}
+    rows: list[dict[str, Any]] = []
+    for path in args.gguf:
+        gguf = GGUFFile(path)
+        tokens = llama_tokens(args.llama_tokenize, path, args.text)
+        add_bos = bool(gguf.get("tokenizer.ggml.add_bos_token", False))
+        bos = int(gguf.get("tokenizer.ggml.bos_token_id")) if add_bos else None
+        chunks = min(args.chunks, len(tokens) // args.ctx)
+        row: dict[str, Any] = {
+            "file": path.name,
+            "sha256": file_digest(path),
+            "bytes": path.stat().st_size,
+            "types": dict(gguf.types()),
+            "tokens": len(tokens),
+            "chunks": chunks,
+            "ctx": args.ctx,
+            "eos": generation_defaults(gguf.metadata).get("eos_token_id"),
+        }
+        print(f"{path.name}: {len(tokens)} tokens, {chunks} chunks of {args.ctx}", file=sys.stderr)
+        row["llama.cpp"] = llama_perplexity(args.llama_perplexity, path, args.text, args.ctx, chunks, args.threads)
+        print(f"  llama.cpp {row['llama.cpp']['ppl']:.4f}", file=sys.stderr)
+        for width in args.widths.split(","):
+            bits = None if width == "file" else int(width)
+            started = time.perf_counter()
+            folder = gguf_folder(path, bits=bits)
+            converted = time.perf_counter() - started
+            if width == args.widths.split(",")[0]:  # our tokenizer against llama.cpp's, once per file
+                ours = list(load_tokenizer(folder).encode(args.text.read_text(encoding="utf-8")))
+                row["tokenizer_matches_llama_cpp"] = ours in (tokens, tokens[1:] if add_bos else tokens)
+            result = our_perplexity(folder, tokens, args.ctx, chunks, bos)
+            result["convert_or_cache_seconds"] = converted
+            result["folder_bytes"] = folder_size(folder)
+            row[f"inference4py {width}"] = result
+            print(f"  inference4py {width}: {result['ppl']:.4f}", file=sys.stderr)
+        rows.append(row)
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    command = "python benchmarks/quality.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    save_json(RESULTS / f"quality-{stamp}.json", {"env": env, "command": command, "rows": rows})
+    if args.markdown:
+        publish(args.markdown, "quality", render(rows, env, command, args.widths.split(",")))
+    print(render(rows, env, command, args.widths.split(",")))
+    return 0
+
+
+def render(rows: list[dict[str, Any]], env: dict[str, Any], command: str, widths: list[str]) -> str:
+    names = {
+        "file": "as the file holds it",
+        "32": "float32",
+        "16": "float16",
+        "8": "int8 re-rounded",
+        "4": "int4 re-rounded",
+    }
+    head = "| file | llama.cpp | " + " | ".join(f"inference4py, {names.get(w, w)}" for w in widths) + " |"
+    lines = [head, "|---" * (2 + len(widths)) + "|"]
+    for row in rows:
+        base = row["llama.cpp"]["ppl"]
+        cells = [f"{row['file']} ({row['chunks']} x {row['ctx']} tokens)", f"{base:.4f}"]
+        for w in widths:
+            ours = row[f"inference4py {w}"]["ppl"]
+            cells.append(f"{ours:.4f} ({(ours / base - 1) * 100:+.2f} %)")
+        lines.append("| " + " | ".join(cells) + " |")
+    flags = ", ".join(env.get("cpu_flags", []))
+    return (
+        "\n".join(lines)
+        + f"\n\n{env['cpu']}, {env['nproc']} cores ({flags}); onnxruntime "
+        + f"{env['versions'].get('onnxruntime')}. Command: `{command}`\n"
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
