@@ -7,6 +7,7 @@ file joins one of each (same vocabulary size) into a complete llama.cpp file.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,37 @@ def test_an_interrupted_conversion_leaves_nothing_behind(llama_gguf, cache, monk
     assert list((cache / "gguf").iterdir()) == []  # no folder, no temporary one
     monkeypatch.setattr(convert_module, "_dump", real_dump)
     assert (gguf_folder(llama_gguf, bits=32) / "inference4py-gguf.json").is_file()
+
+
+def test_too_little_disk_is_a_clear_error_before_anything_is_written(llama_gguf, cache, monkeypatch, capsys):
+    import shutil
+
+    real = shutil.disk_usage
+
+    def full(path: Any) -> Any:
+        usage = real(path)
+        return type(usage)(usage.total, usage.total - 1000, 1000)  # 1000 bytes free
+
+    monkeypatch.setattr(convert_module.shutil, "disk_usage", full)
+    with pytest.raises(ConfigurationError, match=r"Not enough free disk .* needs about .* GB and .* GB free"):
+        gguf_folder(llama_gguf)
+    assert not (cache / "gguf").exists() or not any((cache / "gguf").iterdir())
+    assert main(["convert", str(llama_gguf), str(cache / "out")]) == 2  # the CLI: a message, no traceback
+    assert "Not enough free disk" in capsys.readouterr().err and not (cache / "out").exists()
+
+
+def test_a_cached_conversion_is_found_without_reading_the_file_again(llama_gguf, cache, monkeypatch):
+    first = gguf_folder(llama_gguf)
+
+    def unread(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the file was read again")
+
+    monkeypatch.setattr(convert_module, "open", unread, raising=False)  # the digest's only read of the file
+    monkeypatch.setattr(convert_module, "GGUFFile", None)  # nor parsed
+    assert gguf_folder(llama_gguf) == first
+    os.utime(llama_gguf, ns=(1, 1))  # a changed file (its mtime) is hashed again
+    with pytest.raises(AssertionError, match="read again"):
+        gguf_folder(llama_gguf)
 
 
 def test_convert_writes_a_shareable_folder_and_refuses_to_overwrite(llama_gguf, tmp_path, capsys):
