@@ -319,18 +319,9 @@ class _Builder:
                 yield weight
 
         weight = self.chunked(f"{name}.weight_Q{bits}", np.uint8, (rows, blocks, BLOCK_SIZE * bits // 8), packed())
-        scale_name = self.initializer(np.concatenate(scales, axis=0).reshape(-1), f"{name}.weight_scales")
-        return self.one(
-            "MatMulNBits",
-            [x, weight, scale_name],
-            f"{name}/MatMulNBits",
-            domain="com.microsoft",
-            K=cols,
-            N=rows,
-            bits=bits,
-            block_size=BLOCK_SIZE,
-            accuracy_level=ACCURACY_LEVEL,
-        )
+        symmetric = Layout(bits=bits, block=BLOCK_SIZE, offset=1 << (bits - 1), zero_point=None, minimum=False)
+        quantized = _Quantized(name, weight, np.concatenate(scales, axis=0), None, symmetric, rows, cols)
+        return self.matmul_nbits(x, quantized, name)
 
     def _quantize(self, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """onnxruntime's MatMulNBits packing (the quantizer inference4py.quantize runs) of ``[out, in]`` rows."""
