@@ -5,13 +5,16 @@ llama, Q4_1 + Q8_0; Qwen2.5-Coder-0.5B-Instruct: qwen2, Q4_K/Q5_0/Q6_K/Q8_0; Gem
 Q4_K/Q5_0/Q6_K/Q8_0) and ``references/<model>.json``: transformers' greedy ids on those very files
 (tools/real/llm.py loads them with ``from_pretrained(gguf_file=...)``, dequantized to float32).
 
-Each file is converted with ``build_decoder`` into a folder (model.onnx + external data, config.json,
+Each file is converted with ``write_decoder`` into a folder (model.onnx + external data, config.json,
 and the tokenizer files of the cache's ``<model>-hf`` folder) and run through the library's load path:
 
 * ``bits=32``: greedy ids equal the reference, with the real tier's near-tie rule (when ids first
   differ at a step whose recorded top-1/top-2 margin is below FP32_TIE, only the steps before it count);
-* ``bits=4``: the share of reference steps agreeing before the first difference is recorded (the
-  instruction models must still answer "Paris").
+* the default (``bits=None``, every weight as the file holds it) with float32 activations
+  (MatMulNBits at accuracy level 0): the same, since its weights are the file's;
+* the default as converted (int8 activations) and ``bits=4`` (re-rounded): the share of reference
+  steps agreeing before the first difference is recorded (the instruction models must still answer
+  "Paris").
 """
 
 from __future__ import annotations
@@ -35,12 +38,13 @@ pytest.importorskip("gguf")
 MODELS = ("smollm2", "qwen2.5-coder", "gemma3")
 FP32_TIE = 1e-3
 REFERENCES: dict[str, Any] = {m: read_json(REAL / "references" / f"{m}.json") for m in MODELS}
-_folders: dict[tuple[str, int], Path] = {}
-_generators: dict[tuple[str, int], OnnxTextGenerator] = {}
+_folders: dict[tuple[str, int | str | None], Path] = {}
+_generators: dict[tuple[str, int | str | None], OnnxTextGenerator] = {}
+FLOAT_ACTIVATIONS = "file-f32act"  # the default width with MatMulNBits at accuracy level 0
 
 
-def _convert(model: str, bits: int, root: Path) -> Path:
-    from inference4py.gguf.graph import build_decoder
+def _convert(model: str, bits: int | str | None, root: Path) -> Path:
+    from inference4py.gguf.graph import write_decoder
     from inference4py.gguf.reader import GGUFFile
 
     source = REAL / "gguf" / f"{model}.gguf"
@@ -49,22 +53,27 @@ def _convert(model: str, bits: int, root: Path) -> Path:
         not_built(f"GGUF file, HF folder and references of {model}", only="llm")
     folder = root / f"{model}-{bits}"
     started = time.perf_counter()
-    graph, config = build_decoder(GGUFFile(source), bits)
-    built = time.perf_counter()
     folder.mkdir(parents=True)
-    onnx.save(graph, str(folder / "model.onnx"), save_as_external_data=True, location="model.onnx.data")
-    del graph
+    config = write_decoder(GGUFFile(source), folder, None if bits == FLOAT_ACTIVATIONS else bits)  # type: ignore[arg-type]
+    if bits == FLOAT_ACTIVATIONS:
+        graph = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+        for node in graph.graph.node:
+            for attr in node.attribute:
+                if node.op_type == "MatMulNBits" and attr.name == "accuracy_level":
+                    attr.i = 0
+        (folder / "model.onnx").write_bytes(graph.SerializeToString())
+    built = time.perf_counter()
     (folder / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
     for item in hf.iterdir():  # tokenizer, chat template, generation config
         if item.is_file() and item.suffix != ".safetensors" and item.name != "config.json":
             shutil.copy(item, folder / item.name)
-    print(f"{model} bits={bits}: built in {built - started:.1f} s, saved in {time.perf_counter() - built:.1f} s")
+    print(f"{model} bits={bits}: written in {built - started:.1f} s")
     return folder
 
 
 @pytest.fixture(scope="module")
 def generator(tmp_path_factory):
-    def get(model: str, bits: int) -> OnnxTextGenerator:
+    def get(model: str, bits: int | str | None) -> OnnxTextGenerator:
         key = (model, bits)
         if key not in _generators:
             for other in list(_generators):  # one converted model in memory at a time
@@ -87,7 +96,7 @@ def _cases(model: str) -> list[dict[str, Any]]:
     return ref["cases"] if ref else []
 
 
-def _params(bits: int):
+def _params(bits: int | str | None):
     for model in MODELS:
         for case in _cases(model):
             yield pytest.param(model, bits, case, id=f"{model}-{bits}-{case['name']}")
@@ -97,8 +106,8 @@ def _first_difference(got: list[int], want: list[int]) -> int:
     return next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
 
 
-@pytest.mark.parametrize("model,bits,case", list(_params(32)))
-def test_bits32_conversion_equals_transformers_on_the_gguf(generator, model, bits, case):
+@pytest.mark.parametrize("model,bits,case", list(_params(32)) + list(_params(FLOAT_ACTIVATIONS)))
+def test_exact_weights_equal_transformers_on_the_gguf(generator, model, bits, case):
     gen = generator(model, bits)
     got = list(gen.generate(case["prompt_ids"], max_new_tokens=case["max_new_tokens"], do_sample=False).token_ids)
     want = case["output_ids"]
@@ -112,17 +121,18 @@ def test_bits32_conversion_equals_transformers_on_the_gguf(generator, model, bit
     )
 
 
+@pytest.mark.parametrize("bits", [None, 4])
 @pytest.mark.parametrize("model", MODELS)
-def test_bits4_conversion_answers_and_its_agreement_is_recorded(generator, model, record_property):
-    gen = generator(model, 4)
+def test_the_default_and_int4_answer_and_their_agreement_is_recorded(generator, model, bits, record_property):
+    gen = generator(model, bits)
     agree = total = 0
     for case in _cases(model):
         got = list(gen.generate(case["prompt_ids"], max_new_tokens=case["max_new_tokens"], do_sample=False).token_ids)
         agree += _first_difference(got, case["output_ids"])
         total += len(case["output_ids"])
     rate = agree / total
-    record_property("int4_agreement_with_fp32_reference", round(rate, 3))
-    print(f"{model} bits=4: {rate:.1%} of the reference steps agree before the first difference")
+    record_property(f"agreement_with_fp32_reference_bits_{bits}", round(rate, 3))
+    print(f"{model} bits={bits}: {rate:.1%} of the reference steps agree before the first difference")
     if model != "gemma3":  # the pretrained Gemma 3 270M does not answer chat turns
         answer = gen.generate([{"role": "user", "content": "What is the capital of France?"}], max_new_tokens=24)
         assert "Paris" in answer.text
