@@ -52,7 +52,9 @@ def cpu_flags() -> list[str]:
 def llama_tokens(binary: str, model: Path, text: Path) -> list[int]:
     """llama.cpp's tokens of ``text`` (with BOS when the model adds one), as llama-perplexity sees them."""
     out = subprocess.run(
-        [binary, "-m", str(model), "-f", str(text), "--ids", "--log-disable"],
+        # --no-escape: llama-perplexity reads the text as it is (it turns escape processing off), while
+        # llama-tokenize would turn a literal backslash-n in the text into a newline
+        [binary, "-m", str(model), "-f", str(text), "--ids", "--log-disable", "--no-escape"],
         capture_output=True,
         text=True,
         check=True,
