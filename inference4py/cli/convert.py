@@ -17,7 +17,8 @@ def _add_convert_arguments(parser: argparse.ArgumentParser) -> None:
         "--bits",
         type=int,
         choices=(4, 8, 16, 32),
-        help="weights: 32 float32 or 16 float16 (exact, larger), 8 or 4 (re-rounded MatMulNBits blocks, lossy); "
+        help="weights: 32 float32 (exact, larger), 16 float16 (exact for F16 files), 8 or 4 (re-rounded "
+        "MatMulNBits blocks, lossy); "
         "default: every weight as the file holds it (docs/gguf.md)",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace OUT_FOLDER if it exists")

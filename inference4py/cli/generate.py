@@ -47,7 +47,8 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--bits",
         type=int,
         choices=(4, 8, 16, 32),
-        help="weights of a GGUF conversion: 32 or 16 (exact floats), 8 or 4 (re-rounded, lossy); "
+        help="weights of a GGUF conversion: 32 (float32, exact), 16 (float16: exact for F16 files), 8 or 4 "
+        "(re-rounded, lossy); "
         "default: every weight as the file holds it",
     )
 

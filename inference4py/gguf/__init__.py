@@ -1,6 +1,8 @@
 """GGUF models on ONNX Runtime (the ``gguf`` extra): a llama.cpp file becomes an ordinary model folder.
 
-- :mod:`~inference4py.gguf.reader`: the file's metadata and tensors (dequantized with the gguf package).
+- :mod:`~inference4py.gguf.reader`: the file's metadata and tensors (raw blocks, or dequantized with the gguf package).
+- :mod:`~inference4py.gguf.blocks`: ggml block types as codes, scales and minimums, and how each maps onto
+  onnxruntime's MatMulNBits as stored; :mod:`~inference4py.gguf.store`: initializers written one at a time.
 - :mod:`~inference4py.gguf.tokenizer`: the vocabulary as a tokenizers ``tokenizer.json``, the chat template.
 - :mod:`~inference4py.gguf.graph`: the decoder as one ONNX graph in the library's fastest layout
   (:mod:`~inference4py.gguf.archs`: one entry per architecture; :mod:`~inference4py.gguf.hyper`:

@@ -1,8 +1,8 @@
 """A GGUF file becomes a model folder: written once, atomically, and cached by the file's hash.
 
 By default the folder holds every weight as the file holds it (``bits=None``: no second rounding);
-``bits`` 32 and 16 are exact float widths, 8 and 4 re-round the weights and are only ever used when
-asked for.  The conversion streams tensor by tensor, so its memory stays near one tensor's size.
+``bits`` 32 dequantizes exactly to float32 (16 to float16, exact for F16 files), 8 and 4 re-round the
+weights and are only ever used when asked for.  The conversion streams tensor by tensor, so its memory stays near one tensor's size.
 
 The folder is an ordinary one (``model.onnx`` with its weights beside it, ``config.json``,
 ``generation_config.json``, the tokenizer files), so everything after the conversion is the
@@ -28,6 +28,7 @@ import numpy as np
 from inference4py import _env
 from inference4py.errors import ConfigurationError
 from inference4py.gguf.blocks import LAYOUTS
+from inference4py.gguf.hyper import MAX_ROPE_POSITIONS
 from inference4py.gguf.reader import GGUFFile, check_header
 
 __all__ = ["BITS", "convert_gguf", "file_digest", "gguf_folder", "width_name"]
@@ -38,6 +39,7 @@ BITS = (4, 8, 16, 32)
 CONVERTER_VERSION = 3  # bump when the folders it writes change: old cache entries are then rebuilt
 _MARKER = "inference4py-gguf.json"
 _SPARE_DISK = 64 << 20  # bytes kept free beyond the estimated folder size
+_ABANDONED = 6 * 3600  # seconds after which a temporary folder nobody writes to is a killed conversion's
 
 
 def width_name(bits: int | None) -> str:
@@ -54,15 +56,23 @@ def _check_bits(bits: int | None) -> None:
 
 
 def file_digest(path: str | os.PathLike[str]) -> str:
-    """The sha256 of a file, remembered in the cache by path, size and modification time.
+    """The sha256 of a file, remembered in the cache by path, inode, size and change times.
 
-    A file seen before (same resolved path, size and mtime) is not read again: finding the
-    conversion of a 5 GB file takes milliseconds.
+    A file seen before (same resolved path, device and inode, size, modification and status-change
+    times: the last cannot be set back by copying tools) is not read again: finding the conversion
+    of a 5 GB file takes milliseconds.
     """
     source = Path(path).resolve()
     stat = source.stat()
     memo = _env.inference4py_cache() / "file-digests" / (hashlib.sha256(str(source).encode()).hexdigest() + ".json")
-    key = {"path": str(source), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    key = {
+        "path": str(source),
+        "device": stat.st_dev,
+        "inode": stat.st_ino,
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "ctime_ns": stat.st_ctime_ns,
+    }
     try:
         known = json.loads(memo.read_text())
         if isinstance(known, dict) and {k: known.get(k) for k in key} == key and isinstance(known.get("sha256"), str):
@@ -84,16 +94,19 @@ def file_digest(path: str | os.PathLike[str]) -> str:
 
 
 def estimated_size(gguf: GGUFFile, bits: int | None) -> int:
-    """About how many bytes the converted folder takes (its weights; the rest is small)."""
+    """About how many bytes the converted folder takes, rounded up (the disk check's estimate)."""
     total = 0.0
     for info in gguf.tensors():
+        total += 4096  # page alignment
         count = float(np.prod(info.shape))
         layout = LAYOUTS.get(info.type)
         if bits is None:
             if layout is None:
                 total += 4 * count
                 continue
-            per_block = 4 + (4 if layout.minimum else 0)
+            per_block = 4 + (4 if layout.minimum else 0) + 1  # scale, minimum, a zero point
+            if info.name == "token_embd.weight":  # the gather's own scales and zero points beside the head's
+                per_block += 5
             total += count * (layout.bits / 8 + per_block / layout.block)
         elif bits in (32, 16):
             total += count * bits / 8
@@ -102,7 +115,9 @@ def estimated_size(gguf: GGUFFile, bits: int | None) -> int:
     embedding = gguf.info("token_embd.weight") if "token_embd.weight" in gguf else None
     if embedding is not None and bits in (4, 8):  # a float32 table beside the head's quantized copy
         total += 4 * float(np.prod(embedding.shape))
-    return int(total * 1.02)
+    context = min(int(gguf.get(".context_length", 0) or 0) or MAX_ROPE_POSITIONS, MAX_ROPE_POSITIONS)
+    total += 2 * 2 * 4 * context * 256  # rotary caches (cos, sin; a local pair), head dimensions up to 512
+    return int(total * 1.05)
 
 
 def _check_disk(gguf: GGUFFile, folder: Path, bits: int | None) -> None:
@@ -129,7 +144,8 @@ def convert_gguf(
         path: The ``.gguf`` file.
         out: The folder to create; it must not exist unless ``overwrite``.
         bits: None (the default) keeps every weight as the file holds it; 32 (float32) and 16 are
-            exact float widths; 8 and 4 re-round every matrix into MatMulNBits blocks (lossy).
+            float widths (exact at 32; at 16 for F16 files); 8 and 4 re-round every matrix into MatMulNBits
+            blocks (lossy).
         overwrite: Replace an existing ``out``.
 
     Raises:
@@ -162,6 +178,7 @@ def gguf_folder(path: str | os.PathLike[str], *, bits: int | None = None) -> Pat
     if _marker(folder).get("sha256") == digest:
         return folder
     gguf = GGUFFile(source)
+    _remove_abandoned(folder)
     if folder.exists():
         _log.warning("rebuilding the conversion of %s: the cached folder %s is incomplete or outdated", source, folder)
         shutil.rmtree(folder, ignore_errors=True)
@@ -169,6 +186,19 @@ def gguf_folder(path: str | os.PathLike[str], *, bits: int | None = None) -> Pat
     _write(gguf, folder, bits, digest=digest)
     _log.info("converted %s in %.1f s", source.name, time.perf_counter() - started)
     return folder
+
+
+def _remove_abandoned(folder: Path) -> None:
+    """Delete what a killed conversion of ``folder`` left (its temporary folders, untouched for hours)."""
+    now = time.time()
+    for work in folder.parent.glob(f".{folder.name}.*"):
+        try:
+            touched = max([work.stat().st_mtime] + [p.stat().st_mtime for p in work.iterdir()])
+        except OSError:
+            continue
+        if now - touched > _ABANDONED:
+            _log.warning("removing %s, left by an interrupted conversion", work)
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def _marker(folder: Path) -> dict[str, Any]:

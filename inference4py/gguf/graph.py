@@ -70,6 +70,14 @@ def unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
     return weight.reshape(heads, half, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
+def _no_exact_operator(gguf: GGUFFile, tensor: str, kind: str) -> UnsupportedModelError:
+    return UnsupportedModelError(
+        f"{gguf.path}: tensor {tensor!r} is stored as {kind}, which no onnxruntime operator holds as stored. "
+        f"Types converted exactly as the file holds them: {', '.join(SUPPORTED_TYPES)}. Convert with --bits 32 "
+        "(gguf_bits(32) in Python; float32, exact but larger) or, accepting a second rounding, --bits 8 or 4."
+    )
+
+
 def _qkv(gguf: GGUFFile, hp: Hyper, prefix: str) -> tuple[list[Part], np.ndarray | None]:
     """Layer ``prefix``'s q, k, v projection rows (q/k in half-split rotary order) and their bias."""
     if f"{prefix}attn_qkv.weight" in gguf:  # Phi-3 stores it fused, unpermuted
@@ -174,11 +182,7 @@ class _Builder:
                 return "nbits"
             if kind in FLOAT_TYPES:
                 return "float32"
-            raise UnsupportedModelError(
-                f"{self.gguf.path}: tensor {tensor!r} is stored as {kind}, which no onnxruntime operator holds as "
-                f"stored. Types converted exactly as the file holds them: {', '.join(SUPPORTED_TYPES)}. Convert "
-                "with bits=32 (float32, exact but larger) or, accepting a second rounding, bits=8 or 4."
-            )
+            raise _no_exact_operator(self.gguf, tensor, kind)
         return {32: "float32", 16: "float16"}.get(self.bits, "requantized")
 
     def _chunks(self, parts: list[Part], raw: bool, cols: int) -> Iterator[np.ndarray]:
@@ -440,6 +444,10 @@ def write_decoder(gguf: GGUFFile, folder: Path, bits: int | None = None) -> dict
         ) from exc
 
     hp = read_hyper(gguf)
+    if bits is None:  # every type checked before anything is written
+        for info in gguf.tensors():
+            if len(info.shape) > 1 and info.type not in SUPPORTED_TYPES:
+                raise _no_exact_operator(gguf, info.name, info.type)
     store = ExternalData(folder)
     try:
         b = _Builder(gguf, bits, store)

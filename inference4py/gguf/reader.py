@@ -142,7 +142,7 @@ class GGUFFile:
     def tensor(self, name: str) -> np.ndarray:
         """The tensor dequantized to float32, in numpy order (``[rows, cols]`` for a matrix: GGUF's ne reversed)."""
         info = self.info(name)
-        rows = info.shape[0] if len(info.shape) > 1 else 1
+        rows = int(np.prod(info.shape[:-1], dtype=np.int64)) if len(info.shape) > 1 else 1
         return self.float_rows(name, 0, rows).reshape(info.shape)
 
     def float_rows(self, name: str, start: int, stop: int) -> np.ndarray:

@@ -61,7 +61,7 @@ class TextGeneratorBuilder(ChatOptions, GenerationBuilder["OnnxTextGenerator"]):
         return self
 
     def gguf_bits(self, bits: int) -> TextGeneratorBuilder:
-        """Weights of a GGUF conversion: 32 (float32) or 16 (exact floats), 8 or 4 (re-rounded, lossy).
+        """Weights of a GGUF conversion: 32 (float32, exact), 16 (float16: exact for F16 files), 8 or 4 (lossy).
 
         Without it, every weight stays as the file holds it (docs/gguf.md): the default.
         """

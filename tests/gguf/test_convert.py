@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,23 @@ def test_a_cached_conversion_is_found_without_reading_the_file_again(llama_gguf,
         gguf_folder(llama_gguf)
 
 
+def test_a_killed_conversions_leftovers_are_removed_by_the_next_one(llama_gguf, cache):
+    first = gguf_folder(llama_gguf)
+    import shutil
+
+    shutil.rmtree(first)
+    killed = first.parent / f".{first.name}.abc123"  # as mkdtemp names it; SIGKILL left it
+    killed.mkdir()
+    (killed / "model.onnx.data").write_bytes(b"\0" * 1000)
+    old = time.time() - 7 * 3600
+    os.utime(killed / "model.onnx.data", (old, old))
+    os.utime(killed, (old, old))
+    recent = first.parent / f".{first.name}.def456"  # another process converting right now: kept
+    recent.mkdir()
+    assert gguf_folder(llama_gguf) == first
+    assert not killed.exists() and recent.exists()
+
+
 def test_convert_writes_a_shareable_folder_and_refuses_to_overwrite(llama_gguf, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["convert", str(llama_gguf), str(out), "--bits", "16"]) == 0
@@ -245,7 +263,7 @@ def test_an_unsupported_tensor_type_names_the_supported_ones(tmp_path, cache):
     from inference4py.gguf.store import ExternalData
 
     builder = _Builder(GGUFFile(path), None, ExternalData(tmp_path))
-    with pytest.raises(UnsupportedModelError, match=r"IQ2_XXS.*Q4_K.*Q6_K.*bits=32"):
+    with pytest.raises(UnsupportedModelError, match=r"IQ2_XXS.*Q4_K.*Q6_K.*--bits 32.*gguf_bits\(32\)"):
         builder.linear("x", [Part("blk.0.attn_q.weight")], "q")
     builder.store.close()
     assert GGUFFile(path).tensor("blk.0.attn_q.weight").shape == (4, 256)  # a float width reads it

@@ -166,9 +166,41 @@ def test_a_type_with_no_exact_operator_is_refused_with_the_ways_out(tmp_path):
     folder = tmp_path / "out"
     folder.mkdir()
     b = _Builder(GGUFFile(path), None, ExternalData(folder))
-    with pytest.raises(UnsupportedModelError, match=r"TQ2_0.*Q4_K.*bits=32"):
+    with pytest.raises(UnsupportedModelError, match=r"TQ2_0.*Q4_K.*--bits 32"):
         b.linear("x", [Part("w")], "w")
     b.store.close()
     lossless = _Builder(GGUFFile(path), 32, ExternalData(tmp_path))  # an explicit float width reads it
     lossless.linear("x", [Part("w")], "w")
     lossless.store.close()
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_a_lossy_width_asked_for_rounds_each_block_once_symmetrically(bits, tmp_path):
+    """bits=4 / 8 (only when asked): onnxruntime's symmetric blocks of 32 of the dequantized rows; the
+    stored blocks are within a step of each weight, and the product uses exactly them."""
+    rng = np.random.default_rng(7)
+    weight = rng.normal(size=(48, 64)).astype(np.float32)  # [out, in]: 2 blocks of 32 per row
+    path = write_tensor_file(tmp_path / "f.gguf", {"w": ("F32", weight, (48, 64))})
+    folder = tmp_path / "out"
+    folder.mkdir()
+    b = _Builder(GGUFFile(path), bits, ExternalData(folder))
+    y = b.linear("x", [Part("w")], "w")
+    x = rng.normal(size=(1, 3, 64)).astype(np.float32)
+    got = run_graph(
+        b,
+        folder,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 64])],
+        y,
+        {"x": x},
+        float_activations=True,
+    )
+    model = onnx.load(str(folder / "model.onnx"))  # with its external data
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    packed, scales = inits[f"w.weight_Q{bits}"], inits["w.weight_scales"].reshape(48, 2)
+    if bits == 4:
+        q = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(48, 2, 32).astype(np.float32) - 8
+    else:
+        q = packed.reshape(48, 2, 32).astype(np.float32) - 128
+    stored = (q * scales[:, :, None]).reshape(48, 64)
+    assert np.abs(stored - weight).max() <= np.abs(weight).max() / (2 ** (bits - 1) - 1)  # one step at most
+    np.testing.assert_allclose(got[0], x[0] @ stored.T, rtol=1e-4, atol=1e-4)
