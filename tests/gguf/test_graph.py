@@ -266,16 +266,21 @@ def test_bits_must_be_none_4_8_16_or_32(tmp_path):
         write_decoder(GGUFFile(GGUF_DIR / "model-llama-F32.gguf"), tmp_path, 3)
 
 
+def set_float_activations(folder: Path) -> None:
+    """Make a converted folder's MatMulNBits nodes take float32 activations (accuracy level 0), in place."""
+    model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    for node in model.graph.node:
+        for attr in node.attribute:
+            if node.op_type == "MatMulNBits" and attr.name == "accuracy_level":
+                attr.i = 0
+    (folder / "model.onnx").write_bytes(model.SerializeToString())
+
+
 def float_activations(folder: Path, into: Path) -> Path:
     """A copy of a converted folder whose MatMulNBits nodes take float32 activations (accuracy level 0)."""
     if not into.exists():
         shutil.copytree(folder, into)
-        model = onnx.load(str(into / "model.onnx"), load_external_data=False)
-        for node in model.graph.node:
-            for attr in node.attribute:
-                if node.op_type == "MatMulNBits" and attr.name == "accuracy_level":
-                    attr.i = 0
-        (into / "model.onnx").write_bytes(model.SerializeToString())
+        set_float_activations(into)
     return into
 
 

@@ -56,12 +56,9 @@ def _convert(model: str, bits: int | str | None, root: Path) -> Path:
     folder.mkdir(parents=True)
     config = write_decoder(GGUFFile(source), folder, None if bits == FLOAT_ACTIVATIONS else bits)  # type: ignore[arg-type]
     if bits == FLOAT_ACTIVATIONS:
-        graph = onnx.load(str(folder / "model.onnx"), load_external_data=False)
-        for node in graph.graph.node:
-            for attr in node.attribute:
-                if node.op_type == "MatMulNBits" and attr.name == "accuracy_level":
-                    attr.i = 0
-        (folder / "model.onnx").write_bytes(graph.SerializeToString())
+        from tests.gguf.test_graph import set_float_activations
+
+        set_float_activations(folder)
     built = time.perf_counter()
     (folder / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
     for item in hf.iterdir():  # tokenizer, chat template, generation config
