@@ -11,7 +11,7 @@ PyPI wheels, dequantized to fp32, exported by optimum and by onnxruntime-genai's
 int4).  Rows per model: inference4py on the optimum export with no options (fused on first load
 when the graph allows), inference4py on genai's int4 folder, optimum (ORTModelForCausalLM), genai
 fp32 and int4, inference4py on the GGUF file itself (converted once into the library's own graph:
-``gguf_bits(32)`` float32, and the default 4-bit), and llama.cpp (llama-cpp-python) on that GGUF file.
+``gguf_bits(32)`` float32, and ``gguf_bits(4)``, re-rounded 4-bit), and llama.cpp (llama-cpp-python) on that GGUF file.
 
 The prompt is synthetic prose (``prose()``: fixed sentences, fixed seed), encoded by each model's
 tokenizer (with its special tokens, so Gemma's BOS is there) and cut to exactly N tokens: every row
@@ -105,7 +105,7 @@ ROWS = (
         "inference4py_peer",
         "gguf",
         "int4",
-        "OnnxTextGenerator on the GGUF file, no options: converted once into the library's own graph, 4-bit",
+        "OnnxTextGenerator on the GGUF file, gguf_bits(4): converted once into the library's own graph, re-rounded 4-bit",
         (("gguf_bits", 4),),
     ),
     SizeRow(
