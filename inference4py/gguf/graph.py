@@ -140,6 +140,7 @@ class _Builder:
         self.initializers: list[Any] = []
         self._consts: dict[tuple[str, tuple[int, ...]], str] = {}
         self._block_sums: dict[tuple[str, int], str] = {}
+        self._written: set[str] = set()
         self._quantizer: Any = None
 
     def node(
@@ -276,7 +277,7 @@ class _Builder:
     def matmul_nbits(self, x: str, q: _Quantized, name: str) -> str:
         """``x @ W.T`` with ``W = scale * code (+ minimum)`` per block: MatMulNBits, plus the minimums'
         small product (each block's sum of ``x`` times its minimum) for the types that have one."""
-        inputs = [x, q.weight, self.initializer(q.scales.reshape(-1), f"{q.name}.weight_scales")]
+        inputs = [x, q.weight, self.scales_of(q)]
         if q.layout.zero_point is not None:  # zero points of 0, packed as MatMulNBits wants them
             per_row = -(-q.scales.shape[1] * q.layout.bits // 8)
             inputs.append(self.initializer(np.zeros(q.rows * per_row, np.uint8), f"{q.name}.weight_zero_points"))
@@ -357,28 +358,63 @@ class _Builder:
         return self.chunked(name, dtype, (rows, cols), self._chunks([Part(tensor)], False, cols))
 
     def embedding(self, q: _Quantized, ids: str, name: str) -> str:
-        """Rows ``ids`` of a table held as stored: GatherBlockQuantized on the matrix's own blocks."""
+        """Rows ``ids`` of a table held as stored: the rows' own blocks gathered and scaled by their own scales.
+
+        The bytes and scales are the very initializers a tied head multiplies with: nothing is copied
+        into another layout (GatherBlockQuantized would want its scales in a shape of its own).
+        """
+        from onnx import TensorProto
+
         rows, blocks = q.scales.shape
-        scales = self.initializer(q.scales.reshape(rows, blocks, 1), f"{name}.weight_scales_3d")
-        inputs = [q.weight, ids, scales]
-        if q.layout.zero_point is not None:
-            inputs.append(self.initializer(np.zeros((rows, blocks, 1), np.uint8), f"{name}.weight_zero_points_3d"))
+        layout = q.layout
+        codes = self.one("Gather", [q.weight, ids], f"{name}/Gather", axis=0)  # [batch, seq, blocks, block bytes]
+        if layout.bits == 4:  # two values a byte, the low nibble first
+            low = self.one(
+                "BitwiseAnd", [codes, self.initializer(np.array(15, np.uint8), f"{name}/low_mask")], f"{name}/low"
+            )
+            high = self.one(
+                "BitShift",
+                [codes, self.initializer(np.array(4, np.uint8), f"{name}/high_shift")],
+                f"{name}/high",
+                direction="RIGHT",
+            )
+            pairs = [
+                self.one("Unsqueeze", [t, self.ints([-1])], f"{name}/{t.rsplit('/', 2)[-2]}/Unsqueeze")
+                for t in (low, high)
+            ]
+            codes = self.one("Concat", pairs, f"{name}/nibbles", axis=-1)
+        values = self.one("Cast", [codes], f"{name}/Cast", to=TensorProto.FLOAT)
+        values = self.one("Reshape", [values, self.ints([0, 0, blocks, layout.block])], f"{name}/blocks")
+        zero = 1 << (layout.bits - 1) if layout.zero_point is None else layout.zero_point
+        if zero:
+            values = self.one("Sub", [values, self.scalar(float(zero))], f"{name}/zero_point")
+        # each row's scales, from the flat [rows * blocks] vector the head reads: row * blocks + block
+        first = self.one(
+            "Mul", [self.one("Unsqueeze", [ids, self.ints([-1])], f"{name}/ids"), self.ints([blocks])], f"{name}/first"
+        )
+        index = self.one(
+            "Add", [first, self.initializer(np.arange(blocks, dtype=np.int64), f"{name}/block_index")], f"{name}/index"
+        )
+        scale = self.one("Gather", [self.scales_of(q), index], f"{name}/scales/Gather", axis=0)  # [batch, seq, blocks]
         y = self.one(
-            "GatherBlockQuantized",
-            inputs,
-            f"{name}/GatherBlockQuantized",
-            domain="com.microsoft",
-            gather_axis=0,
-            quantize_axis=2,
-            block_size=q.layout.block,
-            bits=q.layout.bits,
-        )  # [batch, seq, blocks, block]
+            "Mul",
+            [values, self.one("Unsqueeze", [scale, self.ints([-1])], f"{name}/scales/Unsqueeze")],
+            f"{name}/scales/Mul",
+        )
         if q.minimums is not None:
             picked = self.one("Gather", [q.minimums, ids], f"{name}/minimums/Gather", axis=1)  # [blocks, batch, seq]
             picked = self.one("Transpose", [picked], f"{name}/minimums/Transpose", perm=[1, 2, 0])
             picked = self.one("Unsqueeze", [picked, self.ints([-1])], f"{name}/minimums/Unsqueeze")
             y = self.one("Add", [y, picked], f"{name}/minimums/Add")
         return self.one("Reshape", [y, self.ints([0, 0, -1])], f"{name}/Reshape")
+
+    def scales_of(self, q: _Quantized) -> str:
+        """A matrix's block scales, ``[N * blocks]`` float32, written once for all its readers."""
+        name = f"{q.name}.weight_scales"
+        if name not in self._written:
+            self._written.add(name)
+            self.initializer(q.scales.reshape(-1), name)
+        return name
 
     def rms_norm(self, x: str, weight: np.ndarray, name: str, eps: float) -> str:
         return self.one(

@@ -228,7 +228,7 @@ def test_a_load_without_a_width_reuses_the_default_conversion_only(llama_gguf, c
     [
         ("model-llama-F32.gguf", {"MatMul"}, "Gather"),
         ("model-llama-F16.gguf", {"MatMul"}, "Gather"),
-        ("model-llama-Q8_0.gguf", {"MatMulNBits"}, "GatherBlockQuantized"),
+        ("model-llama-Q8_0.gguf", {"MatMulNBits"}, "Gather"),  # of the 8-bit blocks, scaled by their scales
     ],
 )
 def test_the_default_width_keeps_each_weight_as_the_file_holds_it(name, ops, embedding, tmp_path):

@@ -9,8 +9,8 @@ tensor), and:
 
 - with float32 activations (a copy at MatMulNBits accuracy level 0) the default conversion computes
   the float32 conversion's logits (to summation order) and its greedy ids: its weights are the file's;
-- its graph holds every projection on MatMulNBits at the type's width and block, the embedding on
-  GatherBlockQuantized, and a tied head on the embedding's own bytes;
+- its graph holds every projection on MatMulNBits at the type's width and block, the embedding as a
+  gather of the table's own blocks and scales, and a tied head on those very bytes and scales;
 - at the converted graph's own level 4 (int8 activations, as llama.cpp's dot products) the number of
   greedy steps agreeing with float32 is recorded (``agreement_steps_level4``), not asserted: tiny random
   models have top-2 logit margins of a few 1e-3, which int8 activations (logit errors of 1-4e-2) flip.
@@ -175,15 +175,18 @@ def test_the_graph_holds_every_matrix_as_the_file_does(converted, kind):
     assert len(minimum_products) == (len(nbits) if layout.minimum else 0)
     assert not [n.name for n in nodes if n.op_type == "Gemm"]
 
-    gathers = [n for n in nodes if n.op_type == "GatherBlockQuantized"]
-    assert len(gathers) == 1 and gathers[0].input[1] == "input_ids"
-    a = attrs(gathers[0])
-    assert (a["bits"], a["block_size"], a["gather_axis"], a["quantize_axis"]) == (layout.bits, layout.block, 0, 2)
-    # no float table: a Gather of input_ids only picks the rows' per-block minimums (types that have them)
-    row_gathers = [n.name for n in nodes if n.op_type == "Gather" and "input_ids" in n.input]
-    assert row_gathers == (["/model/embed_tokens/minimums/Gather"] if layout.minimum else [])
+    # no float table: Gathers of input_ids pick the rows' blocks (uint8 codes) and, for types that have
+    # them, the rows' per-block minimums; the scales are gathered from the flat vector the head reads
+    row_gathers = {n.name: n for n in nodes if n.op_type == "Gather" and "input_ids" in n.input}
+    expected = {"/model/embed_tokens/Gather"} | ({"/model/embed_tokens/minimums/Gather"} if layout.minimum else set())
+    assert set(row_gathers) == expected
+    codes = row_gathers["/model/embed_tokens/Gather"].input[0]
+    assert codes == f"model.embed_tokens.weight_Q{layout.bits}" or codes.endswith(f"weight_Q{layout.bits}")
+    scales = next(n for n in nodes if n.name == "/model/embed_tokens/scales/Gather").input[0]
+    assert not [n for n in nodes if n.op_type == "GatherBlockQuantized"]
     head = next(n for n in nbits if n.name == "lm_head/MatMulNBits")
-    assert (head.input[1] == gathers[0].input[0]) is TIED[SHAPE[kind]]  # a tied head reads the embedding's bytes
+    tied = TIED[SHAPE[kind]]
+    assert (head.input[1] == codes and head.input[2] == scales) is tied  # a tied head reads the embedding's bytes
 
     float32 = onnx.load(str(c.folder("float32") / "model.onnx"), load_external_data=False)
     assert not {n.op_type for n in float32.graph.node} & {"MatMulNBits", "GatherBlockQuantized"}
