@@ -7,7 +7,7 @@ float32 the way ``gguf.quants.dequantize`` computes it (``d * sub_scale`` for th
 ``scales * codes + minimums`` in float32 equals the gguf package's dequantization bit for bit.
 
 :data:`LAYOUTS` says how each type maps onto onnxruntime's ``MatMulNBits`` (and
-``GatherBlockQuantized``) without rounding anything: the operator computes
+the embedding's gather) without rounding anything: the operator computes
 ``scale * (stored - zero_point)`` with integer storage, so a code is stored as ``code + offset``
 and the zero point is either the operator's default (``2 ** (bits - 1)``) or an explicit 0; a
 minimum becomes a separate small product (see :mod:`inference4py.gguf.graph`).

@@ -16,7 +16,7 @@ Weights (``bits``).  None, the default, keeps every weight as the file holds it:
 type runs on ``MatMulNBits`` with the file's own codes and scales (:mod:`inference4py.gguf.blocks`
 says which width and block per type), a type with per-block minimums adds their small product
 (each block's sum of the input times its minimum), and the embedding table is read by
-``GatherBlockQuantized`` from the same bytes a tied head multiplies with.  32 dequantizes every
+a gather of its own blocks and scales, the same bytes a tied head multiplies with.  32 dequantizes every
 matrix to float32; 16 stores float16 with a Cast before use (onnxruntime folds the Casts when the
 session loads, so it computes in float32); 4 and 8 re-round every linear layer into symmetric
 ``MatMulNBits`` blocks of 32 (lossy, only when asked; the embedding stays float32).
@@ -111,7 +111,7 @@ class _Quantized:
     """A matrix held as the file holds it: MatMulNBits' initializers, and what the embedding reuses."""
 
     name: str
-    weight: str  # [N, blocks, block bytes] uint8, shared with GatherBlockQuantized
+    weight: str  # [N, blocks, block bytes] uint8, shared by a tied head and the embedding's gather
     scales: np.ndarray  # [N, blocks] float32: each reader writes them in the shape it wants
     minimums: str | None  # [blocks, N] float32: the per-block minimums, transposed for MatMul
     layout: Layout
@@ -452,7 +452,7 @@ def write_decoder(gguf: GGUFFile, folder: Path, bits: int | None = None) -> dict
         folder: An existing, empty folder.
         bits: None (the default) keeps every weight as the file holds it: each block type on
             ``MatMulNBits`` with the file's own codes, scales and minimums, the embedding table on
-            ``GatherBlockQuantized`` sharing a tied head's bytes, float tensors in float32.
+            a gather of those blocks sharing a tied head's bytes, float tensors in float32.
             32 dequantizes every weight to float32 (exact), 16 stores float16 (exact for F16 files),
             8 and 4 re-round every matrix into symmetric ``MatMulNBits`` blocks of 32 (lossy: only
             when asked for).
