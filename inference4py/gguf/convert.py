@@ -104,9 +104,7 @@ def estimated_size(gguf: GGUFFile, bits: int | None) -> int:
             if layout is None:
                 total += 4 * count
                 continue
-            per_block = 4 + (4 if layout.minimum else 0) + 1  # scale, minimum, a zero point
-            if info.name == "token_embd.weight":  # the gather's own scales and zero points beside the head's
-                per_block += 5
+            per_block = 4 + (4 if layout.minimum else 0) + 1  # scale, minimum, a zero point (at most a byte)
             total += count * (layout.bits / 8 + per_block / layout.block)
         elif bits in (32, 16):
             total += count * bits / 8

@@ -112,7 +112,7 @@ class _Quantized:
 
     name: str
     weight: str  # [N, blocks, block bytes] uint8, shared by a tied head and the embedding's gather
-    scales: np.ndarray  # [N, blocks] float32: each reader writes them in the shape it wants
+    scales: np.ndarray  # [N, blocks] float32, written once (scales_of) for the head and the embedding
     minimums: str | None  # [blocks, N] float32: the per-block minimums, transposed for MatMul
     layout: Layout
     rows: int
@@ -241,7 +241,7 @@ class _Builder:
         if mode == "requantized":
             return self._requantized(x, parts, name)
         rows, cols = self.shape(parts)
-        weight = np.concatenate(list(self._chunks(parts, False, cols)), axis=0) if rows else np.zeros((0, cols))
+        weight = np.concatenate(list(self._chunks(parts, False, cols)), axis=0)
         if mode == "float32":
             stored = self.initializer(np.ascontiguousarray(weight.T, dtype=np.float32), f"{name}.weight")
         else:
@@ -365,7 +365,7 @@ class _Builder:
         """
         from onnx import TensorProto
 
-        rows, blocks = q.scales.shape
+        blocks = q.scales.shape[1]
         layout = q.layout
         codes = self.one("Gather", [q.weight, ids], f"{name}/Gather", axis=0)  # [batch, seq, blocks, block bytes]
         if layout.bits == 4:  # two values a byte, the low nibble first
@@ -378,24 +378,14 @@ class _Builder:
                 f"{name}/high",
                 direction="RIGHT",
             )
-            pairs = [
-                self.one("Unsqueeze", [t, self.ints([-1])], f"{name}/{t.rsplit('/', 2)[-2]}/Unsqueeze")
-                for t in (low, high)
-            ]
+            pairs = [self.one("Unsqueeze", [t, self.ints([-1])], f"{t}/Unsqueeze") for t in (low, high)]
             codes = self.one("Concat", pairs, f"{name}/nibbles", axis=-1)
         values = self.one("Cast", [codes], f"{name}/Cast", to=TensorProto.FLOAT)
         values = self.one("Reshape", [values, self.ints([0, 0, blocks, layout.block])], f"{name}/blocks")
         zero = 1 << (layout.bits - 1) if layout.zero_point is None else layout.zero_point
         if zero:
             values = self.one("Sub", [values, self.scalar(float(zero))], f"{name}/zero_point")
-        # each row's scales, from the flat [rows * blocks] vector the head reads: row * blocks + block
-        first = self.one(
-            "Mul", [self.one("Unsqueeze", [ids, self.ints([-1])], f"{name}/ids"), self.ints([blocks])], f"{name}/first"
-        )
-        index = self.one(
-            "Add", [first, self.initializer(np.arange(blocks, dtype=np.int64), f"{name}/block_index")], f"{name}/index"
-        )
-        scale = self.one("Gather", [self.scales_of(q), index], f"{name}/scales/Gather", axis=0)  # [batch, seq, blocks]
+        scale = self.one("Gather", [self.scales_of(q), ids], f"{name}/scales/Gather", axis=0)  # [batch, seq, blocks]
         y = self.one(
             "Mul",
             [values, self.one("Unsqueeze", [scale, self.ints([-1])], f"{name}/scales/Unsqueeze")],
@@ -409,11 +399,12 @@ class _Builder:
         return self.one("Reshape", [y, self.ints([0, 0, -1])], f"{name}/Reshape")
 
     def scales_of(self, q: _Quantized) -> str:
-        """A matrix's block scales, ``[N * blocks]`` float32, written once for all its readers."""
+        """A matrix's block scales, ``[N, blocks]`` float32 (a shape MatMulNBits takes), written once for all
+        its readers: a tied head and the embedding's gather."""
         name = f"{q.name}.weight_scales"
         if name not in self._written:
             self._written.add(name)
-            self.initializer(q.scales.reshape(-1), name)
+            self.initializer(q.scales, name)
         return name
 
     def rms_norm(self, x: str, weight: np.ndarray, name: str, eps: float) -> str:

@@ -153,8 +153,7 @@ class GGUFFile:
         """
         t = self._tensor(name)
         kind = t.tensor_type.name
-        data = t.data.reshape(-1, t.data.shape[-1]) if t.data.ndim > 1 else t.data.reshape(1, -1)
-        part = data[start:stop]
+        part = self.raw_rows(name)[start:stop]
         if kind == "F32":
             return np.asarray(part, dtype=np.float32)
         if kind == "F16":
@@ -170,7 +169,8 @@ class GGUFFile:
         return np.asarray(values, dtype=np.float32).reshape(part.shape[0], -1)
 
     def raw_rows(self, name: str) -> np.ndarray:
-        """A quantized matrix's bytes as the file holds them: ``[rows, bytes per row]`` uint8 (memory-mapped)."""
+        """A tensor's rows as the file holds them, memory-mapped: ``[rows, bytes per row]`` uint8 for a block
+        type (``[rows, cols]`` in its own dtype for F32/F16); a vector is one row."""
         t = self._tensor(name)
         data = np.asarray(t.data)
         return data.reshape(-1, data.shape[-1]) if data.ndim > 1 else data.reshape(1, -1)

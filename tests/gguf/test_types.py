@@ -175,10 +175,11 @@ def test_the_graph_holds_every_matrix_as_the_file_does(converted, kind):
     assert len(minimum_products) == (len(nbits) if layout.minimum else 0)
     assert not [n.name for n in nodes if n.op_type == "Gemm"]
 
-    # no float table: Gathers of input_ids pick the rows' blocks (uint8 codes) and, for types that have
-    # them, the rows' per-block minimums; the scales are gathered from the flat vector the head reads
+    # no float table: Gathers of input_ids pick the rows' blocks (uint8 codes), their scales (the very
+    # initializer the head reads) and, for types that have them, the rows' per-block minimums
     row_gathers = {n.name: n for n in nodes if n.op_type == "Gather" and "input_ids" in n.input}
-    expected = {"/model/embed_tokens/Gather"} | ({"/model/embed_tokens/minimums/Gather"} if layout.minimum else set())
+    expected = {"/model/embed_tokens/Gather", "/model/embed_tokens/scales/Gather"}
+    expected |= {"/model/embed_tokens/minimums/Gather"} if layout.minimum else set()
     assert set(row_gathers) == expected
     codes = row_gathers["/model/embed_tokens/Gather"].input[0]
     assert codes == f"model.embed_tokens.weight_Q{layout.bits}" or codes.endswith(f"weight_Q{layout.bits}")
