@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,6 +202,20 @@ class GenerationConfig:
         """True when tokens are drawn at random (do_sample and temperature > 0)."""
         return bool(self.do_sample) and self.temperature > 0
 
+    def with_temperature(self, temperature: float) -> GenerationConfig:
+        """The config at OpenAI's ``temperature``: the one place that says 0 means greedy.
+
+        ``0`` turns sampling off (the temperature itself is kept); any other value samples at it.
+
+        Raises:
+            ConfigurationError: a negative or non-numeric temperature.
+        """
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+            raise ConfigurationError(f"temperature={temperature!r} is invalid: temperature must be a number >= 0.")
+        if temperature == 0:
+            return self if not self.do_sample else self.replace(do_sample=False)
+        return self.replace(do_sample=True, temperature=float(temperature))
+
     def replace(self, **changes: Any) -> GenerationConfig:
         """Return a copy with some fields changed (validated again).
 
@@ -303,15 +317,3 @@ _GEN_KEYS_IN_MODEL_CONFIG = frozenset(
         *_ID_KEYS,
     }
 )
-
-
-def merge_overrides(base: GenerationConfig, overrides: Mapping[str, Any] | None) -> GenerationConfig:
-    """Apply call/builder overrides (None values mean "not set")."""
-    if not overrides:
-        return base
-    changes = {k: v for k, v in overrides.items() if v is not None}
-    return base.replace(**changes) if changes else base
-
-
-def id_tuple(values: Iterable[int] | int | None) -> tuple[int, ...]:
-    return _as_id_list(values)
