@@ -36,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "translate": "inference4py._quick",
     "correct": "inference4py._quick",
     "GenerationConfig": "inference4py.generation.config",
+    "RequestOptions": "inference4py.tasks.options",
     "GenerationResult": "inference4py.generation.result",
     "GenerationChunk": "inference4py.generation.result",
     "Candidate": "inference4py.generation.result",
@@ -92,6 +93,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from inference4py.tasks.flan_t5 import FlanT5TextGenerator as FlanT5TextGenerator
     from inference4py.tasks.languages import Language as Language
     from inference4py.tasks.marian import MarianTranslator as MarianTranslator
+    from inference4py.tasks.options import RequestOptions as RequestOptions
     from inference4py.tasks.seq2seq_base import TextOutput as TextOutput
     from inference4py.tasks.t5_sql import T5SqlGenerator as T5SqlGenerator
     from inference4py.tasks.text_generation import (

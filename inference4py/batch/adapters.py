@@ -23,6 +23,7 @@ from typing import Any
 from inference4py.batch.inputs import InputRow
 from inference4py.errors import AudioError, ConfigurationError, InvalidInputError, PromptTooLongError
 from inference4py.generation.generate import collect
+from inference4py.tasks.options import GENERATION_FIELDS, OUTPUT_FIELDS, RequestOptions
 
 __all__ = ["TASKS", "RESULT_COLUMNS", "row_seed", "load_adapter", "TaskAdapter", "error_row"]
 
@@ -71,8 +72,8 @@ class TaskAdapter:
         self.model = model
         self.seed = seed
         self.overrides = dict(overrides)
-        self.sampling = bool(model.generation_config.replace(**_generation_only(overrides)).do_sample)
-        # json_schema (CONTROL_KEYS) stays in ``overrides``: every generate / generate_batch call takes it
+        generation = {k: v for k, v in overrides.items() if k in GENERATION_FIELDS}
+        self.sampling = RequestOptions.from_keywords(generation).apply(model.generation_config).sampling
 
     def close(self) -> None:
         self.model.close()
@@ -140,24 +141,20 @@ class TaskAdapter:
             return error_row(row.id, exc)
 
 
-#: Per-call options that shape the output rather than the search (passed through to every call).
-CONTROL_KEYS = ("json_schema",)
-
-
-def _generation_only(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in overrides.items() if v is not None and k not in CONTROL_KEYS}
-    if "temperature" in out and "do_sample" not in out:
-        out["do_sample"] = out["temperature"] > 0
-    return out
-
-
 class DecoderAdapter(TaskAdapter):
-    """``generate`` (text prompts) and ``chat`` (message lists, or text as one user message)."""
+    """``generate`` (text prompts) and ``chat`` (message lists, or text as one user message).
+
+    Every row runs on the library's continuous-batching scheduler
+    (:class:`~inference4py.tasks.batched.BatchedTextGenerator`), greedy or sampled: each row has its
+    own processors, sampler and seed, so its tokens are those of ``generate(prompt, seed=row_seed(...))``
+    alone, whatever rows share its batch.
+    """
 
     def __init__(self, model: Any, *, task: str, seed: int | None, overrides: Mapping[str, Any]) -> None:
         super().__init__(model, seed=seed, overrides=overrides)
         self.task = task
-        self._batched: Any = None  # the scheduler of sampled rows, made on first use
+        self.options = RequestOptions.from_keywords(overrides)
+        self._batched: Any = None  # the scheduler, made on first use
 
     def prepare(self, value: Any) -> Any:
         if value is None:
@@ -169,48 +166,24 @@ class DecoderAdapter(TaskAdapter):
                 raise InvalidInputError(
                     f"A chat row needs a list of {{'role': ..., 'content': ...}} messages, got {type(value).__name__}."
                 )
-            value = [dict(m) for m in value]
-        elif not isinstance(value, str):
+            return [dict(m) for m in value]
+        if not isinstance(value, str):
             raise InvalidInputError(f"A generate row needs a text prompt, got {type(value).__name__}.")
-        ids = self.model.encode_prompt(value)  # empty / malformed prompts raise here
-        # the settings this row runs with alone (its own room in the context); raises PromptTooLongError
-        config = self.model.call_settings(len(ids), **_generation_only(self.overrides))
-        return _Planned(ids, config.max_new_tokens)
+        return value
 
-    def groups(self, ready: list[tuple[InputRow, Any]]) -> list[list[tuple[InputRow, Any]]]:
-        by_limit: dict[int, list[tuple[InputRow, Any]]] = {}
-        for row, planned in ready:
-            by_limit.setdefault(planned.max_new_tokens, []).append((row, planned))
-        return list(by_limit.values())
-
-    def call_batch(self, sources: list[Any], group: list[tuple[InputRow, Any]]) -> list[Any]:
-        overrides = {**self.overrides, "max_new_tokens": sources[0].max_new_tokens}
-        return list(self.model.generate_batch([s.ids for s in sources], **overrides))
-
-    def call_alone(self, source: Any, overrides: Mapping[str, Any]) -> Any:
-        return self.model.generate(source.ids, **{**overrides, "max_new_tokens": source.max_new_tokens})
-
-    def run_sampled(self, ready: list[tuple[InputRow, Any]], results: dict[str, dict[str, Any]]) -> None:
-        """Sampled rows decoded together by the library's scheduler, each with its own seed and sampler.
-
-        ``generate_batch`` shares one random stream across its rows; the scheduler
-        (:class:`~inference4py.tasks.batched.BatchedTextGenerator`) gives every request its own, so a
-        row's tokens are those of ``generate(prompt, seed=row_seed(...))`` alone.
-        """
-        if not ready:
-            return
+    def run(self, rows: Sequence[InputRow]) -> list[dict[str, Any]]:
+        """Every row submitted to the scheduler before any is read; a row that fails is an error row."""
         if self._batched is None:
-            self._batched = self.model.batched(max_concurrent=max(1, len(ready)), max_waiting=1 << 20)
+            self._batched = self.model.batched(max_concurrent=max(1, len(rows)), max_waiting=1 << 20)
         started = time.perf_counter()
+        results: dict[str, dict[str, Any]] = {}
         pending = []
-        for row, planned in ready:
-            overrides = {**self.overrides, "max_new_tokens": planned.max_new_tokens}
-            seed = self._seed(row)
-            if seed is not None:
-                overrides["seed"] = seed
+        for row in rows:
             try:
-                submission, chunks = self._batched._open(planned.ids, overrides)
-            except Exception as exc:
+                seed = self._seed(row)
+                options = self.options if seed is None else self.options.replace(seed=seed)
+                submission, chunks = self._batched.open(self.prepare(row.value), options)
+            except Exception as exc:  # a bad row (empty, too long, malformed) is an error in its own row
                 results[row.id] = error_row(row.id, exc)
                 continue
             pending.append((row, submission, chunks))
@@ -220,21 +193,12 @@ class DecoderAdapter(TaskAdapter):
                 results[row.id] = _ok_row(row.id, submission.finish(result))
             except Exception as exc:
                 results[row.id] = error_row(row.id, exc)
+        return [results[row.id] for row in rows]
 
     def close(self) -> None:
         if self._batched is not None:
             self._batched.close()
         super().close()
-
-
-class _Planned:
-    """A decoder row ready to run: its prompt ids and the new-token limit it has alone."""
-
-    __slots__ = ("ids", "max_new_tokens")
-
-    def __init__(self, ids: list[int], max_new_tokens: int) -> None:
-        self.ids = ids
-        self.max_new_tokens = max_new_tokens
 
 
 class Seq2SeqAdapter(TaskAdapter):
@@ -247,7 +211,9 @@ class Seq2SeqAdapter(TaskAdapter):
         self.task = task
         self._prefix = prefix
         self._format = fmt
-        config = model.generation_config.replace(**_generation_only(overrides))
+        config = RequestOptions.from_keywords({k: v for k, v in overrides.items() if k in GENERATION_FIELDS}).apply(
+            model.generation_config
+        )
         self._beams = config.num_beams > 1 or config.num_return_sequences > 1
 
     def prepare(self, value: Any) -> Any:
@@ -352,7 +318,7 @@ def load_adapter(
     if task == "transcribe":
         from inference4py.tasks.whisper import WhisperSpeechModel
 
-        if any(k in overrides for k in CONTROL_KEYS):
+        if any(k in overrides for k in OUTPUT_FIELDS):
             raise ConfigurationError("A JSON schema constrains generated text: drop json_schema for --task transcribe.")
 
         builder = _source(WhisperSpeechModel.builder(), model)

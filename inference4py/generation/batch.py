@@ -1,8 +1,12 @@
-"""Batched generation: one forward pass per step for several prompts.
+"""A fixed batch of rows through one forward pass per step, each row choosing with its own chooser.
 
-Decoder-only prompts are left-padded (the engine derives position ids from the
-attention mask); every row stops on its own EOS, after which it is fed the pad
-token like transformers does, and its result does not depend on other rows.
+The encoder-decoder tasks' ``generate_batch`` runs here: the encoder inputs are right-padded
+(:func:`right_pad`), every row starts from the same decoder prompt, and each step's logits
+``[batch, vocab]`` are handed row by row to that row's
+:class:`~inference4py.generation.search.TokenChooser` — the same processors, sampler, seed and
+finish rule a call of its own uses, so a row gives what it gives alone (a seeded sampled row
+included).  A finished row is fed the pad id until every row is done.  Decoder-only batches run
+on the continuous-batching scheduler instead (``OnnxTextGenerator.generate_batch``).
 """
 
 from __future__ import annotations
@@ -13,32 +17,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from inference4py.errors import ConfigurationError
-from inference4py.generation.config import GenerationConfig
-from inference4py.generation.logprobs import LogprobRecorder, TokenLogprob
-from inference4py.generation.processors import LogitsProcessor
-from inference4py.generation.sampling import Sampler
-from inference4py.generation.search import StepModel
+from inference4py.generation.generate import collect, stream_generate
+from inference4py.generation.search import StepModel, TokenChooser
 
 if TYPE_CHECKING:
+    from inference4py.generation.config import GenerationConfig
     from inference4py.generation.result import GenerationResult
     from inference4py.tokenization import Tokenizer
 
-__all__ = ["left_pad", "right_pad", "generate_batch_ids", "batch_results", "make_recorders", "result_from_ids"]
-
-
-def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(ids, mask)`` ``[batch, max_len]`` with the padding on the left (decoder-only prompts)."""
-    width = max(len(r) for r in rows)
-    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(rows), width), dtype=np.int64)
-    for i, row in enumerate(rows):
-        ids[i, width - len(row) :] = row
-        mask[i, width - len(row) :] = 1
-    return ids, mask
+__all__ = ["check_batchable", "right_pad", "row_results", "run_rows"]
 
 
 def right_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(ids, mask)`` with the padding on the right (encoder inputs)."""
+    """``(ids, mask)`` ``[batch, max_len]`` with the padding on the right (encoder inputs)."""
     width = max(len(r) for r in rows)
     ids = np.full((len(rows), width), pad_id, dtype=np.int64)
     mask = np.zeros((len(rows), width), dtype=np.int64)
@@ -48,113 +39,47 @@ def right_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, n
     return ids, mask
 
 
-def generate_batch_ids(
-    model: StepModel,
-    input_ids: np.ndarray,
-    attention_mask: np.ndarray | None,
-    config: GenerationConfig,
-    *,
-    processors: Sequence[LogitsProcessor],
-    sampler: Sampler,
-    rng: np.random.Generator,
-    pad_id: int,
-    recorders: Sequence[LogprobRecorder] | None = None,
-) -> list[list[int]]:
-    """Generate for every row of ``input_ids`` ``[batch, n]``; returns each row's new ids (EOS included).
+def run_rows(model: StepModel, choosers: Sequence[TokenChooser], *, pad_id: int) -> None:
+    """Generate every row of a fresh ``model`` state until each row's chooser is finished.
 
-    ``recorders`` (one per row, with logprobs on) see each unfinished row's raw logits and token.
+    The choosers' prompts must all have the same length (they are fed as one ``[batch, n]``
+    prefill); the chosen tokens stay in the choosers (:meth:`TokenChooser.new_ids`).
     """
-    batch, n = input_ids.shape
-    ids = np.empty((batch, n + config.max_new_tokens), dtype=np.int64)  # [batch, prompt + new]
-    ids[:, :n] = input_ids
-    eos = np.asarray(sorted(config.eos_token_id), dtype=np.int64)
-    unfinished = np.ones(batch, dtype=bool)
-    lengths = np.zeros(batch, dtype=np.int64)  # generated tokens per row
-    rec: Sequence[LogprobRecorder] = recorders or ()
-    logits = model.prefill(input_ids, attention_mask)  # [batch, vocab]
-    for i in range(config.max_new_tokens):
-        cur = n + i
-        scores = logits
-        active: list[int] = np.flatnonzero(unfinished).tolist() if rec else []
-        for r in active:
-            rec[r].observe(logits[r])
-        for proc in processors:
-            scores = proc(ids[:, :cur], scores)
-        tokens = np.asarray(sampler(scores, rng), dtype=np.int64)
-        tokens = np.where(unfinished, tokens, pad_id)
-        for r in active:
-            rec[r].choose(int(tokens[r]))
-        ids[:, cur] = tokens
-        lengths += unfinished
-        if eos.size:
-            unfinished &= ~np.isin(tokens, eos)
-        if not unfinished.any() or i + 1 == config.max_new_tokens:
-            break
+    if len({c.prompt_length for c in choosers}) != 1:
+        raise ConfigurationError("run_rows feeds one prompt width: give every row a prompt of the same length.")
+    prompt = np.concatenate([c.prompt for c in choosers], axis=0)  # [batch, n]
+    logits = model.prefill(prompt)  # [batch, vocab]
+    tokens = np.full(len(choosers), pad_id, dtype=np.int64)
+    while True:
+        for row, chooser in enumerate(choosers):
+            tokens[row] = chooser.choose(logits[row : row + 1]) if not chooser.finished else pad_id
+        if all(c.finished for c in choosers):
+            return
         logits = model.step(tokens)
-    return [ids[r, n : n + int(lengths[r])].tolist() for r in range(batch)]
 
 
-def result_from_ids(
-    token_ids: Sequence[int],
+def row_results(
+    choosers: Sequence[TokenChooser],
     tokenizer: Tokenizer,
     config: GenerationConfig,
     *,
-    prompt_tokens: int,
-    duration: float,
-    time_to_first_token: float,
-    logprobs: Sequence[TokenLogprob] | None = None,
-) -> GenerationResult:
-    """A :class:`GenerationResult` for ids generated without streaming (stop sequences cut afterwards)."""
-    from inference4py.generation.result import Candidate, FinishReason, GenerationResult
-
-    text = tokenizer.decode(list(token_ids), skip_special_tokens=True)
-    reason: FinishReason = "eos" if token_ids and token_ids[-1] in config.eos_token_id else "length"
-    cuts = [text.find(s) for s in config.stop_sequences if s in text]
-    if cuts:
-        text = text[: min(cuts)]
-        reason = "stop"
-    ids = tuple(int(t) for t in token_ids)
-    return GenerationResult(
-        text=text,
-        token_ids=ids,
-        prompt_tokens=prompt_tokens,
-        generated_tokens=len(ids),
-        finish_reason=reason,
-        duration=duration,
-        time_to_first_token=time_to_first_token,
-        candidates=(Candidate(text, ids, None, reason),),
-        logprobs=tuple(logprobs) if logprobs is not None else None,
-    )
-
-
-def batch_results(
-    outputs: Sequence[Sequence[int]],
-    prompt_lengths: Sequence[int],
-    tokenizer: Tokenizer,
-    config: GenerationConfig,
-    *,
-    elapsed: float,
-    recorders: Sequence[LogprobRecorder] | None = None,
+    prompt_tokens: Sequence[int],
+    started: float,
 ) -> list[GenerationResult]:
-    """One :class:`GenerationResult` per row of a batch, in order."""
-    return [
-        result_from_ids(
-            out,
-            tokenizer,
-            config,
-            prompt_tokens=n,
-            duration=elapsed,
-            time_to_first_token=elapsed,
-            logprobs=recorders[i].items if recorders is not None else None,
+    """One result per row, its tokens read as a call of its own streams them (stop strings cut alike)."""
+    results = []
+    for chooser, n in zip(choosers, prompt_tokens):
+        chunks = stream_generate(iter(chooser.new_ids()), tokenizer, config, recorder=chooser.recorder)
+        results.append(collect(chunks, prompt_tokens=n, started=started))
+    return results
+
+
+def check_batchable(config: GenerationConfig) -> None:
+    """A fixed batch runs greedy search or sampling, one sequence per row, without the prompt's log-probabilities."""
+    if config.num_beams > 1 or config.num_return_sequences > 1:
+        raise ConfigurationError(
+            "generate_batch runs greedy or sampling with one sequence per input; for beam search or several "
+            "sequences call generate() per input."
         )
-        for i, (out, n) in enumerate(zip(outputs, prompt_lengths))
-    ]
-
-
-def make_recorders(rows: int, tokenizer: Tokenizer, config: GenerationConfig) -> list[LogprobRecorder] | None:
-    """One logprob recorder per batch row when the config asks for logprobs, else None."""
-    if not config.logprobs:
-        return None
     if config.prompt_logprobs:
         raise ConfigurationError("prompt_logprobs is reported by generate() and stream_chunks(): call them per prompt.")
-    return [LogprobRecorder(tokenizer, config.top_logprobs) for _ in range(rows)]

@@ -38,7 +38,7 @@ import numpy as np
 
 from inference4py.errors import ConfigurationError, InvalidInputError
 from inference4py.generation.config import GenerationConfig
-from inference4py.generation.processors import LogitsProcessor, log_softmax, make_logits_warpers
+from inference4py.generation.processors import LogitsProcessor, apply_processors, log_softmax, make_logits_warpers
 from inference4py.generation.sampling import Sampler
 
 __all__ = [
@@ -243,11 +243,7 @@ def beam_search(
     for step in range(max_new):
         cur = n + step
         flat = seqs.reshape(B * K, L)[:, :cur]
-        scores = log_softmax(logits)  # [B*K, V]
-        for proc in processors:
-            scores = proc(flat, scores)
-        for warp in warpers:
-            scores = warp(flat, scores)
+        scores = apply_processors(warpers, flat, apply_processors(processors, flat, log_softmax(logits)))  # [B*K, V]
         acc = (scores.reshape(B, K, vocab) + running[:, :, None]).reshape(B, K * vocab)
 
         # c. top-M continuations over all beams
@@ -382,9 +378,7 @@ def sample_sequences(
     open_rows = np.ones(rows, dtype=bool)
     for i in range(max_new):
         cur = n + i
-        scores = logits
-        for proc in processors:
-            scores = proc(ids[:, :cur], scores)
+        scores = apply_processors(processors, ids[:, :cur], logits)
         tokens = np.asarray(sampler(scores, rng), dtype=np.int64)
         tokens = np.where(open_rows, tokens, pad)
         ids[:, cur] = tokens

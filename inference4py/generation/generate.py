@@ -22,7 +22,7 @@ from inference4py.generation.config import GenerationConfig
 from inference4py.generation.logprobs import LogprobRecorder, TokenLogprob
 from inference4py.generation.processors import LogitsProcessor
 from inference4py.generation.result import Candidate, FinishReason, GenerationChunk, GenerationResult
-from inference4py.generation.search import StepModel, TokenChooser
+from inference4py.generation.search import new_chooser, run_chooser
 from inference4py.generation.streaming import IncrementalDetokenizer, StopSequenceMatcher
 
 if TYPE_CHECKING:
@@ -34,8 +34,6 @@ __all__ = [
     "CandidateStream",
     "FinalPhaseStream",
     "generate_chunks",
-    "new_chooser",
-    "run_chooser",
 ]
 
 
@@ -297,38 +295,3 @@ class FinalPhaseStream:
         close = getattr(self._chunks, "close", None)
         if close is not None:
             close()
-
-
-def new_chooser(
-    prompt_ids: Sequence[int], config: GenerationConfig, tokenizer: Tokenizer, *, processors: Sequence[LogitsProcessor]
-) -> TokenChooser:
-    """The token chooser of one greedy or sampled sequence: its processors, sampler, seed and log-prob recorder."""
-    from inference4py.generation.sampling import make_rng, make_sampler
-
-    recorder = LogprobRecorder(tokenizer, config.top_logprobs) if config.logprobs else None
-    return TokenChooser(
-        prompt_ids,
-        config,
-        processors=processors,
-        sampler=make_sampler(config),
-        rng=make_rng(config.seed),
-        recorder=recorder,
-    )
-
-
-def run_chooser(state: StepModel, chooser: TokenChooser, config: GenerationConfig) -> Iterator[int]:
-    """Feed ``chooser``'s prompt to a fresh ``state`` and yield its tokens until it is finished."""
-    from inference4py.generation.search import prefill_scoring_prompt
-
-    if chooser.recorder is not None and config.prompt_logprobs:
-        logits = prefill_scoring_prompt(state, chooser.prompt, chooser.recorder)
-    else:
-        logits = state.prefill(chooser.prompt)  # [1, vocab]
-    step_input = np.empty((1,), dtype=np.int64)
-    while True:
-        token = chooser.choose(logits)
-        yield token
-        if chooser.finished:
-            return
-        step_input[0] = token
-        logits = state.step(step_input)

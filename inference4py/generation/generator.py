@@ -24,8 +24,9 @@ import numpy as np
 
 from inference4py.errors import InvalidInputError
 from inference4py.generation.config import GenerationConfig
-from inference4py.generation.processors import LogitsProcessor, make_logits_processors
-from inference4py.generation.sampling import make_rng, make_sampler
+from inference4py.generation.processors import LogitsProcessor, apply_processors, make_logits_processors
+from inference4py.generation.sampling import choose_token, make_rng, make_sampler
+from inference4py.generation.search import sequence_finished
 
 __all__ = ["Generator"]
 
@@ -102,11 +103,9 @@ class Generator:
             raise InvalidInputError(
                 "Generation is done (EOS or max_new_tokens reached); append tokens or rewind first."
             )
-        scores = self.get_logits()
         ids = np.asarray([self._ids], dtype=np.int64)  # [1, cur_len]
-        for proc in self._processors:
-            scores = proc(ids, scores)
-        token = int(self._sampler(scores, self._rng)[0])
+        scores = apply_processors(self._processors, ids, self.get_logits())
+        token = choose_token(self._sampler, scores, self._rng, step=len(self._ids) - self._turn_start)
         self._ids.append(token)
         self._logits = None  # computed lazily: the last token is fed only if needed
         return token
@@ -116,7 +115,7 @@ class Generator:
         generated = len(self._ids) - self._turn_start
         if generated <= 0:
             return False
-        return self._ids[-1] in self._eos or generated >= self.config.max_new_tokens
+        return sequence_finished(self._ids[-1], generated, self._eos, self.config.max_new_tokens)
 
     # ------------------------------------------------------------------ inspection
     @property

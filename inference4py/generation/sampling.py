@@ -30,7 +30,7 @@ from inference4py.generation.processors import (
     min_tokens_to_keep,
 )
 
-__all__ = ["Sampler", "make_sampler", "make_rng", "greedy", "nan_logits_error"]
+__all__ = ["Sampler", "choose_token", "make_sampler", "make_rng", "greedy", "nan_logits_error"]
 
 Sampler = Callable[[np.ndarray, np.random.Generator], np.ndarray]
 """``(scores float32 [batch, vocab], rng) -> token ids int64 [batch]``."""
@@ -59,6 +59,17 @@ def nan_logits_error(step: int | None = None) -> InferenceError:
         f"The model produced NaN logits{where}, so no token can be chosen. The ONNX graph overflows or is "
         "corrupt: with an fp16 or quantized model, try its fp32 variant; otherwise re-export or re-download it."
     )
+
+
+def choose_token(sampler: Sampler, scores: np.ndarray, rng: np.random.Generator, *, step: int | None = None) -> int:
+    """The one place a token is drawn: ``sampler`` on processed ``scores`` ``[1, vocab]``; NaN scores are refused.
+
+    ``step`` (tokens generated before this one) only names the position in the error.
+    """
+    token = int(sampler(scores, rng)[0])
+    if scores[0, token] != scores[0, token]:  # NaN: argmax and the samplers pick NaN scores first
+        raise nan_logits_error(step)
+    return token
 
 
 def make_sampler(config: GenerationConfig) -> Sampler:

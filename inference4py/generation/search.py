@@ -1,25 +1,44 @@
-"""Token selection loops over a step model: greedy and sampling (beam search: see beam.py).
+"""The step core: how one sequence chooses its tokens, and the loop that feeds it (beam search: beam.py).
 
-``generate_step`` is the lowest tier of generation: it feeds the prompt, then
-yields one token id per step until EOS or ``max_new_tokens``.  It never runs a
-forward pass whose logits would not be used.  Stop strings are not its
-business: the caller stops iterating (see :mod:`inference4py.generation.generate`).
+Three rules live here and nowhere else:
+
+* :func:`apply_processors` (processors.py) runs a sequence's logits processors; every path calls it;
+* :func:`choose_token` (sampling.py) draws one token from processed scores and refuses NaN scores;
+* :func:`sequence_finished` decides that a sequence is over (an EOS id, or ``max_new_tokens``).
+
+:class:`TokenChooser` puts the three together for one sequence.  ``generate_step`` / ``run_chooser``
+are the lowest tier of generation: feed the prompt, then yield one token id per step until the
+chooser is finished, never running a forward pass whose logits would not be used.  The
+continuous-batching scheduler, ``generate_batch`` and the batch runner drive the same choosers,
+one per row.  Stop strings are not this module's business: the caller stops iterating (see
+:mod:`inference4py.generation.generate`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from inference4py.errors import ConfigurationError
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.logprobs import LogprobRecorder
-from inference4py.generation.processors import LogitsProcessor
-from inference4py.generation.sampling import Sampler, nan_logits_error
+from inference4py.generation.processors import LogitsProcessor, apply_processors
+from inference4py.generation.sampling import Sampler, choose_token, make_rng, make_sampler
 
-__all__ = ["StepModel", "TokenChooser", "generate_step", "prefill_scoring_prompt"]
+if TYPE_CHECKING:
+    from inference4py.tokenization import Tokenizer
+
+__all__ = [
+    "StepModel",
+    "TokenChooser",
+    "generate_step",
+    "new_chooser",
+    "prefill_scoring_prompt",
+    "run_chooser",
+    "sequence_finished",
+]
 
 
 class StepModel(Protocol):
@@ -28,6 +47,11 @@ class StepModel(Protocol):
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray: ...
 
     def step(self, tokens: np.ndarray) -> np.ndarray: ...
+
+
+def sequence_finished(token: int, generated: int, eos: frozenset[int], max_new_tokens: int) -> bool:
+    """Whether a sequence is over after choosing ``token`` as its ``generated``-th new token."""
+    return token in eos or generated >= max_new_tokens
 
 
 class TokenChooser:
@@ -85,17 +109,17 @@ class TokenChooser:
         """The prompt and every token chosen so far, ``[prompt + generated]`` (a view: read only)."""
         return self._ids[0, : self.prompt_length + self.generated]
 
+    def new_ids(self) -> list[int]:
+        """The tokens chosen so far (the prompt left out)."""
+        return self._ids[0, self.prompt_length : self.prompt_length + self.generated].tolist()
+
     def sequence(self) -> list[int]:
         """The prompt and every token chosen so far."""
         return self._ids[0, : self.prompt_length + self.generated].tolist()
 
     def choose(self, logits: np.ndarray) -> int:
         """The next token from ``logits`` ``[1, vocab]`` (processed in place: pass a copy to keep them)."""
-        scores = self.scores(logits)
-        token = int(self.sampler(scores, self.rng)[0])
-        if scores[0, token] != scores[0, token]:  # NaN: argmax and the samplers pick NaN scores first
-            raise nan_logits_error(self.generated)
-        return self.append(token)
+        return self.append(choose_token(self.sampler, self.scores(logits), self.rng, step=self.generated))
 
     def scores(self, logits: np.ndarray) -> np.ndarray:
         """The next token's scores: ``logits`` ``[1, vocab]`` through the processors (in place).
@@ -104,15 +128,9 @@ class TokenChooser:
         logits first, so each call must be followed by :meth:`append` of the token taken from them
         (speculative decoding verifies a drafted token this way instead of sampling one).
         """
-        cur = self.prompt_length + self.generated
-        scores = logits
         if self.recorder is not None:
             self.recorder.observe(logits)  # raw: the processors may change scores in place
-        if self._processors:
-            seen = self._ids[:, :cur]
-            for proc in self._processors:
-                scores = proc(seen, scores)
-        return scores
+        return apply_processors(self._processors, self._ids[:, : self.prompt_length + self.generated], logits)
 
     def append(self, token: int) -> int:
         """Add ``token`` as the next one of the sequence (see :meth:`scores`); returns it."""
@@ -120,7 +138,7 @@ class TokenChooser:
         if self.recorder is not None:
             self.recorder.choose(token)
         self.generated += 1
-        self.finished = token in self._eos or self.generated >= self.max_new
+        self.finished = sequence_finished(token, self.generated, self._eos, self.max_new)
         return token
 
 
@@ -139,8 +157,6 @@ def generate_step(
     ``prompt_ids`` are fed first (decoder-only: the prompt; encoder-decoder: the decoder start
     tokens); the other arguments are :class:`TokenChooser`'s.
     """
-    from inference4py.generation.generate import run_chooser
-
     chooser = TokenChooser(prompt_ids, config, processors=processors, sampler=sampler, rng=rng, recorder=recorder)
     return run_chooser(model, chooser, config)
 
@@ -160,3 +176,34 @@ def prefill_scoring_prompt(model: StepModel, prompt: np.ndarray, recorder: Logpr
         raise ConfigurationError("This graph returns only the last position's logits: prompt_logprobs needs all.")
     recorder.record_prompt(prompt[0].tolist(), everything[0])
     return logits
+
+
+def new_chooser(
+    prompt_ids: Sequence[int], config: GenerationConfig, tokenizer: Tokenizer, *, processors: Sequence[LogitsProcessor]
+) -> TokenChooser:
+    """The token chooser of one greedy or sampled sequence: its processors, sampler, seed and log-prob recorder."""
+    recorder = LogprobRecorder(tokenizer, config.top_logprobs) if config.logprobs else None
+    return TokenChooser(
+        prompt_ids,
+        config,
+        processors=processors,
+        sampler=make_sampler(config),
+        rng=make_rng(config.seed),
+        recorder=recorder,
+    )
+
+
+def run_chooser(state: StepModel, chooser: TokenChooser, config: GenerationConfig) -> Iterator[int]:
+    """Feed ``chooser``'s prompt to a fresh ``state`` and yield its tokens until it is finished."""
+    if chooser.recorder is not None and config.prompt_logprobs:
+        logits = prefill_scoring_prompt(state, chooser.prompt, chooser.recorder)
+    else:
+        logits = state.prefill(chooser.prompt)  # [1, vocab]
+    step_input = np.empty((1,), dtype=np.int64)
+    while True:
+        token = chooser.choose(logits)
+        yield token
+        if chooser.finished:
+            return
+        step_input[0] = token
+        logits = state.step(step_input)

@@ -46,10 +46,10 @@ import numpy as np
 
 from inference4py.errors import ConfigurationError, UnsupportedModelError
 from inference4py.generation.config import GenerationConfig
-from inference4py.generation.processors import LogitsProcessor, make_logits_processors
+from inference4py.generation.processors import LogitsProcessor, apply_processors, make_logits_processors
 from inference4py.generation.result import GenerationChunk, SpeculativeStats
-from inference4py.generation.sampling import make_sampler, nan_logits_error
-from inference4py.generation.search import TokenChooser
+from inference4py.generation.sampling import choose_token, make_sampler, nan_logits_error
+from inference4py.generation.search import TokenChooser, sequence_finished
 
 if TYPE_CHECKING:
     from inference4py.engine.decoder import DecoderState
@@ -324,19 +324,16 @@ class DraftModelProposer:
         tokens: list[int] = []
         dists: list[np.ndarray] | None = [] if self._sampling else None
         for i in range(k):
-            scores = np.array(logits, dtype=np.float32)  # [1, vocab]
-            seen = self._ids[:, : length + i]
-            for proc in self._processors:
-                scores = proc(seen, scores)
+            scores = apply_processors(self._processors, self._ids[:, : length + i], np.array(logits, dtype=np.float32))
             if dists is None:
-                token = int(self._sampler(scores, self._rng)[0])
+                token = choose_token(self._sampler, scores, self._rng)
             else:
                 q = distribution(self._sampler, scores)
                 token = draw(q, self._rng)
                 dists.append(q)
             tokens.append(token)
             self._ids[0, length + i] = token
-            if token in self._eos or i == k - 1:
+            if sequence_finished(token, i + 1, self._eos, k):  # the draft's own end: EOS or k tokens
                 break
             logits = self._state.step(np.array([token], dtype=np.int64))
             self.forward_passes += 1
@@ -400,9 +397,7 @@ def verify(
     """
     scores = chooser.scores(logits)
     if not sampling:
-        token = int(chooser.sampler(scores, chooser.rng)[0])
-        if scores[0, token] != scores[0, token]:
-            raise nan_logits_error(chooser.generated)
+        token = choose_token(chooser.sampler, scores, chooser.rng, step=chooser.generated)
         return token, token == drafted
     rng = chooser.rng
     if q is None:  # a deterministic draft: accept with probability p(d), over the candidates only
@@ -651,7 +646,8 @@ def speculative_chunks(
 
     ``draft_state`` is a fresh state of the draft model's runtime, for a :class:`DraftModel`.
     """
-    from inference4py.generation.generate import new_chooser, stream_generate
+    from inference4py.generation.generate import stream_generate
+    from inference4py.generation.search import new_chooser
 
     refuse_unsupported(config)
     processors = make_logits_processors(config, prompt_length=len(prompt_ids), extra=extra_processors)

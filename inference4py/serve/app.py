@@ -38,6 +38,7 @@ from inference4py.serve.protocol import (
     unknown_model,
 )
 from inference4py.serve.worker import ChunkStream, ModelWorker
+from inference4py.tasks.options import RequestOptions
 
 __all__ = ["create_app"]
 
@@ -164,15 +165,16 @@ def create_app(
     async def chat(body: ChatCompletionRequest, request: Request) -> Any:
         worker = _worker(workers, body.model, "chat")
         messages = [m.for_template() for m in body.messages]
-        options = _options(body)
+        options = _options(body).replace(
+            response_format=body.response_format,
+            tools=body.tools,
+            tool_choice=body.tool_choice,
+            parallel_tool_calls=body.parallel_tool_calls,
+        )
         if body.logprobs or body.top_logprobs:
-            options.update(logprobs=True, top_logprobs=body.top_logprobs or 0)
-        for key in ("response_format", "tools", "tool_choice", "parallel_tool_calls"):
-            value = getattr(body, key)
-            if value is not None:
-                options[key] = value
+            options = options.replace(logprobs=True, top_logprobs=body.top_logprobs or 0)
         if body.max_completion_tokens is not None:
-            options["max_new_tokens"] = body.max_completion_tokens
+            options = options.replace(max_new_tokens=body.max_completion_tokens)
         if body.stream:
             if body.tools is not None:
                 raise ApiError(400, "tools are not supported with stream=true yet: set stream=false.", "tools")
@@ -185,7 +187,7 @@ def create_app(
         worker = _worker(workers, body.model, "completions")
         options = _options(body)
         if body.logprobs is not None:
-            options.update(logprobs=True, top_logprobs=body.logprobs)
+            options = options.replace(logprobs=True, top_logprobs=body.logprobs)
         if body.echo:
             raise ApiError(400, "echo is not supported yet: leave it false.", "echo")
         prompt = body.prompt
@@ -222,38 +224,36 @@ def _worker(workers: Mapping[str, ModelWorker], name: str, route: str) -> ModelW
     return worker
 
 
-def _options(body: Any) -> dict[str, Any]:
-    """Library options of the fields both endpoints share; an unknown field is a 400, never ignored."""
+def _options(body: Any) -> RequestOptions:
+    """The request options of the fields both endpoints share; an unknown field is a 400, never ignored."""
     unknown = body.unknown_fields()
     if unknown:
         raise ApiError(400, f"Unsupported field(s): {', '.join(unknown)}. Remove them.", unknown[0])
-    options: dict[str, Any] = {}
-    if body.max_tokens is not None:
-        options["max_new_tokens"] = body.max_tokens
-    if body.temperature is not None:
-        if body.temperature == 0:
-            options["do_sample"] = False
-        else:
-            options.update(do_sample=True, temperature=body.temperature)
-    if body.top_p is not None:
-        options["top_p"] = body.top_p
-    if body.seed is not None:
-        options["seed"] = body.seed
-    if body.stop is not None:
-        options["stop_sequences"] = [body.stop] if isinstance(body.stop, str) else list(body.stop)
-    for key in ("presence_penalty", "frequency_penalty"):
-        if getattr(body, key) is not None:
-            options[key] = getattr(body, key)
+    logit_bias = None
     if body.logit_bias:
         try:
-            options["logit_bias"] = {int(k): v for k, v in body.logit_bias.items()}
+            logit_bias = {int(k): v for k, v in body.logit_bias.items()}
         except ValueError as exc:
             raise ApiError(400, 'logit_bias keys must be token ids, e.g. {"50256": -100}.', "logit_bias") from exc
-    options.update({k: v for k, v in (body.model_extra or {}).items()})
-    return options
+    extra = body.model_extra or {}  # the library's own fields (EXTRA_FIELDS)
+    return RequestOptions(
+        max_new_tokens=body.max_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        seed=body.seed,
+        stop_sequences=(body.stop,)
+        if isinstance(body.stop, str)
+        else (tuple(body.stop) if body.stop is not None else None),
+        presence_penalty=body.presence_penalty,
+        frequency_penalty=body.frequency_penalty,
+        logit_bias=logit_bias,
+        top_k=extra.get("top_k"),
+        min_p=extra.get("min_p"),
+        repetition_penalty=extra.get("repetition_penalty"),
+    )
 
 
-async def _open(worker: ModelWorker, body: Any, prompt: Any, options: dict[str, Any]) -> list[ChunkStream]:
+async def _open(worker: ModelWorker, body: Any, prompt: Any, options: RequestOptions) -> list[ChunkStream]:
     """The request's ``n`` generations, all submitted before any is read (they share the batch).
 
     Each has produced its first chunk, so an invalid request is refused before a response starts.
@@ -269,7 +269,7 @@ async def _open(worker: ModelWorker, body: Any, prompt: Any, options: dict[str, 
     return opened
 
 
-async def _choices(worker: ModelWorker, body: Any, prompt: Any, options: dict[str, Any]) -> list[GenerationResult]:
+async def _choices(worker: ModelWorker, body: Any, prompt: Any, options: RequestOptions) -> list[GenerationResult]:
     """The request's ``n`` results; with a seed, choice i samples with seed + i."""
     streams = await _open(worker, body, prompt, options)
     try:
@@ -279,11 +279,11 @@ async def _choices(worker: ModelWorker, body: Any, prompt: Any, options: dict[st
             await stream.aclose()
 
 
-def _per_choice(body: Any, options: dict[str, Any]) -> list[dict[str, Any]]:
+def _per_choice(body: Any, options: RequestOptions) -> list[RequestOptions]:
     """One option set per choice; with a seed, choice i samples with seed + i (reproducible n > 1)."""
-    if body.n == 1:
-        return [options]
-    return [{**options, "seed": options["seed"] + i} if "seed" in options else dict(options) for i in range(body.n)]
+    if body.n == 1 or options.seed is None:
+        return [options] * body.n
+    return [options.replace(seed=options.seed + i) for i in range(body.n)]
 
 
 # ------------------------------------------------------------------------------- results -> responses

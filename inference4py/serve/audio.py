@@ -134,7 +134,9 @@ async def _answer(workers: Mapping[str, ModelWorker], request: Request, task: st
         await form.close()
     response_format = fields["response_format"]
     granularities = fields["granularities"]
-    options = _sampling(fields.get("temperature"))
+    options: dict[str, Any] = {}
+    if fields.get("temperature") is not None:  # one temperature, 0 greedy: the model's own rule decides
+        options["temperature"] = fields["temperature"]
     if fields.get("prompt"):
         options["initial_prompt"] = fields["prompt"]
     if "word" in granularities:
@@ -290,15 +292,6 @@ def _decode(upload: UploadFile) -> Any:
 
 
 # ------------------------------------------------------------------------------- result -> response
-def _sampling(temperature: float | None) -> dict[str, Any]:
-    """The library's options for OpenAI's temperature: 0 is greedy; omitted keeps the model's own setting."""
-    if temperature is None:
-        return {}
-    if temperature == 0:
-        return {"do_sample": False}
-    return {"do_sample": True, "temperature": temperature}
-
-
 def _response(result: Transcription, response_format: str, task: str, granularities: frozenset[str]) -> Response:
     if response_format == "json":
         return JSONResponse({"text": result.text})

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -23,6 +22,7 @@ from inference4py.errors import QueueFullError, RequestTimeoutError
 from inference4py.generation.generate import collect
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.serve.metrics import Histogram
+from inference4py.tasks.options import RequestOptions
 
 __all__ = ["ChunkStream", "ModelWorker"]
 
@@ -237,7 +237,7 @@ class ModelWorker:
         self.generated_tokens += stream.generated
 
     # ------------------------------------------------------------------ generation
-    async def open(self, prompt: Any, options: dict[str, Any]) -> ChunkStream:
+    async def open(self, prompt: Any, options: RequestOptions) -> ChunkStream:
         """Start a generation and wait for its first chunk; errors before it are raised here.
 
         Raises:
@@ -255,7 +255,7 @@ class ModelWorker:
         if self.batched is not None:
             batched = self.batched
             try:
-                submission = await asyncio.to_thread(functools.partial(batched.submit, prompt, deliver, **options))
+                submission = await asyncio.to_thread(batched.submit, prompt, deliver, options)
             except QueueFullError:
                 self.rejected += 1
                 raise
@@ -283,7 +283,7 @@ class ModelWorker:
     def _sequential(
         self,
         prompt: Any,
-        options: dict[str, Any],
+        options: RequestOptions,
         deliver: Callable[[Any], None],
         items: asyncio.Queue[Any],
         started: float,
@@ -300,7 +300,7 @@ class ModelWorker:
             try:
                 if stop.is_set():
                     return
-                chunks = model.stream_chunks(prompt, **options)
+                chunks = model.request_chunks(prompt, options)
                 for chunk in chunks:
                     deliver(chunk)
                     if stop.is_set():

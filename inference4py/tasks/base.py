@@ -20,6 +20,7 @@ from inference4py.engine.sessions import SessionOptions
 from inference4py.errors import ConfigurationError, GeneratorClosedError, PromptTooLongError
 from inference4py.generation.config import GenerationConfig, read_generation_defaults
 from inference4py.generation.processors import LogitsProcessor
+from inference4py.tasks.options import RequestOptions
 
 __all__ = ["GenerationBuilder", "ModelSourceBuilder", "DEFAULT_MAX_NEW_TOKENS"]
 
@@ -334,16 +335,15 @@ class CallPlanner:
         self.base = base
 
     def for_call(self, prompt_len: int, overrides: Mapping[str, Any]) -> GenerationConfig:
-        unknown = sorted(set(overrides) - _GEN_FIELDS - {"stop", "stop_sequence"})
-        if unknown:
-            raise ConfigurationError(
-                f"Unknown generation option(s): {', '.join(unknown)}. Valid options: {', '.join(sorted(_GEN_FIELDS))}."
-            )
-        changes = {k: v for k, v in overrides.items() if k in _GEN_FIELDS and v is not None}
-        if "temperature" in changes and "do_sample" not in changes:
-            changes["do_sample"] = changes["temperature"] > 0
-        config = self.base.replace(**changes) if changes else self.base
-        explicit = self.explicit_max or "max_new_tokens" in changes
+        """:meth:`for_request` with a task's keywords (``generate(prompt, **overrides)``) where nothing drafts."""
+        options = RequestOptions.from_keywords(overrides)
+        options.refuse_speculation("This task")
+        return self.for_request(prompt_len, options)
+
+    def for_request(self, prompt_len: int, options: RequestOptions) -> GenerationConfig:
+        """The config of one request: its options over the defaults, the length limits for its prompt."""
+        config = options.apply(self.base)
+        explicit = self.explicit_max or options.max_new_tokens is not None
         start = prompt_len if self.total_counts_prompt else 1
         if not explicit:
             if "max_new_tokens" in self.totals:

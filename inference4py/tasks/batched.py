@@ -17,29 +17,42 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from inference4py.errors import ConfigurationError, InvalidInputError
 from inference4py.generation.beam import returns_several
-from inference4py.generation.generate import collect, new_chooser
-from inference4py.generation.processors import make_logits_processors
+from inference4py.generation.generate import collect
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.generation.scheduler import Deliver, Scheduler, SchedulerStats, Ticket
+from inference4py.tasks.options import RequestOptions
+from inference4py.tasks.request import PreparedRequest
 
 if TYPE_CHECKING:
-    from inference4py.tasks.output_control import OutputControl
+    from inference4py.engine.decoder import DecoderRuntime
     from inference4py.tasks.prompts import Prompt
-    from inference4py.tasks.text_generation import OnnxTextGenerator
+    from inference4py.tokenization import Tokenizer
 
-__all__ = ["BatchedTextGenerator", "Submission"]
+__all__ = ["BatchableModel", "BatchedTextGenerator", "Submission"]
+
+
+class BatchableModel(Protocol):
+    """What continuous batching needs of a text model (an :class:`~inference4py.OnnxTextGenerator`)."""
+
+    @property
+    def tokenizer(self) -> Tokenizer: ...
+
+    @property
+    def runtime(self) -> DecoderRuntime: ...
+
+    def prepare(self, prompt: Prompt, options: RequestOptions) -> PreparedRequest: ...
 
 
 class Submission:
     """A request handed to the scheduler: its ticket, and what shapes its final result."""
 
-    def __init__(self, ticket: Ticket, control: OutputControl) -> None:
+    def __init__(self, ticket: Ticket, prepared: PreparedRequest) -> None:
         self.ticket = ticket
-        self.control = control
+        self.prepared = prepared
 
     @property
     def prompt_tokens(self) -> int:
@@ -55,7 +68,7 @@ class Submission:
 
     def finish(self, result: GenerationResult) -> GenerationResult:
         """The collected result with tool calls parsed, as ``generate()`` returns it."""
-        return self.control.finish(result)
+        return self.prepared.finish(result)
 
 
 class BatchedTextGenerator:
@@ -80,7 +93,7 @@ class BatchedTextGenerator:
 
     def __init__(
         self,
-        model: OnnxTextGenerator,
+        model: BatchableModel,
         *,
         max_concurrent: int = 8,
         max_waiting: int = 256,
@@ -94,10 +107,9 @@ class BatchedTextGenerator:
             raise ConfigurationError(f"max_concurrent must be >= 1, got {max_concurrent}.")
         if timeout is not None and timeout <= 0:
             raise ConfigurationError(f"timeout must be a positive number of seconds, got {timeout}.")
-        model._check_open()
         self.model = model
         self._scheduler = Scheduler(
-            model._runtime,
+            model.runtime,
             model.tokenizer,
             max_rows=max_concurrent,
             max_waiting=max_waiting,
@@ -137,55 +149,65 @@ class BatchedTextGenerator:
         self.close()
 
     # ------------------------------------------------------------------ calls
-    def submit(self, prompt: Prompt, deliver: Deliver, **overrides: Any) -> Submission:
+    def submit(self, prompt: Prompt, deliver: Deliver, options: RequestOptions) -> Submission:
         """Queue one request; ``deliver`` receives its chunks (or one exception) on the scheduler's thread.
 
-        Takes ``generate()``'s options.  Errors in the request itself are raised here, before it is queued.
+        Errors in the request itself are raised here, before it is queued.
 
         Raises:
             InvalidInputError, PromptTooLongError, ConfigurationError: as ``generate()``.
             QueueFullError: too many requests wait.
         """
+        options.refuse_speculation("Continuous batching (batched(), the server)")
         model = self.model
-        model._check_open()
-        ids, config, control = model._prepare(prompt, overrides)
+        prepared = model.prepare(prompt, options)
+        config = prepared.config
         if returns_several(config):
             raise ConfigurationError(
                 "Batched generation runs greedy search or sampling, one sequence per request; for beam search "
                 "(num_beams > 1) or several sequences call the model's generate()."
             )
-        extra = control.processors(model.tokenizer, config.eos_token_id, model._processors)
-        processors = make_logits_processors(config, prompt_length=len(ids), extra=extra)
-        chooser = new_chooser(ids, config, model.tokenizer, processors=processors)
+        chooser = prepared.chooser(model.tokenizer)
         all_logits = bool(config.logprobs and config.prompt_logprobs)
-        ticket = self._scheduler.submit(ids, config, chooser, deliver, all_logits=all_logits)
-        return Submission(ticket, control)
+        ticket = self._scheduler.submit(prepared.ids, config, chooser, deliver, all_logits=all_logits)
+        return Submission(ticket, prepared)
 
-    def _open(self, prompt: Prompt, overrides: dict[str, Any]) -> tuple[Submission, Iterator[GenerationChunk]]:
-        """Submit, and the iterator of the request's chunks (read on the caller's thread)."""
+    def open(self, prompt: Prompt, options: RequestOptions) -> tuple[Submission, Iterator[GenerationChunk]]:
+        """Submit, and the iterator of the request's chunks (read on the caller's thread; leaving early cancels)."""
         items: queue.SimpleQueue[GenerationChunk | BaseException] = queue.SimpleQueue()
-        submission = self.submit(prompt, items.put, **overrides)
+        submission = self.submit(prompt, items.put, options)
         return submission, _chunks(items, submission)
 
     def stream_chunks(self, prompt: Prompt, **overrides: Any) -> Iterator[GenerationChunk]:
         """The request's chunks as they come; closing the iterator early cancels the request."""
-        return self._open(prompt, overrides)[1]
+        return self.open(prompt, RequestOptions.from_keywords(overrides))[1]
 
     def generate(
         self, prompt: Prompt, on_token: Callable[[str], None] | None = None, **overrides: Any
     ) -> GenerationResult:
         """As the model's ``generate()``, run in the shared batch (blocks this thread until done)."""
         started = time.perf_counter()
-        submission, chunks = self._open(prompt, overrides)
+        submission, chunks = self.open(prompt, RequestOptions.from_keywords(overrides))
         result = collect(chunks, prompt_tokens=submission.prompt_tokens, started=started, on_token=on_token)
         return submission.finish(result)
 
     def generate_batch(self, prompts: Sequence[Prompt], **overrides: Any) -> list[GenerationResult]:
         """Every prompt submitted at once, one result per prompt in order."""
+        return self.generate_batch_request(prompts, RequestOptions.from_keywords(overrides))
+
+    def generate_batch_request(self, prompts: Sequence[Prompt], options: RequestOptions) -> list[GenerationResult]:
+        """:meth:`generate_batch` with typed options: every prompt is checked and submitted before any is read."""
         if not isinstance(prompts, (list, tuple)) or not prompts:
             raise InvalidInputError("generate_batch needs a non-empty list of prompts.")
         started = time.perf_counter()
-        pending = [self._open(prompt, overrides) for prompt in prompts]  # all submitted before any is read
+        pending: list[tuple[Submission, Iterator[GenerationChunk]]] = []
+        try:
+            for prompt in prompts:
+                pending.append(self.open(prompt, options))
+        except BaseException:
+            for submission, _ in pending:
+                submission.cancel()
+            raise
         return [
             submission.finish(collect(chunks, prompt_tokens=submission.prompt_tokens, started=started))
             for submission, chunks in pending

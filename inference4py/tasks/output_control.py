@@ -19,7 +19,7 @@ from inference4py.errors import ConfigurationError
 from inference4py.generation.result import GenerationResult
 
 if TYPE_CHECKING:
-    from inference4py.generation.constraints import ConstraintProcessor
+    from inference4py.generation.constraints import ConstraintKind, ConstraintProcessor
     from inference4py.generation.processors import LogitsProcessor
     from inference4py.tasks.tools import ToolRequest
     from inference4py.tokenization import Tokenizer
@@ -52,14 +52,16 @@ class OutputControl:
     """The checked output options of one call (see :func:`output_control`).
 
     Attributes:
-        grammar: ``(kind, options)`` for the constraint engine, or None when unconstrained.
+        grammar: ``{kind: option}`` as the request gave it, or None when unconstrained.
         tools: The request's tools (rendered into the prompt), or None.
         tool_request: How to parse tool calls out of the text, or None.
+        compiled: ``(kind, llguidance grammar)``, compiled once per request from ``grammar``.
     """
 
     grammar: Mapping[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_request: ToolRequest | None = None
+    compiled: tuple[ConstraintKind, str] | None = None
 
     @property
     def active(self) -> bool:
@@ -67,11 +69,12 @@ class OutputControl:
 
     def processor(self, tokenizer: Tokenizer, eos_token_ids: Sequence[int]) -> ConstraintProcessor | None:
         """A fresh constraint mask for one call (None when nothing is constrained)."""
-        if self.grammar is None:
+        if self.compiled is None:
             return None
         from inference4py.generation.constraints import Constraint, ConstraintProcessor
 
-        return ConstraintProcessor(Constraint(tokenizer, eos_token_ids=eos_token_ids, **self.grammar))
+        kind, grammar = self.compiled
+        return ConstraintProcessor(Constraint.from_grammar(tokenizer, kind, grammar, eos_token_ids=eos_token_ids))
 
     def processors(
         self, tokenizer: Tokenizer, eos_token_ids: Sequence[int], extra: Sequence[LogitsProcessor]
@@ -123,11 +126,6 @@ def output_control(
     for key in ("regex", "grammar", "choices"):
         if key in options:
             kinds[key] = options[key]
-    if len(kinds) > 1:
-        raise ConfigurationError(
-            f"Give one output constraint per call, not {' and '.join(sorted(kinds))}: a JSON schema, a regex, "
-            "a grammar or choices."
-        )
     tools = options.get("tools")
     request = None
     if tools is not None:
@@ -149,13 +147,12 @@ def output_control(
             kinds["grammar"] = tool_grammar
     elif "tool_choice" in options and options["tool_choice"] not in ("none", "auto"):
         raise ConfigurationError("tool_choice needs tools: pass tools=[{'type': 'function', 'function': {...}}].")
-    grammar = None
+    compiled = None
     if kinds:
         from inference4py.generation.constraints import compile_grammar
 
-        compile_grammar(**kinds)  # checked now, before any token: the mask is built per call
-        grammar = kinds
-    return OutputControl(grammar, request.tools if request is not None else None, request)
+        compiled = compile_grammar(**kinds)  # once per request, before any token (one kind at most: checked there)
+    return OutputControl(kinds or None, request.tools if request is not None else None, request, compiled)
 
 
 def _response_format(value: Any) -> dict[str, Any]:

@@ -7,7 +7,7 @@ as decoder-only models, over a :class:`~inference4py.engine.seq2seq.Seq2SeqState
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +16,15 @@ import numpy as np
 from inference4py.engine.pipeline import load_pipeline, read_model_config
 from inference4py.engine.seq2seq import Seq2SeqRuntime
 from inference4py.errors import ConfigurationError, InvalidInputError
-from inference4py.generation.batch import batch_results, generate_batch_ids, make_recorders, right_pad
+from inference4py.generation.batch import check_batchable, right_pad, row_results, run_rows
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.generate import collect, generate_chunks
 from inference4py.generation.processors import make_logits_processors
 from inference4py.generation.result import Candidate, GenerationChunk, GenerationResult
-from inference4py.generation.sampling import make_rng, make_sampler
+from inference4py.generation.search import new_chooser
 from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
-from inference4py.tasks.output_control import OutputControl, output_control, split_control
+from inference4py.tasks.options import RequestOptions
+from inference4py.tasks.output_control import OutputControl, output_control
 from inference4py.tokenization import Tokenizer, load_tokenizer
 
 __all__ = ["Seq2SeqBuilder", "Seq2SeqTask", "TextOutput"]
@@ -211,11 +212,12 @@ class Seq2SeqTask(ClosableTask):
             raise ConfigurationError("decoder_start_token_id is not set: pass decoder_start_token_id=... .")
         return int(start)
 
-    def _config_and_control(self, overrides: Mapping[str, Any]) -> tuple[GenerationConfig, OutputControl]:
-        """The call's config and its output constraint (json_schema, regex, ...), checked before any token."""
-        rest, options = split_control(overrides)
-        control = output_control(options, template=None) if options else OutputControl()
-        return self._planner.for_call(1, rest), control
+    def _config_and_control(self, options: RequestOptions) -> tuple[GenerationConfig, OutputControl]:
+        """The request's config and its output constraint (json_schema, regex, ...), checked before any token."""
+        options.refuse_speculation(f"{type(self).__name__} (an encoder-decoder model)")
+        given = options.output_options()
+        control = output_control(given, template=None) if given else OutputControl()
+        return self._planner.for_request(1, options), control
 
     def _chunks(
         self, source_ids: list[int], config: GenerationConfig, control: OutputControl
@@ -232,38 +234,38 @@ class Seq2SeqTask(ClosableTask):
         if not isinstance(sources, (list, tuple)) or not sources:
             raise InvalidInputError("generate_batch needs a non-empty list of inputs.")
         rows = [self.encode_source(s) for s in sources]
-        config, control = self._config_and_control(overrides)
-        if config.num_beams > 1 or config.num_return_sequences > 1:
-            raise ConfigurationError(
-                "generate_batch runs greedy or sampling with one sequence per input; for beam search call generate()."
-            )
+        config, control = self._config_and_control(RequestOptions.from_keywords(overrides))
+        check_batchable(config)
         pad = next(int(c) for c in (config.pad_token_id, self.tokenizer.pad_token_id, 0) if c is not None)
         enc_ids, enc_mask = right_pad(rows, pad)
         state = self._runtime.new_state(enc_ids, enc_mask)
-        start = np.full((len(rows), 1), self._start_id(config), dtype=np.int64)
-        recorders = make_recorders(len(rows), self.tokenizer, config)
-        out = generate_batch_ids(
-            state,
-            start,
-            None,
-            config,
-            processors=make_logits_processors(
-                config, prompt_length=1, extra=control.processors(self.tokenizer, config.eos_token_id, self._processors)
-            ),
-            sampler=make_sampler(config),
-            rng=make_rng(config.seed),
-            pad_id=pad,
-            recorders=recorders,
-        )
-        elapsed = time.perf_counter() - started
-        lengths = [len(r) for r in rows]
-        return batch_results(out, lengths, self.tokenizer, config, elapsed=elapsed, recorders=recorders)
+        start = [self._start_id(config)]
+        choosers = [
+            new_chooser(
+                start,
+                config,
+                self.tokenizer,
+                processors=make_logits_processors(
+                    config,
+                    prompt_length=1,
+                    extra=control.processors(self.tokenizer, config.eos_token_id, self._processors),
+                ),
+            )
+            for _ in rows
+        ]
+        run_rows(state, choosers, pad_id=pad)
+        results = row_results(choosers, self.tokenizer, config, prompt_tokens=[len(r) for r in rows], started=started)
+        return [control.finish(r) for r in results]
 
     def stream_chunks(self, source: Source, **overrides: Any) -> Iterator[GenerationChunk]:
         """Chunks (text, token id, finish reason) for a raw model input."""
+        return self.request_chunks(source, RequestOptions.from_keywords(overrides))
+
+    def request_chunks(self, source: Source, options: RequestOptions) -> Iterator[GenerationChunk]:
+        """:meth:`stream_chunks` with typed options (the server's entry)."""
         self._check_open()
         ids = self.encode_source(source)
-        config, control = self._config_and_control(overrides)
+        config, control = self._config_and_control(options)
         return self._chunks(ids, config, control)
 
     def generate(
@@ -283,7 +285,7 @@ class Seq2SeqTask(ClosableTask):
         started = time.perf_counter()
         self._check_open()
         ids = self.encode_source(source)
-        config, control = self._config_and_control(overrides)
+        config, control = self._config_and_control(RequestOptions.from_keywords(overrides))
         chunks = self._chunks(ids, config, control)
         return collect(chunks, prompt_tokens=len(ids), started=started, on_token=on_token)
 

@@ -10,24 +10,27 @@ from typing import TYPE_CHECKING, Any
 from inference4py.engine.decoder import DecoderRuntime
 from inference4py.engine.pipeline import load_pipeline, read_model_config
 from inference4py.errors import ConfigurationError, InvalidInputError
-from inference4py.generation.batch import batch_results, generate_batch_ids, left_pad, make_recorders
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.generate import collect, generate_chunks, stream_generate
 from inference4py.generation.generator import Generator
-from inference4py.generation.processors import make_logits_processors
+from inference4py.generation.processors import LogitsProcessor
 from inference4py.generation.result import GenerationChunk, GenerationResult
-from inference4py.generation.sampling import make_rng, make_sampler
 from inference4py.generation.speculative import DraftModel, Speculation, check_same_vocabulary, resolve_speculative
 from inference4py.tasks import chat_templates
 from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
-from inference4py.tasks.output_control import OutputControl, output_control, split_control
+from inference4py.tasks.options import RequestOptions
+from inference4py.tasks.output_control import OutputControl, output_control
 from inference4py.tasks.prompts import ChatOptions, Prompt, PromptEncoder
+from inference4py.tasks.request import PreparedRequest
 from inference4py.tokenization import Tokenizer, load_tokenizer
 
 if TYPE_CHECKING:
     from inference4py.tasks.batched import BatchedTextGenerator
 
-__all__ = ["OnnxTextGenerator", "TextGeneratorBuilder", "Prompt"]
+__all__ = ["GENERATE_BATCH_ROWS", "OnnxTextGenerator", "TextGeneratorBuilder", "Prompt"]
+
+#: Rows ``generate_batch`` decodes together at most (the rest wait for a free row).
+GENERATE_BATCH_ROWS = 16
 
 
 class TextGeneratorBuilder(ChatOptions, GenerationBuilder["OnnxTextGenerator"]):
@@ -300,57 +303,56 @@ class OnnxTextGenerator(ClosableTask):
         return self._prompts.encode(prompt)
 
     # ------------------------------------------------------------------ generation
+    @property
+    def runtime(self) -> DecoderRuntime:
+        """The loaded decoder, for the continuous-batching scheduler (raises once the model is closed)."""
+        self._check_open()
+        return self._runtime
+
+    @property
+    def processors(self) -> tuple[LogitsProcessor, ...]:
+        """The builder's logits processors (every call applies them after the built-in ones)."""
+        return self._processors
+
+    def prepare(self, prompt: Prompt, options: RequestOptions) -> PreparedRequest:
+        """One request checked and made ready before any token: its ids, config and output control.
+
+        The output constraint is compiled here, once per request.
+
+        Raises:
+            InvalidInputError, PromptTooLongError, ConfigurationError, UnsupportedModelError: as :meth:`generate`.
+        """
+        self._check_open()
+        control = self._control(options)
+        ids = self._prompts.encode(prompt, tools=control.tools)
+        return PreparedRequest(ids, self._planner.for_request(len(ids), options), control, self._processors)
+
+    def _control(self, options: RequestOptions) -> OutputControl:
+        """The request's output control (constraint or tools), checked and compiled."""
+        given = options.output_options()
+        if not given:
+            return OutputControl()
+        return output_control(given, template=self._prompts.tool_template, token_to_id=self.tokenizer.token_to_id)
+
     def stream_chunks(self, prompt: Prompt, **overrides: Any) -> Iterator[GenerationChunk]:
         """The middle tier: :class:`GenerationChunk` objects with token ids and a finish reason.
 
         Takes the same options as :meth:`generate`; with ``tools`` the chunks carry the raw
         text (tool-call markup included): parse it with ``tools.parse_tool_calls`` or use generate().
-        With ``speculative``, the returned stream's ``speculative`` attribute holds the draft counts.
+        With ``speculative``, the last chunk carries the draft counts (``chunk.summary``).
         """
-        self._check_open()
-        speculation, overrides = self._split_speculative(overrides)
-        ids, config, control = self._prepare(prompt, overrides)
-        return self._chunks(ids, config, control, speculation)
+        return self.request_chunks(prompt, RequestOptions.from_keywords(overrides))
 
-    def _split_speculative(self, overrides: Mapping[str, Any]) -> tuple[Speculation | None, dict[str, Any]]:
-        """``(the call's speculative setting, the other overrides)``: the call's, else the builder's."""
-        rest = dict(overrides)
-        if "speculative" not in rest:
-            return self._speculative, rest
-        return resolve_speculative(rest.pop("speculative")), rest
+    def request_chunks(self, prompt: Prompt, options: RequestOptions) -> Iterator[GenerationChunk]:
+        """:meth:`stream_chunks` with typed options (the server's and the CLI's entry)."""
+        prepared = self.prepare(prompt, options)
+        return self._chunks(prepared, options.speculation(self._speculative))
 
-    def _prepare(
-        self, prompt: Prompt, overrides: Mapping[str, Any]
-    ) -> tuple[list[int], GenerationConfig, OutputControl]:
-        """The prompt's ids, the call's config and its output control, all checked before any token."""
-        if overrides.get("speculative") is not None:  # generate() and stream_chunks() take it out first
-            raise ConfigurationError(
-                "speculative decoding runs in generate(), stream() and stream_chunks() of one sequence; "
-                "continuous batching (batched(), the server) does not draft: drop speculative here."
-            )
-        rest, control = self._control({k: v for k, v in overrides.items() if k != "speculative"})
-        ids = self._prompts.encode(prompt, tools=control.tools)
-        return ids, self._planner.for_call(len(ids), rest), control
-
-    def _control(self, overrides: Mapping[str, Any]) -> tuple[dict[str, Any], OutputControl]:
-        """``(generation overrides, output control)`` of a call's keywords; the control is checked here."""
-        rest, options = split_control(overrides)
-        if not options:
-            return rest, OutputControl()
-        return rest, output_control(
-            options, template=self._prompts.tool_template, token_to_id=self.tokenizer.token_to_id
-        )
-
-    def _chunks(
-        self,
-        ids: list[int],
-        config: GenerationConfig,
-        control: OutputControl,
-        speculation: Speculation | None = None,
-    ) -> Iterator[GenerationChunk]:
+    def _chunks(self, prepared: PreparedRequest, speculation: Speculation | None) -> Iterator[GenerationChunk]:
+        ids, config = prepared.ids, prepared.config
         capacity = len(ids) + config.max_new_tokens
         state = self._runtime.new_state(1, capacity=capacity)
-        extra = control.processors(self.tokenizer, config.eos_token_id, self._processors)
+        extra = prepared.control.processors(self.tokenizer, config.eos_token_id, self._processors)
         if speculation is None:
             return generate_chunks(state, ids, config, self.tokenizer, extra_processors=extra)
         self._refuse_final_phase("speculative decoding")
@@ -364,9 +366,8 @@ class OnnxTextGenerator(ClosableTask):
                     f"DraftModel takes a loaded OnnxTextGenerator, got {type(draft).__name__}: "
                     "DraftModel(OnnxTextGenerator.builder().model_path(...).build())."
                 )
-            draft._check_open()
             check_same_vocabulary(self.tokenizer, draft.tokenizer)
-            draft_state = draft._runtime.new_state(1, capacity=capacity)
+            draft_state = draft.runtime.new_state(1, capacity=capacity)
         return speculative_chunks(
             state,
             ids,
@@ -391,6 +392,7 @@ class OnnxTextGenerator(ClosableTask):
                 ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` (OpenAI's forms).
                 ``speculative="prompt_lookup"`` or ``speculative=DraftModel(smaller_generator)`` drafts
                 tokens and verifies them several per forward pass, with the same output (docs/speculative.md).
+                They become one :class:`~inference4py.tasks.options.RequestOptions`.
 
         Returns:
             GenerationResult with the text, generated ids, counts and timings; with tools, the
@@ -403,61 +405,35 @@ class OnnxTextGenerator(ClosableTask):
             ConfigurationError: invalid option values, a bad schema / regex / grammar.
             UnsupportedModelError: tools for a model whose chat template cannot render them.
         """
+        return self.generate_request(prompt, RequestOptions.from_keywords(overrides), on_token=on_token)
+
+    def generate_request(
+        self, prompt: Prompt, options: RequestOptions, *, on_token: Callable[[str], None] | None = None
+    ) -> GenerationResult:
+        """:meth:`generate` with typed options."""
         started = time.perf_counter()
-        self._check_open()
-        speculation, overrides = self._split_speculative(overrides)
-        ids, config, control = self._prepare(prompt, overrides)
-        chunks = self._chunks(ids, config, control, speculation)
-        result = collect(chunks, prompt_tokens=len(ids), started=started, on_token=on_token)
-        return control.finish(result)
+        prepared = self.prepare(prompt, options)
+        chunks = self._chunks(prepared, options.speculation(self._speculative))
+        result = collect(chunks, prompt_tokens=len(prepared.ids), started=started, on_token=on_token)
+        return prepared.finish(result)
 
     def generate_batch(self, prompts: Sequence[Prompt], **overrides: Any) -> list[GenerationResult]:
-        """Generate for several prompts at once: one forward pass per step for the whole batch.
+        """Generate for several prompts at once: one forward pass per step for the rows running together.
 
-        Prompts are left-padded with an attention mask; each row stops on its own EOS and
-        its result does not depend on the other rows.  Returns one result per prompt, in order.
+        The prompts run on the continuous-batching scheduler (:meth:`batched`), up to
+        ``GENERATE_BATCH_ROWS`` at a time: each row has its own processors, sampler and seed, so
+        each result is what ``generate()`` gives for that prompt alone (a seeded sampled one too).
+        Returns one result per prompt, in order.
         """
-        started = time.perf_counter()
         self._check_open()
         if not isinstance(prompts, (list, tuple)) or not prompts:
             raise InvalidInputError("generate_batch needs a non-empty list of prompts.")
-        if overrides.get("speculative") is not None:
-            raise ConfigurationError(
-                "generate_batch does not draft tokens (speculative decoding runs one sequence): drop speculative, "
-                "or call generate(prompt, speculative=...) per prompt."
-            )
+        options = RequestOptions.from_keywords(overrides)
+        options.refuse_speculation("generate_batch")
         self._refuse_final_phase("generate_batch")
-        rest, control = self._control({k: v for k, v in overrides.items() if k != "speculative"})
-        rows = [self._prompts.encode(p, tools=control.tools) for p in prompts]
-        config = self._planner.for_call(max(len(r) for r in rows), rest)
-        if config.num_beams > 1 or config.num_return_sequences > 1:
-            raise ConfigurationError(
-                "generate_batch runs greedy or sampling with one sequence per prompt; for beam search or several "
-                "sequences call generate() per prompt."
-            )
-        pad = _pad_id(config, self.tokenizer)
-        ids, mask = left_pad(rows, pad)
-        state = self._runtime.new_state(len(rows), capacity=ids.shape[1] + config.max_new_tokens)
-        recorders = make_recorders(len(rows), self.tokenizer, config)
-        out = generate_batch_ids(
-            state,
-            ids,
-            mask,
-            config,
-            processors=make_logits_processors(
-                config,
-                prompt_length=ids.shape[1],
-                extra=control.processors(self.tokenizer, config.eos_token_id, self._processors),
-            ),
-            sampler=make_sampler(config),
-            rng=make_rng(config.seed),
-            pad_id=pad,
-            recorders=recorders,
-        )
-        elapsed = time.perf_counter() - started
-        lengths = [len(r) for r in rows]
-        results = batch_results(out, lengths, self.tokenizer, config, elapsed=elapsed, recorders=recorders)
-        return [control.finish(r) for r in results]
+        rows = min(len(prompts), GENERATE_BATCH_ROWS)
+        with self.batched(max_concurrent=rows, max_waiting=len(prompts), prefix_cache_mb=0, name="generate_batch") as b:
+            return b.generate_batch_request(prompts, options.replace(speculative="off"))
 
     def generator(self, **overrides: Any) -> Generator:
         """A step-level :class:`~inference4py.generation.generator.Generator` over this model.
@@ -508,13 +484,6 @@ def _already_fused(folder: Path) -> bool:
         return True
     spec = load_pipeline(folder)
     return _has_op(spec.path("decoder"), b"GroupQueryAttention")
-
-
-def _pad_id(config: GenerationConfig, tokenizer: Tokenizer) -> int:
-    for candidate in (config.pad_token_id, tokenizer.pad_token_id, *config.eos_token_id, 0):
-        if candidate is not None:
-            return int(candidate)
-    return 0
 
 
 class ChatSession:

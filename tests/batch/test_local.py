@@ -164,33 +164,19 @@ def test_row_seed_formula():
     assert row_seed(7, "42") != row_seed(7, "43") != row_seed(8, "43")
 
 
-def test_a_failing_batch_runs_row_by_row(tmp_path, qwen, monkeypatch):
+def test_a_failing_row_is_an_error_row_and_the_others_are_what_they_give_alone(qwen):
+    """Decoder rows run on the scheduler: a row that cannot run fails alone, before or during its batch."""
     from inference4py.batch.adapters import load_adapter
     from inference4py.batch.inputs import InputRow
-    from inference4py.errors import InferenceError
 
     adapter = load_adapter(QWEN, task="generate", overrides={"max_new_tokens": 6})
-    calls = []
-
-    def broken_batch(prompts, **kw):
-        calls.append(len(prompts))
-        raise InferenceError("the batch failed")
-
-    real_generate = adapter.model.generate
-
-    def generate(prompt, **kw):  # one row fails even alone
-        if prompt == adapter.model.encode_prompt("Once"):
-            raise InferenceError("this row fails")
-        return real_generate(prompt, **kw)
-
-    monkeypatch.setattr(adapter.model, "generate_batch", broken_batch)
-    monkeypatch.setattr(adapter.model, "generate", generate)
-    rows = [InputRow(str(i), p) for i, p in enumerate(PROMPTS[:4])]
-    results = adapter.run(rows)
-    assert calls == [4]
+    too_long = "many words " * 4000  # more tokens than the model's context
+    prompts = [PROMPTS[0], PROMPTS[1], too_long, PROMPTS[3]]
+    results = adapter.run([InputRow(str(i), p) for i, p in enumerate(prompts)])
     assert [r["id"] for r in results] == ["0", "1", "2", "3"]
-    assert results[2]["error"] == "InferenceError: this row fails"
+    assert results[2]["error"].startswith("PromptTooLongError: ")
     for i in (0, 1, 3):
+        assert results[i]["error"] is None
         assert results[i]["text"] == qwen.generate(PROMPTS[i], max_new_tokens=6).text
     adapter.close()
 

@@ -186,9 +186,18 @@ def test_prompt_logprobs_on_a_shared_buffer_graph_match_a_step_by_step_run():
         logits = state.step(np.array([prompt[i]]))
 
 
+def test_generate_batch_reports_each_rows_prompt_logprobs_as_alone():
+    gen = model("gpt2")
+    batch = gen.generate_batch(["Hi", "Hello there"], max_new_tokens=2, prompt_logprobs=True)
+    for prompt, result in zip(["Hi", "Hello there"], batch):
+        alone = gen.generate(prompt, max_new_tokens=2, prompt_logprobs=True)
+        assert result.prompt_logprobs is not None and len(result.prompt_logprobs) == alone.prompt_tokens
+        assert [e and e.token for e in result.prompt_logprobs] == [e and e.token for e in alone.prompt_logprobs]
+        for a, b in zip(result.prompt_logprobs[1:], alone.prompt_logprobs[1:]):
+            assert a is not None and b is not None and a.logprob == pytest.approx(b.logprob, abs=1e-5)
+
+
 def test_prompt_logprobs_are_refused_where_they_cannot_be_given():
-    with pytest.raises(ConfigurationError, match="per prompt"):
-        model("gpt2").generate_batch(["Hi", "Hello"], max_new_tokens=2, prompt_logprobs=True)
     from inference4py import BartSummarizer
 
     bart = BartSummarizer.builder().model_path(FIXTURES / "models" / "bart").build()

@@ -13,7 +13,7 @@ import threading
 import numpy as np
 import pytest
 
-from inference4py import OnnxTextGenerator
+from inference4py import OnnxTextGenerator, RequestOptions
 from inference4py.engine.rows import RowBatch
 from inference4py.errors import ConfigurationError, QueueFullError, RequestTimeoutError
 from inference4py.generation.result import GenerationChunk
@@ -65,7 +65,7 @@ def _staggered(batched, prompts, options):
         return take
 
     for i, (prompt, opts) in enumerate(zip(prompts, options)):
-        batched.submit(prompt, deliver(i), **opts)
+        batched.submit(prompt, deliver(i), RequestOptions(**opts))
         assert started[i].wait(30)
     results = [q.get(timeout=60) for q in done]
     for r in results:
@@ -153,7 +153,7 @@ def test_a_full_queue_raises_and_the_admitted_requests_finish():
         for _ in range(12):
             q: queue.SimpleQueue = queue.SimpleQueue()
             try:
-                batched.submit("hello there", q.put, max_new_tokens=30, do_sample=False)
+                batched.submit("hello there", q.put, RequestOptions(max_new_tokens=30, do_sample=False))
                 sinks.append(q)
             except QueueFullError as err:
                 assert "retry shortly" in str(err)

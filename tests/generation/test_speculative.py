@@ -497,7 +497,7 @@ def test_batches_are_refused():
         gen.generate_batch(["Hi", "Ho"], max_new_tokens=4, speculative="prompt_lookup")
     batched = gen.batched()
     try:
-        with pytest.raises(ConfigurationError, match="drop speculative"):
+        with pytest.raises(ConfigurationError, match="Drop speculative"):
             batched.generate("Hi", max_new_tokens=4, speculative="prompt_lookup")
     finally:
         batched.close()

@@ -16,7 +16,7 @@ import threading
 
 import pytest
 
-from inference4py import OnnxTextGenerator
+from inference4py import OnnxTextGenerator, RequestOptions
 from tests.real.conftest import REAL, not_built
 
 pytestmark = pytest.mark.real
@@ -59,7 +59,7 @@ def _staggered(batched, prompts, options):
             if item.finish_reason is not None:
                 outs[i].put(tuple(c.token_id for c in seen if c.token_id is not None))
 
-        batched.submit(prompt, take, **opts)
+        batched.submit(prompt, take, RequestOptions(**opts))
         assert started.wait(120)
     results = [q.get(timeout=600) for q in outs]
     for r in results:

@@ -81,8 +81,22 @@ class Constraint:
             raise ConfigurationError(
                 "A Constraint needs one of json_schema, json_object=True, regex, grammar or choices."
             )
-        self.kind: ConstraintKind = compiled[0]
-        self.grammar: str = compiled[1]
+        self._start(tokenizer, compiled[0], compiled[1], eos_token_ids)
+
+    @classmethod
+    def from_grammar(
+        cls, tokenizer: Tokenizer, kind: ConstraintKind, grammar: str, *, eos_token_ids: Sequence[int] | None = None
+    ) -> Constraint:
+        """A constraint over a grammar :func:`compile_grammar` already returned (nothing compiled again)."""
+        constraint = cls.__new__(cls)
+        constraint._start(tokenizer, kind, grammar, eos_token_ids)
+        return constraint
+
+    def _start(
+        self, tokenizer: Tokenizer, kind: ConstraintKind, grammar: str, eos_token_ids: Sequence[int] | None
+    ) -> None:
+        self.kind: ConstraintKind = kind
+        self.grammar: str = grammar
         lt = llg_tokenizer(tokenizer, () if eos_token_ids is None else eos_token_ids)
         self._llg_tokenizer = lt
         self.eos_token_ids: frozenset[int] = frozenset(int(i) for i in lt.eos_tokens)

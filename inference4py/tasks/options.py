@@ -1,0 +1,191 @@
+"""RequestOptions: one request's options, typed and checked once, where the request enters.
+
+Every edge builds one: the server from its protocol models, the CLI from its arguments, a task's
+``generate(prompt, **options)`` from its keywords (:meth:`RequestOptions.from_keywords`), the
+batch runner from its job.  Below that, the frozen object is passed down as it is: the task turns
+it into the call's :class:`~inference4py.generation.config.GenerationConfig`
+(:meth:`RequestOptions.apply`, where "temperature 0 means greedy" is decided by
+:meth:`GenerationConfig.with_temperature`), its output control (the constraint compiled once) and
+its speculation.
+
+A field left ``None`` keeps the model's own setting (its generation_config.json and the builder's
+options).  Values are checked at construction with :class:`GenerationConfig`'s rules, so a bad
+value is refused before a prompt is tokenized.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+from inference4py.errors import ConfigurationError
+from inference4py.generation.config import GenerationConfig
+from inference4py.generation.speculative import Speculation, resolve_speculative
+
+__all__ = ["GENERATION_FIELDS", "OUTPUT_FIELDS", "RequestOptions"]
+
+#: What the output may be (docs/structured-output.md, tool calling): compiled by output_control.
+OUTPUT_FIELDS = (
+    "json_schema",
+    "response_format",
+    "regex",
+    "grammar",
+    "choices",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+)
+
+
+@dataclass(frozen=True)
+class RequestOptions:
+    """The options of one generation request (transformers' names; OpenAI's for the output).
+
+    Generation fields mirror :class:`~inference4py.generation.config.GenerationConfig` (None: the
+    model's setting).  ``temperature`` alone turns sampling on (> 0) or off (0), as OpenAI's does.
+    Output fields (one constraint at a time, or tools) are OpenAI's shapes, compiled once per
+    request by the task.  ``speculative`` is a
+    :class:`~inference4py.generation.speculative.PromptLookup` / ``DraftModel``, ``"off"``, or None
+    for the builder's setting.
+
+    Raises:
+        ConfigurationError: a value outside its range (named with the valid one).
+    """
+
+    max_new_tokens: int | None = None
+    min_new_tokens: int | None = None
+    do_sample: bool | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    no_repeat_ngram_size: int | None = None
+    num_beams: int | None = None
+    num_return_sequences: int | None = None
+    length_penalty: float | None = None
+    early_stopping: bool | str | None = None
+    eos_token_id: tuple[int, ...] | None = None
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    decoder_start_token_id: int | None = None
+    forced_bos_token_id: int | None = None
+    forced_eos_token_id: int | None = None
+    bad_words_ids: tuple[tuple[int, ...], ...] | None = None
+    suppress_tokens: tuple[int, ...] | None = None
+    begin_suppress_tokens: tuple[int, ...] | None = None
+    stop_sequences: tuple[str, ...] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: Mapping[int, float] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    prompt_logprobs: bool | None = None
+    json_schema: Mapping[str, Any] | str | None = None
+    response_format: Mapping[str, Any] | None = None
+    regex: str | None = None
+    grammar: str | None = None
+    choices: Sequence[str] | None = None
+    tools: Sequence[Mapping[str, Any]] | None = None
+    tool_choice: str | Mapping[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    speculative: Speculation | Literal["off"] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop_sequences, str):
+            object.__setattr__(self, "stop_sequences", (self.stop_sequences,))
+        if isinstance(self.eos_token_id, int):
+            object.__setattr__(self, "eos_token_id", (self.eos_token_id,))
+        if self.speculative is not None and self.speculative != "off":
+            object.__setattr__(self, "speculative", resolve_speculative(self.speculative))
+        # checked against a neutral base: each value's own range here, cross-field rules again per call
+        self.apply(GenerationConfig(do_sample=True, max_new_tokens=max(256, self.min_new_tokens or 0)))
+
+    # ------------------------------------------------------------------ edges
+    @classmethod
+    def from_keywords(cls, options: Mapping[str, Any]) -> RequestOptions:
+        """The Python edge: ``generate(prompt, **options)``'s keywords, with their aliases.
+
+        ``stop`` (a string or a list, OpenAI's name) and ``stop_sequence`` mean ``stop_sequences``;
+        ``speculative=None`` turns speculation off for the call; other None values are "not set".
+
+        Raises:
+            ConfigurationError: an unknown option (the valid ones are listed) or a bad value.
+        """
+        known = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for name, value in options.items():
+            if name in ("stop", "stop_sequence"):
+                name = "stop_sequences"
+            if name not in known:
+                unknown = sorted(set(options) - known - {"stop", "stop_sequence"})
+                raise ConfigurationError(
+                    f"Unknown generation option(s): {', '.join(unknown)}. Valid options: {', '.join(sorted(known))}."
+                )
+            if name == "speculative":
+                values[name] = "off" if value is None or value is False else value
+            elif value is not None:
+                values[name] = _tupled(name, value)
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> RequestOptions:
+        """A copy with some fields changed (checked again)."""
+        return dataclasses.replace(self, **changes)
+
+    # ------------------------------------------------------------------ below the edge
+    def generation_changes(self) -> dict[str, Any]:
+        """The generation fields this request sets, by GenerationConfig's names."""
+        out = {}
+        for name in GENERATION_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+    def output_options(self) -> dict[str, Any]:
+        """The output fields this request sets (for the task's output control)."""
+        return {name: getattr(self, name) for name in OUTPUT_FIELDS if getattr(self, name) is not None}
+
+    def apply(self, config: GenerationConfig) -> GenerationConfig:
+        """``config`` with this request's generation fields; a lone ``temperature`` decides sampling."""
+        changes = self.generation_changes()
+        lone_temperature = self.temperature is not None and self.do_sample is None
+        if lone_temperature:
+            changes.pop("temperature")
+        if changes:
+            config = config.replace(**changes)
+        if lone_temperature and self.temperature is not None:
+            config = config.with_temperature(self.temperature)
+        return config
+
+    def refuse_speculation(self, where: str) -> None:
+        """Raise when this request asks to draft tokens where ``where`` (a task, a path) does not."""
+        if self.speculation(None) is not None:
+            raise ConfigurationError(
+                f"{where} does not draft tokens: speculative decoding runs in OnnxTextGenerator's generate(), "
+                "stream() and stream_chunks() of one sequence. Drop speculative here."
+            )
+
+    def speculation(self, default: Speculation | None) -> Speculation | None:
+        """The speculation of this request: its own, ``"off"``, or the builder's ``default``."""
+        if self.speculative is None:
+            return default
+        return None if self.speculative == "off" else self.speculative
+
+
+#: The generation fields: GenerationConfig's names (tests check RequestOptions declares each).
+GENERATION_FIELDS = tuple(f.name for f in fields(GenerationConfig))
+
+
+def _tupled(name: str, value: Any) -> Any:
+    """Lists of the JSON / keyword world as the frozen tuples the fields hold."""
+    if name in ("eos_token_id", "suppress_tokens", "begin_suppress_tokens") and isinstance(value, (list, tuple)):
+        return tuple(value)
+    if name == "stop_sequences" and isinstance(value, (list, tuple)):
+        return tuple(value)
+    if name == "bad_words_ids" and isinstance(value, (list, tuple)):
+        return tuple(tuple(seq) for seq in value)
+    return value
