@@ -56,3 +56,27 @@ def test_seq2seq_batch_row_finishing_early():
         ]
     assert list(results[0].token_ids) == case["generated_ids"]
     assert [r.token_ids for r in results] == [a.token_ids for a in alone]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "genai-llama-int4"])
+def test_a_seeded_sampled_row_equals_the_same_request_alone(name):
+    """Each row of generate_batch has its own random stream: the same prompt and seed, the same tokens."""
+    prompts = ["Once upon a time", "The weather", "Once upon a time", "A"]
+    with OnnxTextGenerator.builder().model_path(MODELS / name).build() as gen:
+        settings = {"max_new_tokens": 12, "temperature": 1.0, "top_k": 0, "seed": 7}
+        batch = gen.generate_batch(prompts, **settings)
+        alone = [gen.generate(p, **settings) for p in prompts]
+        other_seed = gen.generate(prompts[0], **{**settings, "seed": 8})
+    assert [r.token_ids for r in batch] == [r.token_ids for r in alone]
+    assert batch[0].token_ids == batch[2].token_ids  # the same request twice in one batch
+    assert other_seed.token_ids != alone[0].token_ids  # the seed matters: the rows really sample
+
+
+@pytest.mark.parametrize("name,cls", [("bart", BartSummarizer), ("marian", MarianTranslator)])
+def test_a_seeded_sampled_seq2seq_row_equals_the_same_request_alone(name, cls):
+    with cls.builder().model_path(MODELS / name).build() as task:
+        inputs = [c["input"] for c in S2S[name]["cases"][:3]]
+        settings = {"max_new_tokens": 10, "do_sample": True, "top_k": 0, "seed": 3}
+        batch = task.generate_batch(inputs, **settings)
+        alone = [task.generate(i, **settings) for i in inputs]
+    assert [r.token_ids for r in batch] == [r.token_ids for r in alone]
