@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from inference4py.engine._graph_io import read_node_int_attributes
 from inference4py.engine.flow import FlowRunner, open_session
+from inference4py.engine.graph_io import has_op, read_node_int_attributes
 from inference4py.engine.kv_cache import KVLayout, check_cache_names, discover_layout
 from inference4py.engine.pipeline import PipelineSpec, single_pass_refusal
 from inference4py.engine.sessions import (
@@ -161,7 +161,7 @@ class DecoderRuntime:
         # One scan of the graph file serves both questions (it can hold the weights: hundreds of MB).
         path = spec.path("decoder")
         gqa = read_node_int_attributes(path, "GroupQueryAttention")
-        has_gqa = bool(gqa) if gqa is not None else _has_op(path, b"GroupQueryAttention")  # unparsable: byte scan
+        has_gqa = bool(gqa) if gqa is not None else has_op(path, b"GroupQueryAttention")  # unparsable: byte scan
         self.shared_kv = self._shares_buffer(spec, has_gqa)
         self.min_capacity = self._window(spec, gqa or [])
 
@@ -220,17 +220,6 @@ def write_step_ids(buffer: np.ndarray, tokens: np.ndarray | int) -> None:
         buffer[:, 0] = tokens
     else:
         buffer[:, 0] = np.reshape(tokens, -1)
-
-
-def _has_op(path: Any, op_type: bytes) -> bool:
-    """Whether an .onnx file names ``op_type`` (a cheap scan of the protobuf bytes, weights included)."""
-    import mmap
-
-    try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            return buf.find(op_type) >= 0
-    except (OSError, ValueError):
-        return False
 
 
 _DEFAULT_EXTRA = 64  # capacity beyond the first prefill when the caller does not say

@@ -9,7 +9,7 @@ ONE layout (see :func:`select_model_files`), never every quantized variant a
 repo happens to hold.
 
 Offline mode (``HF_HUB_OFFLINE=1`` or ``INFERENCE4PY_OFFLINE=1``, read at call
-time, see :mod:`inference4py._env`) and ``local_files_only=True`` serve models
+time, see :mod:`inference4py.env`) and ``local_files_only=True`` serve models
 from the cache only.  When the Hub cannot be reached the cache is used as a
 fallback.
 

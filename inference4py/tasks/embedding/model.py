@@ -174,13 +174,13 @@ class OnnxEmbedder(ClosableTask):
     @classmethod
     def _from_builder(cls, builder: EmbedderBuilder) -> OnnxEmbedder:
         from inference4py.tokenization import load_tokenizer
-        from inference4py.tokenization.fast import _FastTokenizer
+        from inference4py.tokenization.fast import FastTokenizer
 
         folder = builder.resolve_folder()
         graph = find_graph(folder, builder._variant)
         config = read_sentence_config(folder)
         tokenizer = load_tokenizer(folder)
-        if not isinstance(tokenizer, _FastTokenizer):
+        if not isinstance(tokenizer, FastTokenizer):
             raise UnsupportedModelError(
                 f"{folder} has no tokenizer.json; OnnxEmbedder reads the tokenizer from tokenizer.json. "
                 "Save the model's tokenizer with a recent transformers (tokenizer.save_pretrained) into the folder."
