@@ -30,7 +30,7 @@ STAGES = (
     ("whole stream_chunks iteration", "generate.py", "stream_generate"),
     ("token loop (generate_step)", "search.py", "generate_step"),
     ("engine step (DecoderState.step)", "decoder.py", "step"),
-    ("engine _run (binding + run + outputs)", "decoder.py", "_run"),
+    ("engine _run (binding + run + outputs)", "growing_kv.py", "_run"),
     ("onnxruntime run_with_iobinding", "onnxruntime_inference_collection.py", "run_with_iobinding"),
     ("IOBinding.get_outputs", "onnxruntime_inference_collection.py", "get_outputs"),
     ("OrtValue.numpy", "onnxruntime_inference_collection.py", "numpy"),
