@@ -22,7 +22,8 @@ from inference4py.errors import (
     ModelFilesMissingError,
     ModelNotFoundError,
 )
-from inference4py.hub import _escape_pattern, pull, resolve_model_folder, select_model_files
+from inference4py.hub import pull, resolve_model_folder, select_model_files
+from inference4py.hub.download import _escape_pattern
 from tests.hubserver import FakeHub, FakeRepo, hub_client_online, populate_cache, reset_hub_client
 
 # --------------------------------------------------------------------------- realistic listings
