@@ -129,7 +129,7 @@ def _finish_fast(backend: Any, settings: _Settings) -> FastTokenizer:
             cls = getattr(pre_tokenizers, state.pop("type"))
             state["add_prefix_space"] = prefix_space
             backend.pre_tokenizer = cls(**state)
-    except Exception:  # noqa: BLE001 - transformers ignores the same failures
+    except Exception:  # transformers ignores the same failures
         pass
 
     # LlamaTokenizerFast & co. rebuild the post-processor from add_bos/add_eos_token.

@@ -162,12 +162,12 @@ class OnnxEmbedder(ClosableTask):
         return EmbedderBuilder()
 
     @classmethod
-    def allMiniLML6V2(cls) -> EmbedderBuilder:  # noqa: N802
+    def allMiniLML6V2(cls) -> EmbedderBuilder:
         """sentence-transformers/all-MiniLM-L6-v2: 384 dimensions, mean pooling, normalized (its onnx/model.onnx)."""
         return EmbedderBuilder(preset="allMiniLML6V2", model_id="sentence-transformers/all-MiniLM-L6-v2")
 
     @classmethod
-    def bgeSmallEnV15(cls) -> EmbedderBuilder:  # noqa: N802
+    def bgeSmallEnV15(cls) -> EmbedderBuilder:
         """BAAI/bge-small-en-v1.5: 384 dimensions, CLS pooling, normalized (its onnx/model.onnx)."""
         return EmbedderBuilder(preset="bgeSmallEnV15", model_id="BAAI/bge-small-en-v1.5")
 
