@@ -36,7 +36,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python benchmarks/batch.py`: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.run import RESULTS, machine  # noqa: E402
+from benchmarks.run import RESULTS, machine
 
 REAL = Path(os.environ.get("INFERENCE4PY_REAL_DIR", Path.home() / ".cache" / "inference4py" / "real"))
 

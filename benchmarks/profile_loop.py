@@ -22,15 +22,15 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.models import FIXTURES, TINY_PROMPT  # noqa: E402
-from benchmarks.peers import bare_loop, inference4py_peer  # noqa: E402
+from benchmarks.models import FIXTURES, TINY_PROMPT
+from benchmarks.peers import bare_loop, inference4py_peer
 
 # Stages of inference4py's loop, found by function name in the profile (cumulative time).
 STAGES = (
     ("whole stream_chunks iteration", "generate.py", "stream_generate"),
     ("token loop (generate_step)", "search.py", "generate_step"),
     ("engine step (DecoderState.step)", "decoder.py", "step"),
-    ("engine _run (binding + run + outputs)", "decoder.py", "_run"),
+    ("engine _run (binding + run + outputs)", "growing_kv.py", "_run"),
     ("onnxruntime run_with_iobinding", "onnxruntime_inference_collection.py", "run_with_iobinding"),
     ("IOBinding.get_outputs", "onnxruntime_inference_collection.py", "get_outputs"),
     ("OrtValue.numpy", "onnxruntime_inference_collection.py", "numpy"),
@@ -51,7 +51,7 @@ class OrtClock:
         original = ort.InferenceSession.run_with_iobinding
         clock = self
 
-        def timed(session, *a, **kw):  # noqa: ANN001, ANN002, ANN003
+        def timed(session, *a, **kw):
             t = time.perf_counter()
             try:
                 return original(session, *a, **kw)
@@ -61,7 +61,7 @@ class OrtClock:
         ort.InferenceSession.run_with_iobinding = timed
 
 
-def per_token_us(fn, gens: int, tokens: int, clock: OrtClock) -> tuple[float, float]:  # noqa: ANN001
+def per_token_us(fn, gens: int, tokens: int, clock: OrtClock) -> tuple[float, float]:
     """Median whole-call and in-onnxruntime time per token, in µs."""
     times, inside = [], []
     for _ in range(gens):
@@ -73,7 +73,7 @@ def per_token_us(fn, gens: int, tokens: int, clock: OrtClock) -> tuple[float, fl
     return 1e6 * statistics.median(times) / tokens, 1e6 * statistics.median(inside) / tokens
 
 
-def profile(fn, gens: int) -> pstats.Stats:  # noqa: ANN001
+def profile(fn, gens: int) -> pstats.Stats:
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(gens):

@@ -25,7 +25,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.models import SMOLLM2_PROMPT, long_prompt  # noqa: E402
+from benchmarks.models import SMOLLM2_PROMPT, long_prompt
 
 _LAYER = re.compile(r"layers\.\d+")
 _NUMBER = re.compile(r"\d+")

@@ -43,7 +43,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python benchmarks/run.py`: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.models import I4PY, ORTOV_HINT, OV_HINT, ROOT, Model, Row, long_prompt, resolve  # noqa: E402
+from benchmarks.models import I4PY, ORTOV_HINT, OV_HINT, ROOT, Model, Row, long_prompt, resolve
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PACKAGES = (
@@ -204,7 +204,7 @@ def selected_rows(model: Model, args: argparse.Namespace) -> list[Row]:
     return rows
 
 
-def bench_speed(model: Model, args: argparse.Namespace, log) -> dict[str, Any]:  # noqa: ANN001
+def bench_speed(model: Model, args: argparse.Namespace, log) -> dict[str, Any]:
     rows = selected_rows(model, args)
     out: dict[str, Any] = {}
     for setting in args.settings:
@@ -289,7 +289,7 @@ def aggregate(results: list[dict[str, Any]], row: Row) -> dict[str, Any]:
     }
 
 
-def bench_memory(model: Model, args: argparse.Namespace, log) -> dict[str, Any]:  # noqa: ANN001
+def bench_memory(model: Model, args: argparse.Namespace, log) -> dict[str, Any]:
     out: dict[str, Any] = {"long": {}, "growth": {}}
     rows = [r for r in selected_rows(model, args) if not missing(r, model)]
     for r in rows:

@@ -56,7 +56,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python benchmarks/serve.py`: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.run import RESULTS, machine  # noqa: E402
+from benchmarks.run import RESULTS, machine
 
 try:
     import httpx

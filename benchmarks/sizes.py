@@ -45,8 +45,8 @@ from typing import Any
 if __package__ in (None, ""):  # `python benchmarks/sizes.py`: make `benchmarks` and `tools` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.models import ROOT  # noqa: E402
-from tools.real.common import real_dir  # noqa: E402  (INFERENCE4PY_REAL_DIR, else ~/.cache/inference4py/real)
+from benchmarks.models import ROOT
+from tools.real.common import real_dir  # INFERENCE4PY_REAL_DIR, else ~/.cache/inference4py/real
 
 RESULTS = ROOT / "benchmarks" / "results"
 SECTION = "sizes"
@@ -415,7 +415,7 @@ def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def prepare(models: list[SizeModel], rows: list[SizeRow], args: argparse.Namespace, log) -> None:  # noqa: ANN001
+def prepare(models: list[SizeModel], rows: list[SizeRow], args: argparse.Namespace, log) -> None:
     """Load each inference4py row that builds a cached copy once, untimed: its first load fuses the
     export, or converts the GGUF, into the cache."""
     for m in models:
@@ -432,7 +432,7 @@ def prepare(models: list[SizeModel], rows: list[SizeRow], args: argparse.Namespa
             )
 
 
-def run(args: argparse.Namespace, log) -> dict[str, Any]:  # noqa: ANN001
+def run(args: argparse.Namespace, log) -> dict[str, Any]:
     from benchmarks.peers.common import eos_ids
 
     models, rows = selected_models(args.models), selected_rows(args.peers)

@@ -72,7 +72,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from inference4py._quick import correct as correct
     from inference4py._quick import summarize as summarize
     from inference4py._quick import translate as translate
-    from inference4py.errors import *  # noqa: F401,F403
+    from inference4py.errors import *  # noqa: F403
     from inference4py.generation.config import GenerationConfig as GenerationConfig
     from inference4py.generation.result import (
         Candidate as Candidate,

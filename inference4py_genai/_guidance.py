@@ -31,7 +31,7 @@ def genai_guidance(options: Mapping[str, Any]) -> Guidance | None:
             f"{', '.join(tool_keys)}: tool calling runs on inference4py's own loop: load this folder with "
             "inference4py.OnnxTextGenerator (it runs genai folders too)."
         )
-    from inference4py.generation.constraints.grammar import _JSON_DEFAULTS, _choices_lark, _schema_dict
+    from inference4py.generation.constraints.grammar import JSON_DEFAULTS, choices_lark, schema_dict
     from inference4py.tasks.output_control import output_control
 
     control = output_control(options, template=None)  # validates; one kind at most
@@ -39,13 +39,13 @@ def genai_guidance(options: Mapping[str, Any]) -> Guidance | None:
     if "json_object" in kinds:
         kinds = {"json_schema": {"type": "object"}}
     if "json_schema" in kinds:
-        schema = _schema_dict(kinds["json_schema"])
-        schema["x-guidance"] = {**_JSON_DEFAULTS, **schema.get("x-guidance", {})}
+        schema = schema_dict(kinds["json_schema"])
+        schema["x-guidance"] = {**JSON_DEFAULTS, **schema.get("x-guidance", {})}
         return ("json_schema", json.dumps(schema))
     if "regex" in kinds:
         return ("regex", str(kinds["regex"]))
     if "grammar" in kinds:
         return ("lark_grammar", str(kinds["grammar"]))
     if "choices" in kinds:
-        return ("lark_grammar", _choices_lark(kinds["choices"]))
+        return ("lark_grammar", choices_lark(kinds["choices"]))
     return None

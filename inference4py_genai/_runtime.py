@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from inference4py import _env
+from inference4py import env
 from inference4py.errors import (
     ConfigurationError,
     Inference4pyError,
@@ -122,9 +122,9 @@ def open_model(
     """
     genai = og()
     if providers is None:
-        providers = _env.default_providers()
+        providers = env.default_providers()
     if threads is None:
-        threads = _env.default_num_threads()
+        threads = env.default_num_threads()
     with raising(ModelLoadError, f"reading {folder / _GENAI_CONFIG}", "Re-download or re-export the model."):
         config = genai.Config(str(folder))
     if providers is not None:

@@ -67,7 +67,7 @@ class TextGenerator(ClosableTask):
         return GenaiTextGeneratorBuilder()
 
     @classmethod
-    def phi3Mini(cls) -> GenaiTextGeneratorBuilder:  # noqa: N802 - inference4j's name
+    def phi3Mini(cls) -> GenaiTextGeneratorBuilder:  # inference4j's name
         """Phi-3 Mini 4K Instruct (3.8B, int4), inference4j/phi-3-mini-4k-instruct (chat template on)."""
         return GenaiTextGeneratorBuilder(
             preset="phi3Mini",
@@ -77,7 +77,7 @@ class TextGenerator(ClosableTask):
         )
 
     @classmethod
-    def deepSeekR1_1_5B(cls) -> GenaiTextGeneratorBuilder:  # noqa: N802 - inference4j's name
+    def deepSeekR1_1_5B(cls) -> GenaiTextGeneratorBuilder:  # inference4j's name
         """DeepSeek-R1-Distill-Qwen-1.5B, inference4j/deepseek-r1-distill-qwen-1.5b (chat template on).
 
         The model thinks aloud in ``<think>...</think>`` before answering: leave room in max_new_tokens.

@@ -94,7 +94,7 @@ class VisionLanguageModel(ClosableTask):
         return VisionLanguageBuilder()
 
     @classmethod
-    def phi3Vision(cls) -> VisionLanguageBuilder:  # noqa: N802 - inference4j's name
+    def phi3Vision(cls) -> VisionLanguageBuilder:  # inference4j's name
         """Phi-3.5 Vision Instruct (4.2B), inference4j/phi-3.5-vision-instruct."""
         return VisionLanguageBuilder(
             preset="phi3Vision", model_id="inference4j/phi-3.5-vision-instruct", chat_template=PHI3V_TEMPLATE

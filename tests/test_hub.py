@@ -1,4 +1,4 @@
-"""inference4py.hub and inference4py._env: file selection, cache resolution, downloads.
+"""inference4py.hub and inference4py.env: file selection, cache resolution, downloads.
 
 No test touches the network: cache tests write a real huggingface_hub cache
 layout (tests/hubserver.py: populate_cache), download tests run a fake Hub on
@@ -15,14 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from inference4py import _env, hub
+from inference4py import env, hub
 from inference4py.errors import (
     ConfigurationError,
     HubError,
     ModelFilesMissingError,
     ModelNotFoundError,
 )
-from inference4py.hub import _escape_pattern, pull, resolve_model_folder, select_model_files
+from inference4py.hub import pull, resolve_model_folder, select_model_files
+from inference4py.hub.download import _escape_pattern
 from tests.hubserver import FakeHub, FakeRepo, hub_client_online, populate_cache, reset_hub_client
 
 # --------------------------------------------------------------------------- realistic listings
@@ -557,50 +558,50 @@ def test_pull_downloads_with_the_chosen_layout(online):
         assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.onnx"]
 
 
-# --------------------------------------------------------------------------- _env
+# --------------------------------------------------------------------------- env
 
 
 def test_env_offline(monkeypatch):
-    assert _env.offline() and _env.offline_setting() == "HF_HUB_OFFLINE=1"
+    assert env.offline() and env.offline_setting() == "HF_HUB_OFFLINE=1"
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    assert not _env.offline()
+    assert not env.offline()
     monkeypatch.setenv("INFERENCE4PY_OFFLINE", "yes")
-    assert _env.offline()
+    assert env.offline()
 
 
 def test_env_cache_follows_hf_variables(monkeypatch, tmp_path):
-    assert _env.hf_hub_cache() == Path(os.environ["HF_HUB_CACHE"])
+    assert env.hf_hub_cache() == Path(os.environ["HF_HUB_CACHE"])
     monkeypatch.delenv("HF_HUB_CACHE")
     monkeypatch.setenv("HF_HOME", str(tmp_path))
-    assert _env.hf_hub_cache() == tmp_path / "hub"
+    assert env.hf_hub_cache() == tmp_path / "hub"
 
 
 def test_env_endpoint(monkeypatch):
     monkeypatch.delenv("HF_ENDPOINT", raising=False)
-    assert _env.hf_endpoint() is None
+    assert env.hf_endpoint() is None
     monkeypatch.setenv("HF_ENDPOINT", "https://mirror.example/")
-    assert _env.hf_endpoint() == "https://mirror.example"
+    assert env.hf_endpoint() == "https://mirror.example"
 
 
 def test_env_num_threads(monkeypatch):
     monkeypatch.delenv("INFERENCE4PY_NUM_THREADS", raising=False)
-    assert _env.default_num_threads() is None
+    assert env.default_num_threads() is None
     monkeypatch.setenv("INFERENCE4PY_NUM_THREADS", " 4 ")
-    assert _env.default_num_threads() == 4
+    assert env.default_num_threads() == 4
     for bad in ("0", "-2", "four", "1.5"):
         monkeypatch.setenv("INFERENCE4PY_NUM_THREADS", bad)
         with pytest.raises(ConfigurationError, match="INFERENCE4PY_NUM_THREADS"):
-            _env.default_num_threads()
+            env.default_num_threads()
 
 
 def test_env_providers(monkeypatch):
     monkeypatch.delenv("INFERENCE4PY_PROVIDERS", raising=False)
-    assert _env.default_providers() is None
+    assert env.default_providers() is None
     monkeypatch.setenv("INFERENCE4PY_PROVIDERS", "CUDAExecutionProvider, CPUExecutionProvider")
-    assert _env.default_providers() == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert env.default_providers() == ["CUDAExecutionProvider", "CPUExecutionProvider"]
     monkeypatch.setenv("INFERENCE4PY_PROVIDERS", "CUDAExecutionProvider,,CPUExecutionProvider")
     with pytest.raises(ConfigurationError, match="empty provider name"):
-        _env.default_providers()
+        env.default_providers()
 
 
 def test_local_model_folder_never_goes_to_the_hub(tmp_path):

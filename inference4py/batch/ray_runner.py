@@ -32,7 +32,7 @@ def require_ray() -> Any:
     """The ``ray`` module, or a ConfigurationError naming the extra to install."""
     try:
         import ray
-        import ray.data  # noqa: F401
+        import ray.data
     except ImportError as exc:
         raise ConfigurationError(
             f"replicas / ray_address run the job on Ray Data, which is not installed: {RAY_INSTALL} "

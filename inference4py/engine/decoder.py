@@ -5,11 +5,12 @@ The KV cache never leaves onnxruntime during normal decoding: each step's
 binding, so no cache tensor is copied through numpy.  Only the last position's
 logits are read back.
 
-One idea, kept in one module past ~500 lines: the decoder's state and its step
-functions.  The growing-cache and shared-buffer modes share every entry point
-(prefill, step, reorder, rewind) and the bookkeeping those keep consistent (valid
-lengths, padding, the mask buffer); split apart, each half would need the other's
-internals.
+:class:`DecoderRuntime` loads a decoder pipeline's sessions and decides how its cache is
+kept; :class:`DecoderState` is one decoding call.  The state's entry points (prefill, step,
+reorder, discard, rewind) live here and serve both cache modes; what is particular to each
+mode lives apart: :mod:`~inference4py.engine.growing_kv` (any graph) and
+:mod:`~inference4py.engine.shared_kv` (one buffer shared by past and present,
+GroupQueryAttention graphs), over the fields of :mod:`~inference4py.engine.decoder_base`.
 """
 
 from __future__ import annotations
@@ -20,22 +21,17 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from inference4py.engine._graph_io import read_node_int_attributes
+from inference4py.engine.decoder_base import _Graph
 from inference4py.engine.flow import FlowRunner, open_session
-from inference4py.engine.kv_cache import KVLayout, check_cache_names, discover_layout
+from inference4py.engine.graph_io import has_op, read_node_int_attributes
+from inference4py.engine.growing_kv import _GrowingCache
+from inference4py.engine.kv_cache import check_cache_names
 from inference4py.engine.pipeline import PipelineSpec, single_pass_refusal
-from inference4py.engine.sessions import (
-    SessionOptions,
-    StepBinding,
-    TensorInfo,
-    graph_inputs,
-    graph_outputs,
-)
-from inference4py.errors import InvalidInputError, PipelineSpecError, UnsupportedModelError
+from inference4py.engine.sessions import SessionOptions
+from inference4py.engine.shared_kv import _SharedBuffer
+from inference4py.errors import InvalidInputError, UnsupportedModelError
 
 __all__ = ["DecoderRuntime", "DecoderState", "context_length", "open_session"]
-
-_LOGITS_TO_KEEP = ("num_logits_to_keep", "logits_to_keep")
 
 
 def context_length(config: Mapping[str, Any]) -> int | None:
@@ -55,56 +51,6 @@ def context_length(config: Mapping[str, Any]) -> int | None:
         if isinstance(value, int) and value > 0:
             return value
     return None
-
-
-class _Graph:
-    """One decoder graph and what it expects."""
-
-    def __init__(
-        self, session: ort.InferenceSession, config: Mapping[str, Any], name: str, spec: PipelineSpec | None = None
-    ) -> None:
-        self.session = session
-        self.name = name
-        self.inputs: dict[str, TensorInfo] = graph_inputs(session)
-        self.outputs: dict[str, TensorInfo] = graph_outputs(session)
-        wired = spec is not None and any(w.input == "inputs_embeds" for w in spec.dataflow)
-        # A decoder reads token ids, or embeddings a step session computes from them (dataflow).
-        self.takes_ids = "input_ids" in self.inputs
-        if not (self.takes_ids or ("inputs_embeds" in self.inputs and wired)) or "logits" not in self.outputs:
-            raise UnsupportedModelError(
-                f"{name} is not a text decoder: it needs an 'input_ids' input (or 'inputs_embeds' wired from an "
-                "embedding session in the pipeline's dataflow) and a 'logits' output "
-                f"(inputs: {sorted(self.inputs)[:8]}, outputs: {sorted(self.outputs)[:8]}). "
-                "Use the task class that matches this model, or describe it in an inference4py.json pipeline file."
-            )
-        state = spec.state if spec is not None else None
-        cross = state.cross_cache if state is not None else None
-        self.layout: KVLayout = discover_layout(
-            self.inputs,
-            self.outputs,
-            config,
-            graph_name=name,
-            names=state.kv_cache.names if state else None,
-            cross_names=cross.names if cross else None,
-            num_kv_heads=state.kv_cache.num_kv_heads if state else None,
-            head_size=state.kv_cache.head_size if state else None,
-        )
-        self.ids_dtype = self.inputs["input_ids"].dtype if self.takes_ids else np.int64
-        self.has_mask = "attention_mask" in self.inputs
-        position = spec.state.position_ids if spec is not None else None
-        self.position_name = position.input_name if position else "position_ids"
-        self.has_positions = self.position_name in self.inputs and (position is None or position.strategy != "none")
-        if position is not None and position.strategy == "default" and not self.has_positions:
-            raise PipelineSpecError(
-                f'The pipeline description sets the position_ids strategy "default", but {name} has no input '
-                f'"{self.position_name}". Fix state.position_ids.input_name, or use "strategy": "none" when the graph '
-                "computes positions itself."
-            )
-        self.has_cache_branch = "use_cache_branch" in self.inputs
-        # (past input, present output) of each self-attention cache tensor, in layout order
-        self.cache_names: tuple[tuple[str, str], ...] = tuple((e.input, e.output) for e in self.layout.self_entries)
-        self.logits_to_keep = next((n for n in _LOGITS_TO_KEEP if n in self.inputs), None)
-        self.logits_dtype = self.outputs["logits"].dtype
 
 
 class DecoderRuntime:
@@ -161,7 +107,7 @@ class DecoderRuntime:
         # One scan of the graph file serves both questions (it can hold the weights: hundreds of MB).
         path = spec.path("decoder")
         gqa = read_node_int_attributes(path, "GroupQueryAttention")
-        has_gqa = bool(gqa) if gqa is not None else _has_op(path, b"GroupQueryAttention")  # unparsable: byte scan
+        has_gqa = bool(gqa) if gqa is not None else has_op(path, b"GroupQueryAttention")  # unparsable: byte scan
         self.shared_kv = self._shares_buffer(spec, has_gqa)
         self.min_capacity = self._window(spec, gqa or [])
 
@@ -222,21 +168,7 @@ def write_step_ids(buffer: np.ndarray, tokens: np.ndarray | int) -> None:
         buffer[:, 0] = np.reshape(tokens, -1)
 
 
-def _has_op(path: Any, op_type: bytes) -> bool:
-    """Whether an .onnx file names ``op_type`` (a cheap scan of the protobuf bytes, weights included)."""
-    import mmap
-
-    try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            return buf.find(op_type) >= 0
-    except (OSError, ValueError):
-        return False
-
-
-_DEFAULT_EXTRA = 64  # capacity beyond the first prefill when the caller does not say
-
-
-class DecoderState:
+class DecoderState(_SharedBuffer, _GrowingCache):
     """The state of one decoding call: KV cache, attention mask, positions.
 
     ``prefill`` feeds the prompt (``[batch, n]``, left-padded with ``attention_mask``
@@ -254,59 +186,10 @@ class DecoderState:
       is the sum of its attention-mask row, which is what the graph reads).
     """
 
-    # bound by _bind_step (after prefill / reorder / rewind / growth), read by step()
-    _step_ids: np.ndarray  # [batch, 1]
-    _step_pos: np.ndarray | None  # [batch, 1] when the graph takes positions
-    _rows: np.ndarray  # [batch]
-    _top_valid: int  # shared mode: the longest row's valid length
+    rt: DecoderRuntime
 
     def __init__(self, runtime: DecoderRuntime, batch_size: int, capacity: int | None = None) -> None:
-        self.rt = runtime
-        # With keep_prefill_logits, a prefill keeps every position's logits in prefill_logits
-        # ([batch, n, vocab]), for prompt log-probabilities (OpenAI's echo).
-        self.keep_prefill_logits = False
-        self.prefill_logits: np.ndarray | None = None
-        self.batch = batch_size
-        self.capacity = int(capacity) if capacity else 0
-        self.shared_buffer = runtime.shared_kv
-        self.length = 0  # tokens in the cache, left-padded view (including padding)
-        g = runtime.rest
-        self._ids_dtype = g.ids_dtype
-        self._mask_dtype = g.inputs["attention_mask"].dtype if g.has_mask else np.int64
-        self._pos_dtype = g.inputs[g.position_name].dtype if g.has_positions else np.int64
-        self._logits_rank = len(g.outputs["logits"].shape)
-        # Pipelines with sessions around the decoder (see FlowRunner): the caller's inputs for the
-        # init sessions (set_inputs) and what those produced on the first prefill.
-        self._flow = runtime.flow
-        self._feeds_decoder = self._flow is not None and self._flow.feeds_decoder
-        self._given: dict[str, Any] = {}
-        self._values: dict[str, np.ndarray] = {}
-        self._reset()
-
-    def _reset(self) -> None:
-        self.length = 0
-        # growing mode: one OrtValue (native or wrapped, see StepBinding) per entry of
-        # rt.layout.self_entries, in that order; None before the first run
-        self._past: list[Any] | None = None
-        self._maskbuf = np.zeros((self.batch, 0), dtype=self._mask_dtype)  # [batch, cap]
-        self._next_pos = np.zeros((self.batch,), dtype=np.int64)
-        self._binding: StepBinding | None = None  # the step graph's binding, made once
-        self._step_ready = False
-        self._step_logits: np.ndarray | None = None
-        self._step_out: np.ndarray | None = None  # [batch, vocab] view of _step_logits
-        self._step_f32 = True  # whether _step_out is float32 already
-        # shared mode
-        self._kv: dict[str, tuple[np.ndarray, ort.OrtValue]] = {}
-        self._valid = np.zeros((self.batch,), dtype=np.int64)  # valid tokens per row
-        self._pad = np.zeros((self.batch,), dtype=np.int64)  # left padding per row (left-padded view)
-
-    @property
-    def _mask(self) -> np.ndarray:
-        """The attention mask of what is cached, ``[batch, length]`` (left-padded view)."""
-        if self.shared_buffer:
-            cols = np.arange(self.length)[None, :]
-            return ((cols >= self._pad[:, None]) & (cols < (self._pad + self._valid)[:, None])).astype(np.int64)
-        return self._maskbuf[:, : self.length]
+        super().__init__(runtime, batch_size, capacity)
 
     # ------------------------------------------------------------------ public
     def set_inputs(self, inputs: Mapping[str, Any]) -> None:
@@ -364,20 +247,17 @@ class DecoderState:
         if self.length == 0 and self._flow is not None and (self._flow.init or self._given):
             self._values = self._flow.run_init(self._given)  # init sessions, and prompt outputs given
         mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask, dtype=np.int64)
-        if self.shared_buffer:
-            return self._prefill_shared(ids, mask)
-        n = ids.shape[1]
-        self._ensure_mask(self.length + n)
-        full_mask = self._maskbuf[:, : self.length + n]
-        full_mask[:, self.length :] = mask
-        if self.length == 0:
-            positions = np.cumsum(full_mask, axis=1) - 1
-            positions[full_mask == 0] = 1  # padded slots: any valid index, they are masked out
-        else:
-            positions = self._next_pos[:, None] + np.cumsum(mask, axis=1) - 1
-            positions = np.maximum(positions, 0)
-        positions = positions[:, -n:]
-        return self._run(ids, full_mask, positions)
+        if not self.shared_buffer:
+            return self._prefill_growing(ids, mask)
+        if self.length > 0 and self.batch > 1 and ids.shape[1] > 1:
+            if not mask.all():
+                raise InvalidInputError("A batch continuing a cached prefix cannot take padded tokens.")
+            logits = None
+            for j in range(ids.shape[1]):  # GroupQueryAttention takes one token per row once a batch has a past
+                logits = self.step(ids[:, j])
+            assert logits is not None
+            return logits.copy()
+        return self._prefill_shared(ids, mask)
 
     def step(self, tokens: np.ndarray | int) -> np.ndarray:
         """Feed one token per row (``[batch]``) and return the next logits ``[batch, vocab]``."""
@@ -510,76 +390,6 @@ class DecoderState:
         self.length = length
 
     # ------------------------------------------------------------------ internals
-    def _token_feeds(self, g: _Graph, ids: np.ndarray, *, prompt: bool) -> dict[str, np.ndarray]:
-        """The decoder inputs that carry a run's tokens: ``input_ids``, and/or what the dataflow
-        wires into the decoder (an embedding session's ``inputs_embeds`` for these ids)."""
-        feeds: dict[str, np.ndarray] = {}
-        if g.takes_ids:
-            feeds["input_ids"] = ids.astype(g.ids_dtype, copy=False)
-        if self._feeds_decoder:
-            assert self._flow is not None
-            for name, value in self._flow.decoder_inputs(ids, self._values, prompt=prompt).items():
-                feeds[name] = np.asarray(value, dtype=g.inputs[name].dtype) if name in g.inputs else value
-        return feeds
-
-    def _feed_step(self, fast: StepBinding) -> None:
-        """Step mode: run the step sessions feeding the decoder on the bound step ids and bind their outputs."""
-        for name, value in self._token_feeds(self.rt.rest, self._step_ids, prompt=False).items():
-            if name != "input_ids":  # bound once by _bind_step
-                fast.bind_array(name, np.ascontiguousarray(value))
-
-    def _want(self, needed: int) -> int:
-        cap = max(needed, self.capacity or needed + _DEFAULT_EXTRA)
-        if needed > self.capacity and self.capacity:
-            cap = max(needed, 2 * self.capacity)
-        cap = max(cap, 2)  # a one-wide buffer would make every step look like a first prompt
-        if self.shared_buffer and self.rt.max_positions:
-            cap = max(needed, min(cap, self.rt.max_positions))
-        if self.shared_buffer:
-            cap = max(cap, self.rt.min_capacity)  # a sliding-window cache needs room for its window
-        return cap
-
-    def _ensure_mask(self, needed: int) -> None:
-        """Growing mode: the mask buffer holds at least ``needed`` columns."""
-        if needed <= self._maskbuf.shape[1]:
-            return
-        cap = self._want(needed)
-        buf = np.zeros((self.batch, cap), dtype=self._mask_dtype)
-        buf[:, : self.length] = self._maskbuf[:, : self.length]
-        self._maskbuf = buf
-        self.capacity = cap
-        self._step_ready = False
-
-    def _grow(self, needed: int) -> None:
-        """Shared mode: buffers of at least ``needed`` positions (contents kept)."""
-        cap = self._want(needed) if (needed > self.capacity or not self._kv) else self.capacity
-        layout = self.rt.layout
-        for entry in layout.self_entries:
-            old = self._kv.get(entry.input)
-            if old is not None and old[0].shape[0] == self.batch and old[0].shape[2] == cap:
-                continue
-            empty = layout.empty(entry, self.batch)
-            arr = np.zeros((self.batch, empty.shape[1], cap, empty.shape[3]), dtype=entry.dtype)
-            if old is not None and old[0].shape[0] == self.batch:
-                keep = min(old[0].shape[2], cap)
-                arr[:, :, :keep] = old[0][:, :, :keep]
-            self._kv[entry.input] = (arr, ort.OrtValue.ortvalue_from_numpy(arr))
-        if self._maskbuf.shape != (self.batch, cap):
-            buf = np.zeros((self.batch, cap), dtype=self._mask_dtype)
-            keep = min(self._maskbuf.shape[1], cap)
-            if self._maskbuf.shape[0] == self.batch:
-                buf[:, :keep] = self._maskbuf[:, :keep]
-            self._maskbuf = buf
-        self.capacity = cap
-        self._step_ready = False
-
-    def _new_binding(self, g: _Graph) -> StepBinding:
-        if g is self.rt.rest:
-            if self._binding is None:
-                self._binding = StepBinding(g.session)
-            return self._binding
-        return StepBinding(g.session)
-
     def _bind_step(self) -> None:
         """Bind what stays the same from step to step (done again after prefill / reorder / rewind / growth)."""
         g = self.rt.rest
@@ -622,168 +432,3 @@ class DecoderState:
                 self._next_pos = self._step_pos[:, 0]  # [batch] view
         self._step_f32 = self._step_logits.dtype == np.float32
         self._step_ready = True
-
-    def _prefill_shared(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        n = ids.shape[1]
-        counts = mask.sum(axis=1).astype(np.int64)  # new valid tokens per row
-        if self.length > 0 and self.batch > 1 and n > 1:
-            if not mask.all():
-                raise InvalidInputError("A batch continuing a cached prefix cannot take padded tokens.")
-            logits = None
-            for j in range(n):  # GroupQueryAttention takes one token per row once a batch has a past
-                logits = self.step(ids[:, j])
-            assert logits is not None
-            return logits.copy()
-        if not mask.all():  # left-padded -> right-padded rows (the graph reads valid lengths only)
-            packed = np.zeros_like(ids)
-            for b in range(self.batch):
-                row = ids[b][mask[b] != 0]
-                packed[b, : len(row)] = row
-            ids = packed
-        first = self.length == 0
-        if first:
-            self._pad = n - counts
-            self._valid[:] = 0
-        needed = int((self._valid + counts).max()) if len(counts) else n
-        if not self._kv or needed > self.capacity or self._maskbuf.shape[0] != self.batch:
-            self._grow(needed)  # the requested capacity is a hint, clamped to the context length by _want
-        # this chunk's mask: the sum of row b is its valid length after this run
-        # the first prompt: total_sequence_length == sequence_length; later, a batch of one: past + n
-        width = n if first else int(self._valid.max()) + n
-        self._maskbuf[:] = 0
-        new_valid = self._valid + counts
-        self._maskbuf[np.arange(self.capacity)[None, :] < new_valid[:, None]] = 1
-        self._step_ready = False
-        if self.rt.min_capacity and self.batch > 1 and not (counts == n).all():
-            # A sliding-window cache refuses padded rows in one run (seqlens_k below the chunk
-            # length): each row is prefilled alone, straight into its slot of the shared buffer.
-            rows = [
-                self._run_shared(
-                    ids[b : b + 1, : counts[b]],
-                    np.ones((1, counts[b]), self._mask_dtype),
-                    self._valid[b : b + 1],
-                    slot=b,
-                )[:, -1, :]
-                for b in range(self.batch)
-            ]
-            last = np.concatenate(rows, axis=0)
-        else:
-            # rows of different lengths end at different positions: then every position is kept
-            keep_all = self.keep_prefill_logits or not (counts == n).all()
-            logits = self._run_shared(
-                ids, np.ascontiguousarray(self._maskbuf[:, :width]), self._valid, keep_all=keep_all
-            )  # [batch, n, vocab] ([batch, 1, vocab] when the graph keeps the last position only)
-            if self.keep_prefill_logits:
-                self.prefill_logits = np.array(logits, dtype=np.float32)
-            if logits.shape[1] == n and (self.batch > 1 or counts[0] != n):
-                last = logits[np.arange(self.batch), np.maximum(counts - 1, 0)]
-            else:
-                last = logits[:, -1, :]
-        self._valid = new_valid
-        self.length += n
-        return np.ascontiguousarray(last, dtype=np.float32)
-
-    def _run_shared(
-        self,
-        ids: np.ndarray,
-        chunk_mask: np.ndarray,
-        past: np.ndarray,
-        slot: int | None = None,
-        *,
-        keep_all: bool = False,
-    ) -> np.ndarray:
-        """One run of the step graph on the shared buffers; ``slot`` binds only that row's part of them.
-
-        ``past`` holds each row's valid tokens before the run (``[rows]``); returns ``[rows, n, vocab]``
-        logits, or ``[rows, 1, vocab]`` when the graph takes ``num_logits_to_keep`` and ``keep_all`` is False.
-        """
-        g = self.rt.rest
-        n = ids.shape[1]
-        fast = self._new_binding(g)
-        fast.clear()
-        binding = fast.binding
-        keep: list[Any] = [chunk_mask]
-        for name, value in self._token_feeds(g, ids, prompt=self.length == 0).items():
-            value = np.ascontiguousarray(value)
-            keep.append(value)
-            binding.bind_cpu_input(name, value)
-        binding.bind_cpu_input("attention_mask", chunk_mask)
-        if g.has_positions:
-            pos = np.ascontiguousarray((past[:, None] + np.arange(n)[None, :]).astype(self._pos_dtype))
-            keep.append(pos)
-            binding.bind_cpu_input(g.position_name, pos)
-        if g.logits_to_keep:  # 0 keeps every position (transformers' meaning)
-            count = np.array(0 if keep_all else 1, dtype=g.inputs[g.logits_to_keep].dtype)
-            keep.append(count)
-            binding.bind_cpu_input(g.logits_to_keep, count)
-        binding.bind_output("logits", "cpu")
-        for entry in g.layout.self_entries:
-            arr, value = self._kv[entry.input]
-            if slot is not None:  # a view of one row: same memory, written in place
-                value = ort.OrtValue.ortvalue_from_numpy(arr[slot : slot + 1])
-                keep.append(value)
-            binding.bind_ortvalue_input(entry.input, value)
-            binding.bind_ortvalue_output(entry.output, value)
-        fast.run(what=g.name)
-        logits = binding.get_outputs()[0].numpy()
-        self._vocab = logits.shape[-1]
-        return logits
-
-    def _run(self, ids: np.ndarray, full_mask: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """Growing mode, several tokens per row (prefill)."""
-        first_run = self.length == 0
-        g = self.rt.first if first_run else self.rt.rest
-        fast = self._new_binding(g)
-        fast.clear()
-        binding = fast.binding
-        self._step_ready = False
-        keep_alive = []
-
-        def bind(name: str, array: np.ndarray) -> None:
-            array = np.ascontiguousarray(array)
-            keep_alive.append(array)
-            binding.bind_cpu_input(name, array)
-
-        for name, value in self._token_feeds(g, ids, prompt=first_run).items():
-            bind(name, value)
-        if g.has_mask:
-            bind("attention_mask", full_mask.astype(g.inputs["attention_mask"].dtype, copy=False))
-        if g.has_positions:
-            bind(g.position_name, positions.astype(g.inputs[g.position_name].dtype, copy=False))
-        if g.has_cache_branch:
-            bind("use_cache_branch", np.array([not first_run], dtype=np.bool_))
-        if g.logits_to_keep:  # 0 keeps every position (transformers' meaning), for prompt log-probabilities
-            keep = 0 if self.keep_prefill_logits else 1
-            bind(g.logits_to_keep, np.array(keep, dtype=g.inputs[g.logits_to_keep].dtype))
-        # A cache exists only once something ran, and then g is the step graph (rt.layout's).
-        for i, entry in enumerate(g.layout.self_entries):
-            if self._past is None:
-                bind(entry.input, g.layout.empty(entry, self.batch))
-            else:
-                fast.bind_value(entry.input, self._past[i])
-        binding.bind_output("logits", "cpu")
-        for entry in g.layout.self_entries:
-            binding.bind_output(entry.output, "cpu")
-        # Graphs without past inputs (first graph of a three-file layout) still emit present.*
-        if not g.layout.self_entries:
-            for entry in self.rt.layout.self_entries:
-                if entry.output in g.outputs:
-                    binding.bind_output(entry.output, "cpu")
-
-        fast.run(what=g.name)
-        outputs = fast.outputs()
-        names = ["logits"] + [
-            e.output
-            for e in (g.layout.self_entries or [e for e in self.rt.layout.self_entries if e.output in g.outputs])
-        ]
-        produced = dict(zip(names, outputs))
-        logits = produced["logits"].numpy()
-        self._vocab = logits.shape[-1]
-        if self.keep_prefill_logits and logits.ndim == 3:
-            self.prefill_logits = np.array(logits, dtype=np.float32)  # [batch, seq, vocab]
-        # [batch, seq, vocab] (or [batch, vocab] for graphs that already keep one position)
-        last = logits[:, -1, :] if logits.ndim == 3 else logits
-        self._past = [produced[e.output] for e in self.rt.layout.self_entries]
-        self._next_pos = positions[:, -1] + 1
-        self.length = full_mask.shape[1]
-        return last.astype(np.float32, copy=False)

@@ -212,10 +212,6 @@ class KVLayout:
         return tuple(e for e in self.entries if e.kind == "cross")
 
     @property
-    def num_layers(self) -> int:
-        return len({e.layer for e in self.entries})
-
-    @property
     def dtype(self) -> Any:
         return self.entries[0].dtype if self.entries else np.float32
 

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from inference4py.engine.decoder import _Graph, context_length, open_session, write_step_ids
+from inference4py.engine.decoder import context_length, open_session, write_step_ids
+from inference4py.engine.decoder_base import _Graph
 from inference4py.engine.pipeline import PipelineSpec, single_pass_refusal
 from inference4py.engine.sessions import SessionOptions, StepBinding, graph_inputs, graph_outputs, run_binding
 from inference4py.errors import InvalidInputError, PromptTooLongError, UnsupportedModelError

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from inference4py import _env
+from inference4py import env
 from inference4py.errors import ConfigurationError, InferenceError, ModelFilesMissingError, ModelLoadError
 
 __all__ = [
@@ -74,11 +74,11 @@ class SessionOptions:
                 )
 
     def resolved_providers(self) -> list[str]:
-        return list(self.providers or _env.default_providers() or ["CPUExecutionProvider"])
+        return list(self.providers or env.default_providers() or ["CPUExecutionProvider"])
 
     def ort_options(self) -> ort.SessionOptions:
         opts = ort.SessionOptions()
-        threads = self.intra_op_threads if self.intra_op_threads is not None else _env.default_num_threads()
+        threads = self.intra_op_threads if self.intra_op_threads is not None else env.default_num_threads()
         if threads:
             opts.intra_op_num_threads = threads
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL

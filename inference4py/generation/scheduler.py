@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from inference4py.engine.decoder import DecoderRuntime, _has_op
+from inference4py.engine.decoder import DecoderRuntime
+from inference4py.engine.graph_io import has_op
 from inference4py.engine.rows import RowBatch
 from inference4py.errors import GeneratorClosedError, InferenceError, QueueFullError, RequestTimeoutError
 from inference4py.generation.config import GenerationConfig
@@ -462,4 +463,4 @@ def row_count_sensitive(runtime: DecoderRuntime) -> bool:
     paths = {runtime.spec.path("decoder")}
     if runtime.spec.has("decoder_with_past"):
         paths.add(runtime.spec.path("decoder_with_past"))
-    return any(_has_op(p, b"MatMulNBits") for p in paths)
+    return any(has_op(p, b"MatMulNBits") for p in paths)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from inference4py import _env
+from inference4py import env
 from inference4py.errors import ConfigurationError
 from inference4py.gguf.blocks import LAYOUTS
 from inference4py.gguf.hyper import MAX_ROPE_POSITIONS
@@ -64,7 +64,7 @@ def file_digest(path: str | os.PathLike[str]) -> str:
     """
     source = Path(path).resolve()
     stat = source.stat()
-    memo = _env.inference4py_cache() / "file-digests" / (hashlib.sha256(str(source).encode()).hexdigest() + ".json")
+    memo = env.inference4py_cache() / "file-digests" / (hashlib.sha256(str(source).encode()).hexdigest() + ".json")
     key = {
         "path": str(source),
         "device": stat.st_dev,
@@ -172,7 +172,7 @@ def gguf_folder(path: str | os.PathLike[str], *, bits: int | None = None) -> Pat
     check_header(source)
     started = time.perf_counter()
     digest = file_digest(source)
-    folder = _env.inference4py_cache() / "gguf" / f"{digest[:32]}-{width_name(bits)}"
+    folder = env.inference4py_cache() / "gguf" / f"{digest[:32]}-{width_name(bits)}"
     if _marker(folder).get("sha256") == digest:
         return folder
     gguf = GGUFFile(source)

@@ -485,7 +485,7 @@ def write_decoder(gguf: GGUFFile, folder: Path, bits: int | None = None) -> dict
     return hf_config(hp, gguf)
 
 
-def _build(b: _Builder, hp: Hyper, TensorProto: Any, helper: Any) -> Any:  # noqa: N803 - onnx's names
+def _build(b: _Builder, hp: Hyper, TensorProto: Any, helper: Any) -> Any:  # onnx's names
     gguf, bits = b.gguf, b.bits
 
     # attention_mask -> per-row valid length - 1 and the total length, as GroupQueryAttention wants them

@@ -77,7 +77,7 @@ class GGUFFile:
         gguf = require_gguf()
         try:
             self._reader = gguf.GGUFReader(str(self.path))
-        except Exception as exc:  # noqa: BLE001 - the gguf package raises ValueError, struct.error, IndexError...
+        except Exception as exc:  # the gguf package raises ValueError, struct.error, IndexError...
             raise ModelLoadError(
                 f"{self.path} cannot be read as GGUF ({type(exc).__name__}: {exc}). The file is probably truncated "
                 "or damaged: download it again."
@@ -88,7 +88,7 @@ class GGUFFile:
                 continue
             try:
                 self.metadata[key] = field.contents()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise ModelLoadError(f"{self.path}: the metadata field {key!r} cannot be read ({exc}).") from exc
         self._tensors = {t.name: t for t in self._reader.tensors}
         size = self.path.stat().st_size

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from inference4py import _env
+from inference4py import env
 from inference4py.errors import HubError, ModelNotFoundError
 
 __all__ = ["PIP_PREFIX", "gguf_from_hub", "gguf_from_pip", "is_gguf_source"]
@@ -80,7 +80,7 @@ def _data_file(dist: importlib.metadata.Distribution) -> Path:
 def _joined(name: str, parts: list[importlib.metadata.Distribution]) -> Path:
     """The parts' data files concatenated in order, once, in the cache (keyed by the parts' versions)."""
     versions = "-".join(p.version for p in parts)
-    out = _env.inference4py_cache() / "pip-gguf" / f"{name}-{versions}-{len(parts)}parts.gguf"
+    out = env.inference4py_cache() / "pip-gguf" / f"{name}-{versions}-{len(parts)}parts.gguf"
     data = [_data_file(p) for p in parts]
     size = sum(f.stat().st_size for f in data)
     if out.is_file() and out.stat().st_size == size:
@@ -124,7 +124,7 @@ def gguf_from_hub(
     except HubError as exc:
         cause = exc.__cause__
         if isinstance(cause, LocalEntryNotFoundError):  # (a subclass of EntryNotFoundError: first)
-            why = _env.offline_setting() or "local_files_only=True"
+            why = env.offline_setting() or "local_files_only=True"
             raise HubError(
                 f"{filename} of {repo_id} is not in the local Hugging Face cache and {why} forbids downloading it. "
                 "Download it once online, or give the .gguf file's path."

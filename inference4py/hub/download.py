@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from inference4py import _env
+from inference4py import env
 from inference4py.errors import HubError
 from inference4py.hub.cache import _from_cache, _read_json
 from inference4py.hub.failures import _hub_errors, _status_code, _unreachable_errors
@@ -41,11 +41,11 @@ def _resolve_repo(
         RevisionNotFoundError,
     )
 
-    cache_dir = _env.hf_hub_cache()
-    endpoint = endpoint or _env.hf_endpoint()
+    cache_dir = env.hf_hub_cache()
+    endpoint = endpoint or env.hf_endpoint()
     if local_files_only:
         return _from_cache(repo_id, revision, variant, cache_dir, reason="local_files_only=True was passed")
-    offline_setting = _env.offline_setting()
+    offline_setting = env.offline_setting()
     if offline_setting is not None:
         reason = f"offline mode is on ({offline_setting})"
         return _from_cache(repo_id, revision, variant, cache_dir, reason=reason)
@@ -114,9 +114,9 @@ def download_file(
             filename,
             revision=revision,
             token=token,
-            cache_dir=_env.hf_hub_cache(),
-            endpoint=_env.hf_endpoint(),
-            local_files_only=local_files_only or _env.offline(),
+            cache_dir=env.hf_hub_cache(),
+            endpoint=env.hf_endpoint(),
+            local_files_only=local_files_only or env.offline(),
         )
     return Path(local)
 

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from inference4py import _env
+from inference4py import env
 from inference4py.errors import HubError, ModelNotFoundError
 
 
@@ -47,7 +47,7 @@ def _hub_errors(repo_id: str, revision: str | None) -> Iterator[None]:
         ) from exc
     except LocalEntryNotFoundError as exc:
         raise HubError(
-            f"Cannot download '{repo_id}' and it is not in the local cache ({_env.hf_hub_cache()}): {exc}"
+            f"Cannot download '{repo_id}' and it is not in the local cache ({env.hf_hub_cache()}): {exc}"
         ) from exc
     except unreachable as exc:
         raise HubError(f"the Hugging Face Hub cannot be reached ({type(exc).__name__}: {exc})") from exc

@@ -47,41 +47,12 @@ One idea per module:
 
 from __future__ import annotations
 
-# Re-exported one by one (``X as X``): every name this module had before it became a package.
-from .check import _CHECK_PROMPT as _CHECK_PROMPT
-from .check import _CHECK_STEPS as _CHECK_STEPS
-from .check import _check as _check
-from .check import _check_tokens as _check_tokens
-from .check import _feeds as _feeds
-from .check import _log as _log
-from .check import _reference_logits as _reference_logits
-from .check import _SharedRun as _SharedRun
-from .folder import FUSION_VERSION as FUSION_VERSION
-from .folder import _decoder_graph as _decoder_graph
-from .folder import _is_weight_file_of as _is_weight_file_of
-from .folder import _read_json as _read_json
 from .folder import auto_fused_folder as auto_fused_folder
 from .folder import fused_model_folder as fused_model_folder
 from .folder import optimize_folder as optimize_folder
 from .folder import sliced_genai_folder as sliced_genai_folder
-from .fuse import _LEVELS as _LEVELS
 from .fuse import FusionReport as FusionReport
-from .fuse import _copy as _copy
 from .fuse import fuse_attention as fuse_attention
-from .match import _PAST as _PAST
-from .match import _Layer as _Layer
-from .match import _NoMatch as _NoMatch
-from .match import _Rotary as _Rotary
-from .onnx_io import _EXTERNAL_DATA_BYTES as _EXTERNAL_DATA_BYTES
-from .onnx_io import _import_onnx as _import_onnx
-from .onnx_io import _save as _save
-from .onnx_io import _session as _session
-from .refusals import _context as _context
-from .refusals import _text_config as _text_config
-from .refusals import _unsupported_attention as _unsupported_attention
-from .rewrite import _evaluate as _evaluate
-from .rewrite import _Fuser as _Fuser
-from .rewrite import _needed as _needed
 
 __all__ = [
     "FusionReport",

@@ -16,7 +16,7 @@ from typing import Any
 from inference4py.errors import ConfigurationError, ModelLoadError, ModelNotFoundError, UnsupportedModelError
 
 from .fuse import _LEVELS, FusionReport, fuse_attention
-from .onnx_io import _import_onnx, _save
+from .onnx_io import import_onnx, save_model
 
 _log = logging.getLogger("inference4py.optimize")  # the package's logger, as before the split
 
@@ -50,7 +50,7 @@ def optimize_folder(
             "The output folder must differ from the model folder: the fused graph replaces a file."
         )
     graph_path = _decoder_graph(src)
-    onnx = _import_onnx()
+    onnx = import_onnx()
     config = _read_json(src / "config.json")
     try:
         model = onnx.load(str(graph_path))
@@ -65,7 +65,7 @@ def optimize_folder(
         target = dst / path.relative_to(src)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)
-    _save(fused, dst / rel)
+    save_model(fused, dst / rel)
     return report
 
 
@@ -125,9 +125,9 @@ def auto_fused_folder(
     out, refused, found = _lookup(src, root, key, source_hash)
     if found is not None:
         return found
-    from inference4py.engine.decoder import _has_op
+    from inference4py.engine.graph_io import has_op
 
-    if _has_op(_decoder_graph(src), b"GroupQueryAttention"):
+    if has_op(_decoder_graph(src), b"GroupQueryAttention"):
         root.mkdir(parents=True, exist_ok=True)
         _write_atomic(refused, f"{src}\nalready fused (GroupQueryAttention)\n")
         return src
@@ -166,7 +166,7 @@ def sliced_genai_folder(folder: str | os.PathLike[str], *, cache_dir: str | os.P
     def make(source: Path, tmp: Path) -> str:
         from .logits import slice_logits
 
-        onnx = _import_onnx()
+        onnx = import_onnx()
         graph = _genai_graph(source)
         model = onnx.load(str(graph), load_external_data=False)
         if not slice_logits(model):
@@ -220,9 +220,9 @@ def _genai_graph(folder: Path) -> Path:
 def _entry_key(src: Path, level: str, cache_dir: str | os.PathLike[str] | None) -> tuple[Path, str, str]:
     import hashlib
 
-    from inference4py import _env
+    from inference4py import env
 
-    root = Path(cache_dir).expanduser() if cache_dir is not None else _env.inference4py_cache() / "fused"
+    root = Path(cache_dir).expanduser() if cache_dir is not None else env.inference4py_cache() / "fused"
     _decoder_graph(src) if level != _SLICE_LEVEL else _genai_graph(src)  # raises for a folder without one
     # Every file of the folder: the copy carries them all (tokenizer, chat template, a description,
     # other sessions), so an edit to any of them must give another copy.

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .onnx_io import _import_onnx
+from .onnx_io import import_onnx
 from .refusals import _text_config
 
 _PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
@@ -57,7 +57,7 @@ class _Matcher:
     rotary embedding found in it by following the dataflow from the cache inputs."""
 
     def __init__(self, model: Any, config: Mapping[str, Any], *, rotary: bool) -> None:
-        self.onnx = _import_onnx()
+        self.onnx = import_onnx()
         self.model = model  # rewritten in place
         self.graph = self.model.graph
         self.config = _text_config(config)

@@ -10,10 +10,13 @@ from typing import Any
 
 from inference4py.errors import ModelLoadError
 
+__all__ = ["import_onnx", "save_model"]
+
 _EXTERNAL_DATA_BYTES = 1_800_000_000  # protobuf's limit is 2 GB: larger graphs keep weights beside the file
 
 
-def _import_onnx() -> Any:
+def import_onnx() -> Any:
+    """The onnx module (an optional extra), or a ModelLoadError naming the package to install."""
     try:
         import onnx
     except ImportError as exc:
@@ -34,7 +37,7 @@ def _session(model: Any) -> Any:
     # summed per initializer: model.ByteSize() itself fails past 2 GB ("Failed to serialize proto")
     if _weight_bytes(model) < _EXTERNAL_DATA_BYTES:
         return ort.InferenceSession(model.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"])
-    onnx = _import_onnx()
+    onnx = import_onnx()
     from onnx.external_data_helper import load_external_data_for_model
 
     with tempfile.TemporaryDirectory(prefix="inference4py-fuse-") as tmp:
@@ -57,8 +60,9 @@ def _weight_bytes(model: Any) -> int:
     return sum(t.ByteSize() for t in model.graph.initializer)
 
 
-def _save(model: Any, path: Path) -> None:
-    onnx = _import_onnx()
+def save_model(model: Any, path: Path) -> None:
+    """Write ``model`` to ``path`` (its folder made), the weights beside it past protobuf's 2 GB limit."""
+    onnx = import_onnx()
     path.parent.mkdir(parents=True, exist_ok=True)
     if _weight_bytes(model) > _EXTERNAL_DATA_BYTES:
         data = path.name + "_data"

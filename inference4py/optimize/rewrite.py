@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .match import _Matcher, _NoMatch, _Rotary
-from .onnx_io import _import_onnx, _session
+from .onnx_io import _session, import_onnx
 from .refusals import _context
 
 
@@ -243,7 +243,7 @@ def _evaluate(
 ) -> list[np.ndarray]:
     """Run the part of ``model`` that computes ``outputs`` from ``inputs`` alone (a small graph of its
     own: only the nodes and initializers it needs are copied)."""
-    helper = _import_onnx().helper
+    helper = import_onnx().helper
     g = model.graph
     nodes, needed = _needed(g, outputs)
     missing = {i.name for i in g.input if i.name in needed} - set(inputs)

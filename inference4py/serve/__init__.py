@@ -123,9 +123,9 @@ def serve(
     _require()
     import uvicorn
 
-    from inference4py import _env
+    from inference4py import env
 
     if options.get("api_key") is None:
-        options["api_key"] = _env.serve_api_key()
+        options["api_key"] = env.serve_api_key()
     app = create_app(load_models(models, names), **options)
     uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -1,13 +1,13 @@
-"""``GET /metrics``: every served model's counters and latency histograms in Prometheus' text format."""
+"""``GET /metrics``: every served model's counters and latency histograms in Prometheus' text format.
+
+The workers import :class:`Histogram` from here and count; this module reads their numbers by
+name (``_COUNTERS``, ``_HISTOGRAMS``) and never imports the workers.
+"""
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from inference4py.serve.worker import ModelWorker
 
 __all__ = ["Histogram", "prometheus"]
 
@@ -75,8 +75,13 @@ _HISTOGRAMS = (
 )
 
 
-def prometheus(workers: Mapping[str, ModelWorker]) -> str:
-    """Every model's counters and histograms."""
+def prometheus(workers: Mapping[str, object]) -> str:
+    """Every model's counters and histograms.
+
+    Args:
+        workers: Model name -> its worker (a ``ModelWorker``): any object with the attributes
+            that ``_COUNTERS`` (numbers) and ``_HISTOGRAMS`` (:class:`Histogram`) name.
+    """
     lines = []
     for metric, kind, help_text, attr in _COUNTERS:
         name = f"inference4py_{metric}"

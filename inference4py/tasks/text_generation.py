@@ -478,12 +478,12 @@ class OnnxTextGenerator(ClosableTask):
 
 def _already_fused(folder: Path) -> bool:
     """onnxruntime-genai folders and folders whose decoder already uses GroupQueryAttention."""
-    from inference4py.engine.decoder import _has_op
+    from inference4py.engine.graph_io import has_op
 
     if (folder / "genai_config.json").is_file():
         return True
     spec = load_pipeline(folder)
-    return _has_op(spec.path("decoder"), b"GroupQueryAttention")
+    return has_op(spec.path("decoder"), b"GroupQueryAttention")
 
 
 class ChatSession:

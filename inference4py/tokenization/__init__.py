@@ -42,7 +42,7 @@ from __future__ import annotations
 from .base import Tokenizer as Tokenizer
 from .base import clean_up_tokenization as clean_up_tokenization
 from .chat_template import render_chat_template as render_chat_template
-from .fast import _FastTokenizer as _FastTokenizer
+from .fast import FastTokenizer as FastTokenizer
 from .load import load_tokenizer as load_tokenizer
 
-__all__ = ["Tokenizer", "load_tokenizer", "render_chat_template", "clean_up_tokenization"]
+__all__ = ["FastTokenizer", "Tokenizer", "load_tokenizer", "render_chat_template", "clean_up_tokenization"]

@@ -111,10 +111,6 @@ class Tokenizer(ABC):
             clean_up_tokenization_spaces = self.clean_up_tokenization_spaces
         return clean_up_tokenization(text) if clean_up_tokenization_spaces else text
 
-    def decode_batch(self, batch: Iterable[Iterable[int]], *, skip_special_tokens: bool = True) -> list[str]:
-        """:meth:`decode` for several id lists."""
-        return [self.decode(ids, skip_special_tokens=skip_special_tokens) for ids in batch]
-
     def _native_decode_stream(
         self, context: Sequence[int], *, skip_special_tokens: bool
     ) -> Callable[[int | list[int]], str | None] | None:

@@ -1,6 +1,6 @@
 """The ``tokenizers`` back end: ``tokenizer.json``, or GPT-2 style ``vocab.json`` + ``merges.txt``.
 
-:class:`_FastTokenizer` wraps a ``tokenizers.Tokenizer``; the loaders set it up
+:class:`FastTokenizer` wraps a ``tokenizers.Tokenizer``; the loaders set it up
 the way transformers' ``PreTrainedTokenizerFast`` (and the class's own
 ``__init__``) do: added and special tokens, the pre-tokenizer's
 ``add_prefix_space``, the BOS/EOS post-processor.  A folder with only
@@ -22,7 +22,7 @@ from .base import _SPECIAL_ATTRS, Tokenizer
 from .settings import _read_json, _Settings
 
 
-class _FastTokenizer(Tokenizer):
+class FastTokenizer(Tokenizer):
     """A ``tokenizers.Tokenizer`` set up like transformers' ``PreTrainedTokenizerFast``."""
 
     def __init__(self, backend: Any, **kwargs: Any) -> None:
@@ -65,7 +65,7 @@ class _FastTokenizer(Tokenizer):
         # tokenizers' DecodeStream runs the same window algorithm as IncrementalDetokenizer,
         # in Rust: one call per token.  Releases without it (or without its ``ids``
         # argument, the context) leave the window code in Python.
-        if type(self).decode is not _FastTokenizer.decode:  # a subclass decoding otherwise
+        if type(self).decode is not FastTokenizer.decode:  # a subclass decoding otherwise
             return None
         try:
             from tokenizers.decoders import DecodeStream
@@ -83,7 +83,7 @@ class _FastTokenizer(Tokenizer):
         return self._backend.get_vocab_size(with_added_tokens=True)
 
 
-def _finish_fast(backend: Any, settings: _Settings) -> _FastTokenizer:
+def _finish_fast(backend: Any, settings: _Settings) -> FastTokenizer:
     """Apply what PreTrainedTokenizerFast.__init__ (and the class's own __init__) do to the backend."""
     from tokenizers import AddedToken, processors
 
@@ -129,7 +129,7 @@ def _finish_fast(backend: Any, settings: _Settings) -> _FastTokenizer:
             cls = getattr(pre_tokenizers, state.pop("type"))
             state["add_prefix_space"] = prefix_space
             backend.pre_tokenizer = cls(**state)
-    except Exception:  # noqa: BLE001 - transformers ignores the same failures
+    except Exception:  # transformers ignores the same failures
         pass
 
     # LlamaTokenizerFast & co. rebuild the post-processor from add_bos/add_eos_token.
@@ -152,10 +152,10 @@ def _finish_fast(backend: Any, settings: _Settings) -> _FastTokenizer:
             special.append((eos, backend.token_to_id(eos)))
         backend.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=special)
 
-    return _FastTokenizer(backend, **settings.common_kwargs())
+    return FastTokenizer(backend, **settings.common_kwargs())
 
 
-def _load_tokenizer_json(folder: Path) -> _FastTokenizer:
+def _load_tokenizer_json(folder: Path) -> FastTokenizer:
     from tokenizers import Tokenizer as Backend
 
     path = folder / "tokenizer.json"
@@ -171,7 +171,7 @@ def _load_tokenizer_json(folder: Path) -> _FastTokenizer:
     return _finish_fast(backend, _Settings(folder, added))
 
 
-def _load_vocab_merges(folder: Path) -> _FastTokenizer:
+def _load_vocab_merges(folder: Path) -> FastTokenizer:
     from tokenizers import Tokenizer as Backend
     from tokenizers import decoders, models, pre_tokenizers, processors
 

@@ -73,7 +73,7 @@ def described(renamed, tmp_path) -> Path:
 
 
 def test_the_graph_really_is_renamed(renamed):
-    from inference4py.engine._graph_io import read_graph_io
+    from inference4py.engine.graph_io import read_graph_io
 
     inputs, outputs = read_graph_io(renamed / "lm.onnx")
     assert "kv_in.0.k" in inputs and "kv_out.1.v" in outputs

@@ -5,7 +5,7 @@ from __future__ import annotations
 import onnxruntime as ort
 import pytest
 
-from inference4py.engine._graph_io import read_graph_io
+from inference4py.engine.graph_io import has_op, read_graph_io
 from inference4py.engine.sessions import graph_inputs, graph_outputs
 from tests.conftest import MODELS
 
@@ -32,3 +32,12 @@ def test_unreadable_files_give_none(tmp_path):
     (tmp_path / "text.onnx").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:abc\n")
     for name in ("empty.onnx", "junk.onnx", "text.onnx", "missing.onnx"):
         assert read_graph_io(tmp_path / name) is None
+
+
+def test_has_op_scans_the_bytes(tmp_path):
+    path = next(p for p in GRAPHS if p.stat().st_size > 0)
+    assert has_op(path, b"MatMul") or has_op(path, b"Gemm")
+    assert not has_op(path, b"NoSuchOperatorAnywhere")
+    assert not has_op(tmp_path / "missing.onnx", b"MatMul")
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    assert not has_op(tmp_path / "empty.onnx", b"MatMul")

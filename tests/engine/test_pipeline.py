@@ -25,7 +25,7 @@ from tests.conftest import MODELS
 
 def _generates(folder: Path) -> bool:
     """A folder with a graph that outputs logits (not a single-pass model such as a sentence encoder)."""
-    from inference4py.engine._graph_io import read_graph_io
+    from inference4py.engine.graph_io import read_graph_io
 
     return any((io := read_graph_io(f)) is not None and "logits" in io[1] for f in folder.rglob("*.onnx"))
 

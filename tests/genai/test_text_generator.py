@@ -491,7 +491,7 @@ def test_providers_go_through_clear_and_append(monkeypatch):
         Config = SpyConfig
 
         @staticmethod
-        def Model(config):  # noqa: N802 - mirrors og.Model
+        def Model(config):  # mirrors og.Model
             return real.Model(config._real)
 
     monkeypatch.setattr(_runtime, "og", lambda: Spy)

@@ -176,10 +176,10 @@ def test_native_decoder_gives_the_pieces_of_the_window_code(tokenizers, name, mo
     token (simulated here at random: the window code takes over from that token on)."""
     import random
 
-    from inference4py.tokenization import _FastTokenizer
+    from inference4py.tokenization import FastTokenizer
 
     tok = tokenizers[name]
-    native_open = _FastTokenizer._native_decode_stream
+    native_open = FastTokenizer._native_decode_stream
     counts = {"opened": 0, "refused": 0}
 
     def counting_open(self, context, *, skip_special_tokens):
@@ -199,7 +199,7 @@ def test_native_decoder_gives_the_pieces_of_the_window_code(tokenizers, name, mo
     def pieces_of(ids, native, **kwargs):
         opener = counting_open if native else (lambda self, context, *, skip_special_tokens: None)
         with monkeypatch.context() as m:
-            m.setattr(_FastTokenizer, "_native_decode_stream", opener)
+            m.setattr(FastTokenizer, "_native_decode_stream", opener)
             return stream(tok, ids, **kwargs)
 
     rng, refuse = random.Random(99), random.Random(5)

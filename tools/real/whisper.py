@@ -1103,7 +1103,7 @@ def build(real_dir: Path, force: bool = False) -> None:
                 layouts[folder]["added"] = [
                     "generation_config.json (copied from the HF folder; the builder writes none)"
                 ]
-        except Exception as exc:  # noqa: BLE001 - a layout that cannot be built is recorded, not fatal
+        except Exception as exc:  # a layout that cannot be built is recorded, not fatal
             if kind == "optimum":
                 raise
             layouts[folder] = {

@@ -18,7 +18,7 @@ Where a folder's description comes from, in order (:func:`load_pipeline`):
 All three produce a description that goes through the same path: the preset
 named by ``pipeline.extends`` is expanded, the user's fields override it, then
 everything is validated against the folder and the graphs' input/output names
-(read without loading weights, see ``_graph_io``).  The result is a fully
+(read without loading weights, see ``graph_io``).  The result is a fully
 resolved :class:`PipelineSpec`; :meth:`PipelineSpec.describe` turns it back into
 a description, which loads to the same spec.
 

@@ -112,7 +112,7 @@ def _with_embedding(root: Path, pipeline: dict[str, Any]) -> dict[str, Any]:
     Without exactly one embedding graph the description stays as it is, and the load-time check
     says what to wire.
     """
-    from inference4py.engine._graph_io import read_graph_io
+    from inference4py.engine.graph_io import read_graph_io
 
     decoder_file = pipeline["sessions"]["decoder"]["file"]
     decoder = root / decoder_file
@@ -158,7 +158,7 @@ def _with_embedding(root: Path, pipeline: dict[str, Any]) -> dict[str, Any]:
 
 def _detect_from_graphs(root: Path, config: Mapping[str, Any]) -> dict[str, Any] | None:
     """Classify every ``*.onnx`` of the folder (or of ``onnx/``) by its inputs and outputs."""
-    from inference4py.engine._graph_io import read_graph_io
+    from inference4py.engine.graph_io import read_graph_io
     from inference4py.engine.kv_cache import detect_cache_names
 
     for sub in _SUBFOLDERS:
@@ -217,7 +217,7 @@ def _detect_from_graphs(root: Path, config: Mapping[str, Any]) -> dict[str, Any]
 
 def _is_single_pass(path: Path) -> bool:
     """A text encoder run once (a sentence encoder): ``input_ids`` in, no ``logits`` and no KV cache out."""
-    from inference4py.engine._graph_io import read_graph_io
+    from inference4py.engine.graph_io import read_graph_io
     from inference4py.engine.kv_cache import detect_cache_names
 
     io = read_graph_io(path)
@@ -245,7 +245,7 @@ def _ambiguous(root: Path, files: list[str]) -> None:
 
 def _is_speech(encoder: Path, config: Mapping[str, Any]) -> bool:
     # A speech encoder is announced by its input (log-mel features), not by a model name.
-    from inference4py.engine._graph_io import read_graph_io
+    from inference4py.engine.graph_io import read_graph_io
 
     io = read_graph_io(encoder)
     if io is not None:

@@ -196,7 +196,7 @@ def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[st
 
 def _resolve_from_graphs(spec: PipelineSpec, *, explicit_preset: bool, where: str) -> PipelineSpec:
     """Check the description against the graphs' inputs/outputs and fill in what detection finds."""
-    from inference4py.engine._graph_io import read_graph_io
+    from inference4py.engine.graph_io import read_graph_io
     from inference4py.engine.kv_cache import check_cache_names, detect_cache_names
 
     roles = spec.roles
@@ -258,7 +258,7 @@ def _check_dataflow_graphs(spec: PipelineSpec, where: str) -> None:
     must have every input fed.  Graphs that cannot be read without loading are skipped here
     (the runtime checks them when the sessions exist).
     """
-    from inference4py.engine._graph_io import read_graph_io
+    from inference4py.engine.graph_io import read_graph_io
 
     io: dict[str, Any] = {}
 

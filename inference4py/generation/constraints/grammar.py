@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from inference4py.errors import ConfigurationError
 
-if TYPE_CHECKING:
-    pass
+__all__ = ["JSON_DEFAULTS", "ConstraintKind", "choices_lark", "compile_grammar", "schema_dict"]
 
 ConstraintKind = Literal["json_schema", "json_object", "regex", "grammar", "choices"]
 
 _INSTALL = 'pip install "inference4py[structured]"'
 # JSON output without free whitespace: a model (a random one above all) cannot wander into
 # endless spaces and newlines.  A schema's own "x-guidance" options override these.
-_JSON_DEFAULTS: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+JSON_DEFAULTS: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 def _llguidance() -> Any:
@@ -86,13 +85,13 @@ def compile_grammar(
     llg = _llguidance()
     matcher = llg.LLMatcher
     if kind == "json_schema":
-        schema = _schema_dict(json_schema)
+        schema = schema_dict(json_schema)
         try:
-            compiled = matcher.grammar_from_json_schema(schema, defaults=_JSON_DEFAULTS)
+            compiled = matcher.grammar_from_json_schema(schema, defaults=JSON_DEFAULTS)
         except ValueError as exc:
             raise ConfigurationError(f"json_schema is not a valid JSON Schema ({exc}). Fix the schema.") from exc
     elif kind == "json_object":
-        compiled = matcher.grammar_from_json_schema({"type": "object"}, defaults=_JSON_DEFAULTS)
+        compiled = matcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_DEFAULTS)
     elif kind == "regex":
         if not isinstance(regex, str) or not regex:
             raise ConfigurationError(f"regex must be a non-empty string, got {regex!r}.")
@@ -100,14 +99,19 @@ def compile_grammar(
     elif kind == "grammar":
         compiled = _grammar_text(grammar)
     else:
-        compiled = matcher.grammar_from_lark(_choices_lark(choices))
+        compiled = matcher.grammar_from_lark(choices_lark(choices))
     error = matcher.validate_grammar(compiled)
     if error:
         raise ConfigurationError(_invalid_message(kind, error))
     return kind, compiled
 
 
-def _schema_dict(schema: Any) -> dict[str, Any]:
+def schema_dict(schema: Any) -> dict[str, Any]:
+    """A ``json_schema`` option (a dict, a JSON string, or true / false) as a dict of the schema.
+
+    Raises:
+        ConfigurationError: the string is not JSON, or the schema is not an object.
+    """
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
@@ -141,7 +145,12 @@ def _grammar_text(grammar: Any) -> str:
     return str(matcher.grammar_from_lark(grammar))
 
 
-def _choices_lark(choices: Any) -> str:
+def choices_lark(choices: Any) -> str:
+    """A ``choices`` option (non-empty strings) as a Lark grammar whose start is one of them.
+
+    Raises:
+        ConfigurationError: not a list of non-empty strings, or empty.
+    """
     if isinstance(choices, str) or not isinstance(choices, Iterable):
         raise ConfigurationError(f"choices must be a list of strings, got {choices!r}.")
     items = list(choices)

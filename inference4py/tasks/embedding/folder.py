@@ -164,7 +164,7 @@ def is_embedding_model(folder: str | os.PathLike[str]) -> bool:
 
     Reads file names and the graph's header only (no session is created).
     """
-    from inference4py.engine._graph_io import read_graph_io
+    from inference4py.engine.graph_io import read_graph_io
 
     path = Path(folder)
     if (path / "modules.json").is_file() or (path / "sentence_bert_config.json").is_file():

@@ -162,25 +162,25 @@ class OnnxEmbedder(ClosableTask):
         return EmbedderBuilder()
 
     @classmethod
-    def allMiniLML6V2(cls) -> EmbedderBuilder:  # noqa: N802
+    def allMiniLML6V2(cls) -> EmbedderBuilder:
         """sentence-transformers/all-MiniLM-L6-v2: 384 dimensions, mean pooling, normalized (its onnx/model.onnx)."""
         return EmbedderBuilder(preset="allMiniLML6V2", model_id="sentence-transformers/all-MiniLM-L6-v2")
 
     @classmethod
-    def bgeSmallEnV15(cls) -> EmbedderBuilder:  # noqa: N802
+    def bgeSmallEnV15(cls) -> EmbedderBuilder:
         """BAAI/bge-small-en-v1.5: 384 dimensions, CLS pooling, normalized (its onnx/model.onnx)."""
         return EmbedderBuilder(preset="bgeSmallEnV15", model_id="BAAI/bge-small-en-v1.5")
 
     @classmethod
     def _from_builder(cls, builder: EmbedderBuilder) -> OnnxEmbedder:
         from inference4py.tokenization import load_tokenizer
-        from inference4py.tokenization.fast import _FastTokenizer
+        from inference4py.tokenization.fast import FastTokenizer
 
         folder = builder.resolve_folder()
         graph = find_graph(folder, builder._variant)
         config = read_sentence_config(folder)
         tokenizer = load_tokenizer(folder)
-        if not isinstance(tokenizer, _FastTokenizer):
+        if not isinstance(tokenizer, FastTokenizer):
             raise UnsupportedModelError(
                 f"{folder} has no tokenizer.json; OnnxEmbedder reads the tokenizer from tokenizer.json. "
                 "Save the model's tokenizer with a recent transformers (tokenizer.save_pretrained) into the folder."

@@ -154,10 +154,10 @@ def attention_decoder_files(
         UnsupportedModelError: see :func:`expose_cross_attentions`.
         ModelLoadError: the ``onnx`` package is missing or a graph cannot be read.
     """
-    from inference4py import _env
-    from inference4py.optimize.onnx_io import _import_onnx, _save
+    from inference4py import env
+    from inference4py.optimize.onnx_io import import_onnx, save_model
 
-    root = Path(cache_dir).expanduser() if cache_dir is not None else _env.inference4py_cache() / "whisper-attention"
+    root = Path(cache_dir).expanduser() if cache_dir is not None else env.inference4py_cache() / "whisper-attention"
     out: dict[Path, Path] = {}
     for graph in graphs:
         st = graph.stat()
@@ -169,7 +169,7 @@ def attention_decoder_files(
         if done.is_file() and target.is_file():
             out[graph] = target
             continue
-        onnx = _import_onnx()
+        onnx = import_onnx()
         model = onnx.load(str(graph))
         if cross_attention_outputs(o.name for o in model.graph.output):
             out[graph] = graph
@@ -178,7 +178,7 @@ def attention_decoder_files(
         tmp = root / f"{key}.partial-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            _save(model, tmp / graph.name)
+            save_model(model, tmp / graph.name)
             (tmp / ".inference4py-attention").write_text(f"{graph}\n", encoding="utf-8")
             if (root / key).exists():
                 shutil.rmtree(root / key, ignore_errors=True)

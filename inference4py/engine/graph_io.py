@@ -22,7 +22,7 @@ import numpy as np
 
 from inference4py.engine.sessions import TensorInfo
 
-__all__ = ["GraphIO", "read_graph_io", "read_node_int_attributes"]
+__all__ = ["GraphIO", "has_op", "read_graph_io", "read_node_int_attributes"]
 
 # TensorProto.DataType -> numpy scalar type (what onnxruntime reports, see sessions.ORT_TO_NUMPY)
 _ELEM_TYPES: dict[int, type] = {
@@ -140,6 +140,19 @@ def read_graph_io(path: str | os.PathLike[str]) -> GraphIO | None:
     like ``InferenceSession.get_inputs()`` does.
     """
     return _read_mapped(path, _parse)
+
+
+def has_op(path: str | os.PathLike[str], op_type: bytes) -> bool:
+    """Whether an .onnx file names ``op_type`` anywhere (a scan of the raw bytes, weights included).
+
+    Cruder than :func:`read_node_int_attributes` and works on files it cannot parse; False when
+    the file cannot be read.
+    """
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            return buf.find(op_type) >= 0
+    except (OSError, ValueError):
+        return False
 
 
 def _read_mapped(path: str | os.PathLike[str], parse: Callable[[mmap.mmap, int], _T]) -> _T | None:
