@@ -106,21 +106,24 @@ def _non_negative(text: str) -> float:
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    from inference4py.serve import serve
+    from inference4py.serve import ServerSettings, serve
 
-    serve(
-        args.model,
-        names=args.served_model_name,
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
+    settings = ServerSettings(
         max_concurrent=args.max_concurrent,
         kv_budget=args.kv_budget,
         max_queue=args.max_queue,
         prefix_cache_mb=args.prefix_cache_mb,
         timeout=args.timeout,
         api_key=args.api_key,
-        cors_origins=args.cors_origin,
+        cors_origins=args.cors_origin or (),
         max_body_mb=args.max_body_mb,
+    )
+    serve(
+        args.model,
+        names=args.served_model_name,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        settings=settings,
     )
     return EXIT_OK

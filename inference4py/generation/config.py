@@ -216,7 +216,7 @@ class GenerationConfig:
             return self if not self.do_sample else self.replace(do_sample=False)
         return self.replace(do_sample=True, temperature=float(temperature))
 
-    def replace(self, **changes: Any) -> GenerationConfig:
+    def replace(self, **changes: object) -> GenerationConfig:
         """Return a copy with some fields changed (validated again).
 
         Raises:
@@ -228,13 +228,14 @@ class GenerationConfig:
             raise ConfigurationError(
                 f"Unknown generation option(s): {', '.join(unknown)}. Valid options: {', '.join(sorted(known))}."
             )
-        return dataclasses.replace(self, **changes)
+        values: dict[str, Any] = dict(changes)  # any value: __post_init__ checks each one
+        return dataclasses.replace(self, **values)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], **overrides: Any) -> GenerationConfig:
+    def from_dict(cls, data: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> GenerationConfig:
         """Build from a transformers-style dict, ignoring keys we do not use.
 
         ``max_length`` / ``min_length`` are total lengths in transformers; they are
@@ -243,14 +244,16 @@ class GenerationConfig:
         """
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known and v is not None}
-        values.update(overrides)
+        values.update(overrides or {})
         return cls(**values)
 
     @classmethod
-    def from_model_folder(cls, folder: str | os.PathLike[str], **overrides: Any) -> GenerationConfig:
+    def from_model_folder(
+        cls, folder: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None
+    ) -> GenerationConfig:
         """Defaults from ``generation_config.json`` (and ``config.json`` ids) of a model folder."""
         data = read_generation_defaults(folder)
-        return cls.from_dict(data, **overrides)
+        return cls.from_dict(data, overrides)
 
 
 def _read_json(path: str) -> dict[str, Any]:

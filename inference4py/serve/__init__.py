@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inference4py.errors import ConfigurationError
+from inference4py.serve.settings import ServerSettings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-__all__ = ["create_app", "load_models", "serve", "served_name"]
+__all__ = ["ServerSettings", "create_app", "load_models", "serve", "served_name"]
 
 _INSTALL = 'pip install "inference4py[serve]"'
 
@@ -33,16 +34,15 @@ def _require() -> None:
         raise ConfigurationError(f"The server needs FastAPI and uvicorn: {_INSTALL}.") from exc
 
 
-def create_app(models: Mapping[str, Any], **options: Any) -> FastAPI:
+def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None) -> FastAPI:
     """An ASGI app serving ``models`` (served name -> loaded model) over the OpenAI API, to run or mount.
 
-    Options (see :func:`inference4py.serve.app.create_app`): ``max_queue``, ``max_concurrent``,
-    ``prefix_cache_mb``, ``timeout``, ``api_key``, ``cors_origins``, ``max_body_mb``.
+    ``settings``: a :class:`ServerSettings` (queue, batch, memory, time and access limits).
     """
     _require()
     from inference4py.serve.app import create_app as _create
 
-    return _create(models, **options)
+    return _create(models, settings)
 
 
 def served_name(model: str) -> str:
@@ -114,18 +114,21 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     log_level: str = "info",
-    **options: Any,
+    settings: ServerSettings | None = None,
 ) -> None:
     """Load ``models`` and serve them until interrupted (uvicorn; ``host`` defaults to loopback only).
 
-    ``options`` are :func:`create_app`'s; without ``api_key``, ``INFERENCE4PY_API_KEY`` is used when set.
+    Without an ``api_key`` in ``settings``, ``INFERENCE4PY_API_KEY`` is used when set.
     """
     _require()
+    import dataclasses
+
     import uvicorn
 
     from inference4py import env
 
-    if options.get("api_key") is None:
-        options["api_key"] = env.serve_api_key()
-    app = create_app(load_models(models, names), **options)
+    settings = settings if settings is not None else ServerSettings()
+    if settings.api_key is None:
+        settings = dataclasses.replace(settings, api_key=env.serve_api_key())
+    app = create_app(load_models(models, names), settings)
     uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -37,6 +37,7 @@ from inference4py.serve.protocol import (
     now,
     unknown_model,
 )
+from inference4py.serve.settings import ServerSettings
 from inference4py.serve.worker import ChunkStream, ModelWorker
 from inference4py.tasks.options import RequestOptions
 
@@ -47,41 +48,23 @@ _UNION_TAGS = frozenset({"str", "list[str]", "list[int]", "int", "list[dict[str,
 _FINISH = {"eos": "stop", "stop": "stop", "length": "length", "tool_calls": "tool_calls"}
 
 
-def create_app(
-    models: Mapping[str, Any],
-    *,
-    max_queue: int = 256,
-    max_concurrent: int = 8,
-    kv_budget: int | None = None,
-    prefix_cache_mb: float = 256,
-    timeout: float | None = None,
-    api_key: str | None = None,
-    cors_origins: Sequence[str] = (),
-    max_body_mb: float = 32,
-) -> FastAPI:
+def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None) -> FastAPI:
     """An ASGI app serving ``models`` (served name -> loaded task object) over the OpenAI API.
 
     Args:
         models: Served name -> loaded model (``OnnxTextGenerator``, ``WhisperSpeechModel``...).
-        max_queue: Requests that may wait per model; one more is answered 429 with Retry-After.
-        max_concurrent: Sequences a text generator decodes together (continuous batching).
-        kv_budget: Positions (prompt + max_tokens, summed over a model's running requests) its KV
-            cache may reserve; a request that does not fit waits. None: only ``max_concurrent`` bounds it.
-        prefix_cache_mb: Memory per text generator for the automatic prefix cache (0: off).
-        timeout: Seconds a request may run before it is stopped (408); None: no limit.
-        api_key: When set, every route but /health and the chat page needs ``Authorization: Bearer KEY``.
-        cors_origins: Origins browsers may call the API from (none: CORS headers are never sent).
-        max_body_mb: Larger request bodies are answered 413.
+        settings: Queue, batch, memory, time and access limits (:class:`ServerSettings`; its defaults when None).
     """
+    s = settings if settings is not None else ServerSettings()
     workers = {
         name: ModelWorker(
             name,
             model,
-            max_queue=max_queue,
-            max_concurrent=max_concurrent,
-            kv_budget=kv_budget,
-            prefix_cache_mb=prefix_cache_mb,
-            timeout=timeout,
+            max_queue=s.max_queue,
+            max_concurrent=s.max_concurrent,
+            kv_budget=s.kv_budget,
+            prefix_cache_mb=s.prefix_cache_mb,
+            timeout=s.timeout,
         )
         for name, model in models.items()
     }
@@ -94,9 +77,9 @@ def create_app(
 
     app = FastAPI(title="inference4py", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.workers = workers
-    app.add_middleware(Guard, api_key=api_key, max_body=int(max_body_mb * (1 << 20)))
-    if cors_origins:  # added last: outermost, so refusals and preflights carry CORS headers too
-        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"], allow_headers=["*"])
+    app.add_middleware(Guard, api_key=s.api_key, max_body=int(s.max_body_mb * (1 << 20)))
+    if s.cors_origins:  # added last: outermost, so refusals and preflights carry CORS headers too
+        app.add_middleware(CORSMiddleware, allow_origins=list(s.cors_origins), allow_methods=["*"], allow_headers=["*"])
 
     @app.exception_handler(ApiError)
     async def _http_error(request: Request, exc: ApiError) -> JSONResponse:

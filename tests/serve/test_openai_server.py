@@ -18,7 +18,7 @@ uvicorn = pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
 from inference4py import OnnxTextGenerator  # noqa: E402
-from inference4py.serve import create_app, load_models, served_name  # noqa: E402
+from inference4py.serve import ServerSettings, create_app, load_models, served_name  # noqa: E402
 from tests.conftest import FIXTURES  # noqa: E402
 from tests.serve.support import metrics, request, running  # noqa: E402
 
@@ -257,7 +257,7 @@ def test_a_dropped_stream_frees_the_model():
 def test_a_full_queue_answers_429_and_nothing_else_fails():
     import concurrent.futures
 
-    with running(create_app(load_models([str(QWEN)]), max_queue=2, max_concurrent=1)) as base:
+    with running(create_app(load_models([str(QWEN)]), ServerSettings(max_queue=2, max_concurrent=1))) as base:
         body = json.dumps({"model": "qwen2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 40})
         with concurrent.futures.ThreadPoolExecutor(12) as pool:
             answers = list(pool.map(lambda _: _post(base, "/v1/chat/completions", body), range(12)))

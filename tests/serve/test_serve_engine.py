@@ -17,7 +17,7 @@ pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
 from inference4py import OnnxTextGenerator  # noqa: E402
-from inference4py.serve import create_app  # noqa: E402
+from inference4py.serve import ServerSettings, create_app  # noqa: E402
 from tests.conftest import FIXTURES  # noqa: E402
 from tests.serve.support import metrics, request, running  # noqa: E402
 
@@ -46,7 +46,7 @@ def base():
     paced = {
         name: OnnxTextGenerator.builder().model_path(MODELS / name).logits_processor(_pace).build() for name in SERVED
     }
-    with running(create_app(paced, max_concurrent=8)) as url:
+    with running(create_app(paced, ServerSettings(max_concurrent=8))) as url:
         yield url
 
 
@@ -104,7 +104,7 @@ def test_eight_staggered_greedy_requests_each_equal_the_library_alone(base, libr
 
 
 def test_sixty_four_requests_against_four_rows_all_complete(library):
-    app = create_app({"qwen2": _fresh("qwen2")}, max_concurrent=4)
+    app = create_app({"qwen2": _fresh("qwen2")}, ServerSettings(max_concurrent=4))
     with running(app) as url:
         client = _client(url)
         want = {p: library["qwen2"].generate(p, max_new_tokens=8, do_sample=False).text for p in PROMPTS}
@@ -129,7 +129,7 @@ def test_the_second_turn_prefills_only_its_new_tokens_and_answers_as_without_the
     gen = library[model]
     with (
         running(create_app({model: _fresh(model)})) as cached,
-        running(create_app({model: _fresh(model)}, prefix_cache_mb=0)) as plain,
+        running(create_app({model: _fresh(model)}, ServerSettings(prefix_cache_mb=0))) as plain,
     ):
         first = _client(cached).chat.completions.create(model=model, messages=turn1, max_tokens=10, temperature=0)
         answer = first.choices[0].message.content
@@ -166,7 +166,7 @@ def test_n_choices_stream_side_by_side_and_equal_the_unstreamed_ones(base):
 
 
 def test_the_api_key_guards_every_route_but_health_and_the_page(library):
-    with running(create_app({"qwen2": _fresh("qwen2")}, api_key="sk-test")) as url:
+    with running(create_app({"qwen2": _fresh("qwen2")}, ServerSettings(api_key="sk-test"))) as url:
         status, _, body = request(url, "/v1/models")
         assert (
             status == 401 and body["error"]["code"] == "invalid_api_key" and "Authorization" in body["error"]["message"]
@@ -183,7 +183,7 @@ def test_the_api_key_guards_every_route_but_health_and_the_page(library):
 
 def test_cors_headers_only_for_the_origins_given(library):
     preflight = {"Origin": "http://app.example", "Access-Control-Request-Method": "POST"}
-    with running(create_app({"qwen2": _fresh("qwen2")}, cors_origins=["http://app.example"])) as url:
+    with running(create_app({"qwen2": _fresh("qwen2")}, ServerSettings(cors_origins=["http://app.example"]))) as url:
         status, headers, _ = request(url, "/v1/chat/completions", headers=preflight, method="OPTIONS")
         assert status == 200 and headers.get("access-control-allow-origin") == "http://app.example"
         _, headers, _ = request(url, "/v1/models", headers={"Origin": "http://evil.example"})
@@ -194,7 +194,7 @@ def test_cors_headers_only_for_the_origins_given(library):
 
 
 def test_an_oversized_body_is_a_413_and_the_server_keeps_serving(library):
-    with running(create_app({"qwen2": _fresh("qwen2")}, max_body_mb=0.001)) as url:  # about 1 KB
+    with running(create_app({"qwen2": _fresh("qwen2")}, ServerSettings(max_body_mb=0.001))) as url:  # about 1 KB
         big = json.dumps({"model": "qwen2", "prompt": "x" * 5000, "max_tokens": 2})
         status, _, body = request(url, "/v1/completions", big)
         assert status == 413 and "--max-body-mb" in body["error"]["message"]
@@ -206,7 +206,7 @@ def test_an_oversized_body_is_a_413_and_the_server_keeps_serving(library):
 
 
 def test_a_request_past_the_timeout_is_a_408_and_counted(library):
-    with running(create_app({"qwen2": _fresh("qwen2")}, timeout=1e-4)) as url:
+    with running(create_app({"qwen2": _fresh("qwen2")}, ServerSettings(timeout=1e-4))) as url:
         status, _, body = request(
             url, "/v1/completions", json.dumps({"model": "qwen2", "prompt": "hello", "max_tokens": 100})
         )
@@ -228,7 +228,7 @@ def test_latency_histograms_count_every_token(base):
 def test_rss_stays_flat_over_five_hundred_requests(library):
     psutil = pytest.importorskip("psutil")
     process = psutil.Process()
-    with running(create_app({"qwen2": _fresh("qwen2")}, max_concurrent=4)) as url:
+    with running(create_app({"qwen2": _fresh("qwen2")}, ServerSettings(max_concurrent=4))) as url:
         client = _client(url)
 
         def ask(i: int) -> None:

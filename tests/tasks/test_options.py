@@ -94,6 +94,8 @@ def test_a_constraint_is_compiled_once_per_request(monkeypatch, output):
 
 def test_two_constraints_are_refused_once_with_the_fix():
     pytest.importorskip("llguidance")
-    with OnnxTextGenerator.builder().model_path(MODELS / "qwen2").build() as gen:
-        with pytest.raises(ConfigurationError, match="Only one output constraint at a time.*regex"):
-            gen.generate("x", max_new_tokens=2, json_schema=SCHEMA, regex="[0-9]")
+    with (
+        OnnxTextGenerator.builder().model_path(MODELS / "qwen2").build() as gen,
+        pytest.raises(ConfigurationError, match="Only one output constraint at a time.*regex"),
+    ):
+        gen.generate("x", max_new_tokens=2, json_schema=SCHEMA, regex="[0-9]")

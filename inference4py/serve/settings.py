@@ -1,0 +1,48 @@
+"""ServerSettings: how a server runs its models, typed once where it starts (the CLI, a Python caller)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from inference4py.errors import ConfigurationError
+
+__all__ = ["ServerSettings"]
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """The settings of an ``inference4py serve`` app (:func:`inference4py.serve.create_app`).
+
+    Attributes:
+        max_queue: Requests that may wait per model; one more is answered 429 with Retry-After.
+        max_concurrent: Sequences a text generator decodes together (continuous batching).
+        kv_budget: Positions (prompt + max_tokens, summed over a model's running requests) its KV
+            cache may reserve; a request that does not fit waits. None: only ``max_concurrent`` bounds it.
+        prefix_cache_mb: Memory per text generator for the automatic prefix cache (0: off).
+        timeout: Seconds a request may run before it is stopped (408); None: no limit.
+        api_key: When set, every route but /health and the chat page needs ``Authorization: Bearer KEY``.
+        cors_origins: Origins browsers may call the API from (none: CORS headers are never sent).
+        max_body_mb: Larger request bodies are answered 413.
+
+    Raises:
+        ConfigurationError: a limit below its minimum.
+    """
+
+    max_queue: int = 256
+    max_concurrent: int = 8
+    kv_budget: int | None = None
+    prefix_cache_mb: float = 256
+    timeout: float | None = None
+    api_key: str | None = None
+    cors_origins: Sequence[str] = ()
+    max_body_mb: float = 32
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cors_origins", tuple(self.cors_origins))
+        if self.max_queue < 0 or self.max_concurrent < 1:
+            raise ConfigurationError(
+                f"max_queue must be >= 0 and max_concurrent >= 1, got {self.max_queue} and {self.max_concurrent}."
+            )
+        if self.prefix_cache_mb < 0 or self.max_body_mb <= 0:
+            raise ConfigurationError("prefix_cache_mb must be >= 0 and max_body_mb > 0.")
