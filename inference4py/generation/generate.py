@@ -14,14 +14,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from inference4py.errors import ConfigurationError
 from inference4py.generation.beam import Hypothesis, SearchModel
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.logprobs import LogprobRecorder, TokenLogprob
 from inference4py.generation.processors import LogitsProcessor
-from inference4py.generation.result import Candidate, FinishReason, GenerationChunk, GenerationResult
+from inference4py.generation.result import Candidate, FinishReason, GenerationChunk, GenerationResult, StreamSummary
 from inference4py.generation.search import new_chooser, run_chooser
 from inference4py.generation.streaming import IncrementalDetokenizer, StopSequenceMatcher
 
@@ -113,6 +111,7 @@ def collect(
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
     first_token_at: float | None = None
     reason: FinishReason = "length"
+    summary = StreamSummary()
     for chunk in chunks:
         if chunk.logprob is not None:
             logprobs.append(chunk.logprob)
@@ -128,13 +127,11 @@ def collect(
                 on_token(chunk.text)
         if chunk.finish_reason is not None:
             reason = chunk.finish_reason
+        if chunk.summary is not None:
+            summary = chunk.summary
     end = time.perf_counter()
     text = "".join(pieces)
-    # A CandidateStream streams its best candidate and carries all of them; a speculative
-    # stream (generation/speculative.py) carries its draft counts.
-    candidates = getattr(chunks, "candidates", None) or (Candidate(text, tuple(ids), None, reason),)
-    speculative = getattr(chunks, "speculative", None)
-    final_outputs = getattr(chunks, "final_outputs", None)  # a FinalPhaseStream's, once drained
+    candidates = summary.candidates or (Candidate(text, tuple(ids), None, reason),)
     return GenerationResult(
         text=text,
         token_ids=tuple(ids),
@@ -146,8 +143,8 @@ def collect(
         candidates=tuple(candidates),
         logprobs=tuple(logprobs) if logprobs else None,
         prompt_logprobs=prompt_logprobs,
-        speculative=speculative,
-        final_outputs=final_outputs,
+        speculative=summary.speculative,
+        final_outputs=summary.final_outputs,
     )
 
 
@@ -157,8 +154,8 @@ class CandidateStream:
     Beam search only knows its best sequence at the end, so nothing is streamed
     while it runs: the first ``next()`` runs ``search`` to completion, decodes
     every returned sequence (stop sequences cut each text, as in a stream), then
-    yields the chunks of the first (best) one.  ``candidates`` holds all of
-    them, best first, once the stream has started.
+    yields the chunks of the first (best) one; its last chunk's summary holds all of
+    them, best first (``candidates`` too, once the stream has started).
 
     Args:
         search: Runs the search: returns the hypotheses, best first.
@@ -190,7 +187,10 @@ class CandidateStream:
             reason: FinishReason = chunks[-1].finish_reason or "length"
             decoded.append((Candidate("".join(c.text for c in chunks), ids, hyp.score, reason), chunks))
         self.candidates = tuple(candidate for candidate, _ in decoded)
-        self._chunks = iter(decoded[0][1] if decoded else ())
+        best = list(decoded[0][1]) if decoded else []
+        if best:
+            best[-1] = best[-1].summarized(candidates=self.candidates)
+        self._chunks = iter(best)
 
     def close(self) -> None:
         self._search = None
@@ -255,10 +255,9 @@ def _search_chunks(
 class FinalPhaseStream:
     """The chunks of a generation, then the pipeline's ``final`` sessions on its ids.
 
-    Iterates ``chunks`` unchanged; when they end, runs ``state.run_final(prompt, ids)`` on the
-    generated ids (the best candidate's for beam search) and keeps the outputs in
-    ``final_outputs``, which :func:`collect` puts on the result.  ``candidates`` and
-    ``speculative`` of the inner stream are passed on.
+    Iterates ``chunks`` unchanged until the last one; then runs ``state.run_final(prompt, ids)``
+    on the generated ids (the best candidate's for beam search) and puts the outputs on that last
+    chunk's summary, where :func:`collect` finds them (``result.final_outputs``).
     """
 
     def __init__(self, chunks: Iterator[GenerationChunk], state: object, prompt_ids: Sequence[int]) -> None:
@@ -266,30 +265,20 @@ class FinalPhaseStream:
         self._state = state
         self._prompt = list(prompt_ids)
         self._ids: list[int] = []
-        self.final_outputs: dict[str, np.ndarray] | None = None
-
-    @property
-    def candidates(self) -> tuple[Candidate, ...]:
-        return tuple(getattr(self._chunks, "candidates", ()) or ())
-
-    @property
-    def speculative(self) -> object:
-        return getattr(self._chunks, "speculative", None)
 
     def __iter__(self) -> FinalPhaseStream:
         return self
 
     def __next__(self) -> GenerationChunk:
-        try:
-            chunk = next(self._chunks)
-        except StopIteration:
-            if self.final_outputs is None:
-                best = self.candidates[0].token_ids if self.candidates else tuple(self._ids)
-                self.final_outputs = self._state.run_final(self._prompt, best)  # type: ignore[attr-defined]
-            raise
+        chunk = next(self._chunks)
         if chunk.token_id is not None:
             self._ids.append(chunk.token_id)
-        return chunk
+        if chunk.finish_reason is None:
+            return chunk
+        candidates = chunk.summary.candidates if chunk.summary is not None else ()
+        best = candidates[0].token_ids if candidates else tuple(self._ids)
+        outputs = self._state.run_final(self._prompt, best)  # type: ignore[attr-defined]
+        return chunk.summarized(final_outputs=outputs)
 
     def close(self) -> None:
         close = getattr(self._chunks, "close", None)

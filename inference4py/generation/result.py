@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from inference4py.generation.logprobs import TokenLogprob
 
-__all__ = ["GenerationResult", "GenerationChunk", "Candidate", "FinishReason", "ToolCall", "SpeculativeStats"]
+__all__ = [
+    "GenerationResult",
+    "GenerationChunk",
+    "Candidate",
+    "FinishReason",
+    "ToolCall",
+    "SpeculativeStats",
+    "StreamSummary",
+]
 
 FinishReason = Literal["eos", "length", "stop", "tool_calls"]
 
@@ -49,6 +57,21 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class StreamSummary:
+    """What a finished stream knows besides its chunks' text and ids, carried by its last chunk.
+
+    Attributes:
+        candidates: Every returned sequence, best first (beam search, several samples); empty for one.
+        speculative: The draft counts of a speculative call; else None.
+        final_outputs: What a pipeline's ``final`` sessions returned on the generated ids; else None.
+    """
+
+    candidates: tuple[Candidate, ...] = ()
+    speculative: SpeculativeStats | None = None
+    final_outputs: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class GenerationChunk:
     """One step of a stream: the text that became final with this token.
 
@@ -62,6 +85,12 @@ class GenerationChunk:
     finish_reason: FinishReason | None = None
     logprob: TokenLogprob | None = None  # with logprobs=True: this chunk's token
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None  # with prompt_logprobs: on the first chunk
+    summary: StreamSummary | None = None  # on the last chunk, when the stream has more to tell
+
+    def summarized(self, **fields: object) -> GenerationChunk:
+        """This (last) chunk with ``fields`` of its :class:`StreamSummary` set (the others kept)."""
+        values: dict[str, Any] = {**vars(self.summary or StreamSummary()), **fields}
+        return replace(self, summary=StreamSummary(**values))
 
 
 @dataclass(frozen=True)

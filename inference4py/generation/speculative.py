@@ -609,7 +609,8 @@ def speculative_tokens(
 class SpeculativeStream:
     """A chunk stream of a speculative call; ``speculative`` holds its draft counts so far.
 
-    :func:`~inference4py.generation.generate.collect` copies them onto the result.
+    The last chunk's summary carries the final counts, which
+    :func:`~inference4py.generation.generate.collect` puts on the result.
     """
 
     def __init__(self, chunks: Iterator[GenerationChunk], counts: _Counts) -> None:
@@ -620,7 +621,10 @@ class SpeculativeStream:
         return self
 
     def __next__(self) -> GenerationChunk:
-        return next(self._chunks)
+        chunk = next(self._chunks)
+        if chunk.finish_reason is None:
+            return chunk
+        return chunk.summarized(speculative=self._counts.snapshot())  # the counts travel on the last chunk
 
     def close(self) -> None:
         close = getattr(self._chunks, "close", None)
