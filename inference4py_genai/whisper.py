@@ -30,6 +30,8 @@ from inference4py.errors import ConfigurationError, InferenceError, UnsupportedM
 from inference4py.generation.processors import LogitsProcessor
 from inference4py.tasks import whisper as native
 from inference4py.tasks.whisper import Segment, Transcription
+from inference4py.tasks.whisper.features import read_json_object
+from inference4py.tasks.whisper.vocab import WhisperVocab
 from inference4py.tokenization import Tokenizer, load_tokenizer
 from inference4py_genai import _base
 from inference4py_genai._runtime import load_genai_config, og, open_model, raising
@@ -132,8 +134,8 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
                 "(genai_config.json model.type must be 'whisper'). Use TextGenerator / VisionLanguageModel for it."
             )
         self.tokenizer: Tokenizer = load_tokenizer(self.folder)
-        config = _read_json(self.folder / "config.json")
-        self._vocab = native._WhisperVocab.read(self.folder, self.tokenizer, config, model_section.get("vocab_size"))
+        config = read_json_object(self.folder / "config.json")
+        self._vocab = WhisperVocab.read(self.folder, self.tokenizer, config, model_section.get("vocab_size"))
         self._features = self._genai_feature_settings(config)
         # The builder writes fixed search values for Whisper (top_k 1...), not the model's: skip them.
         defaults, totals, context = _base.genai_defaults(self.folder, genai_config, search_defaults=False)
@@ -163,10 +165,12 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
 
     def _genai_feature_settings(self, config: Mapping[str, Any]) -> dict[str, int]:
         """STFT / mel settings: preprocessor_config.json, else genai's audio_processor_config.json, else Whisper's."""
-        pre = _read_json(self.folder / "preprocessor_config.json")
+        pre = read_json_object(self.folder / "preprocessor_config.json")
         ops: dict[str, dict[str, Any]] = {}
         for step in (
-            _read_json(self.folder / "audio_processor_config.json").get("feature_extraction", {}).get("sequence", [])
+            read_json_object(self.folder / "audio_processor_config.json")
+            .get("feature_extraction", {})
+            .get("sequence", [])
         ):
             op = step.get("operation", {}) if isinstance(step, dict) else {}
             if isinstance(op.get("attrs"), dict):
@@ -247,7 +251,3 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
 
 
 WhisperBuilder._task = WhisperSpeechModel
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    return native._read_json_object(path)

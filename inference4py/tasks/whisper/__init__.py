@@ -37,27 +37,20 @@ One idea per module:
 
 from __future__ import annotations
 
-# Re-exported one by one (``X as X``): every name importable from here before the split, private ones included
-# (inference4py_genai.whisper uses _WhisperVocab and _read_json_object).
+# Re-exported one by one (``X as X``): the names importable from the package itself.
 from inference4py.tasks.whisper.decoding import FALLBACK_TEMPERATURES as FALLBACK_TEMPERATURES
 from inference4py.tasks.whisper.decoding import LongformOptions as LongformOptions
-from inference4py.tasks.whisper.features import _read_json_object as _read_json_object
 from inference4py.tasks.whisper.longform import FRAME_SECONDS as FRAME_SECONDS
 from inference4py.tasks.whisper.longform import TIME_PRECISION as TIME_PRECISION
-from inference4py.tasks.whisper.longform import _RawSegment as _RawSegment
 from inference4py.tasks.whisper.longform import split_segments as split_segments
 from inference4py.tasks.whisper.model import WhisperBuilder as WhisperBuilder
 from inference4py.tasks.whisper.model import WhisperSpeechModel as WhisperSpeechModel
 from inference4py.tasks.whisper.results import Segment as Segment
 from inference4py.tasks.whisper.results import Transcription as Transcription
 from inference4py.tasks.whisper.results import Word as Word
-from inference4py.tasks.whisper.results import _clock as _clock
 from inference4py.tasks.whisper.timestamps import WhisperTimestampRules as WhisperTimestampRules
-from inference4py.tasks.whisper.timestamps import _logsumexp as _logsumexp
-from inference4py.tasks.whisper.vocab import _LANGUAGE_ALIASES as _LANGUAGE_ALIASES
 from inference4py.tasks.whisper.vocab import TASKS as TASKS
 from inference4py.tasks.whisper.vocab import WHISPER_LANGUAGES as WHISPER_LANGUAGES
-from inference4py.tasks.whisper.vocab import _WhisperVocab as _WhisperVocab
 from inference4py.tasks.whisper.vocab import language_code as language_code
 
 __all__ = [

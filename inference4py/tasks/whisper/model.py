@@ -24,7 +24,7 @@ import numpy as np
 
 from inference4py import audio as _audio
 from inference4py.engine.pipeline import load_pipeline, read_model_config
-from inference4py.engine.seq2seq import Seq2SeqRuntime, Seq2SeqState, _DecoderGraph
+from inference4py.engine.seq2seq import DecoderGraph, Seq2SeqRuntime, Seq2SeqState
 from inference4py.engine.sessions import create_session
 from inference4py.errors import ConfigurationError, PromptTooLongError, UnsupportedModelError
 from inference4py.generation.config import GenerationConfig, read_generation_defaults
@@ -57,7 +57,7 @@ from inference4py.tasks.whisper.prompt import check_request, decoder_prompt
 from inference4py.tasks.whisper.results import Transcription
 from inference4py.tasks.whisper.timestamps import WhisperTimestampRules
 from inference4py.tasks.whisper.vad import SileroVad, SpeechTimeMap, VadOptions, transcription_map
-from inference4py.tasks.whisper.vocab import TASKS, _WhisperVocab, language_code
+from inference4py.tasks.whisper.vocab import TASKS, WhisperVocab, language_code
 from inference4py.tasks.whisper.words import default_alignment_heads
 from inference4py.tokenization import Tokenizer, load_tokenizer
 
@@ -186,7 +186,7 @@ class WhisperSpeechModel(ClosableTask):
                 "or point WhisperSpeechModel at a Whisper export (encoder_model.onnx taking input_features)."
             )
         self.tokenizer: Tokenizer = load_tokenizer(self.folder)
-        self._vocab = _WhisperVocab.read(self.folder, self.tokenizer, config, self._runtime.vocab_size)
+        self._vocab = WhisperVocab.read(self.folder, self.tokenizer, config, self._runtime.vocab_size)
         self._features = self._feature_settings(config)
         defaults, totals = resolve_generation_defaults(self.folder)
         # Whisper's own processors replace the generic suppress lists (transformers does the same).
@@ -869,7 +869,7 @@ class WhisperSpeechModel(ClosableTask):
                     provider_options=desc.provider_options,
                     settings=desc.options,
                 )
-                graphs[role] = _DecoderGraph(session, rt.config, path.name, spec)
+                graphs[role] = DecoderGraph(session, rt.config, path.name, spec)
             aligned = copy.copy(rt)
             aligned.first = graphs["decoder"]
             aligned.rest = graphs.get("decoder_with_past", aligned.first)

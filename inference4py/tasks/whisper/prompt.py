@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from inference4py.errors import UnsupportedModelError
-from inference4py.tasks.whisper.vocab import _WhisperVocab
+from inference4py.tasks.whisper.vocab import WhisperVocab
 
 
-def check_request(vocab: _WhisperVocab, folder: Path, language: str | None, task: str | None, timestamps: bool) -> None:
+def check_request(vocab: WhisperVocab, folder: Path, language: str | None, task: str | None, timestamps: bool) -> None:
     """Refuse a language, task or timestamps the model in ``folder`` cannot do.
 
     Raises:
@@ -51,7 +51,7 @@ def check_request(vocab: _WhisperVocab, folder: Path, language: str | None, task
 
 
 def decoder_prompt(
-    vocab: _WhisperVocab, language: str | None, task: str | None, timestamps: bool
+    vocab: WhisperVocab, language: str | None, task: str | None, timestamps: bool
 ) -> tuple[list[int | None], int | None]:
     """transformers' ``_retrieve_init_tokens``: the decoder prompt, with None where a detected language goes.
 

@@ -3,7 +3,7 @@
 :class:`WhisperTimestampRules` is a logits processor, the numpy twin of transformers'
 ``WhisperTimeStampLogitsProcessor``; it runs after the generic processors and the suppress lists.
 The timestamp tokens are a range of ids given by the caller (the tokenizer's ``<|0.00|>`` ...,
-see ``_WhisperVocab.timestamp_range``), not the ids after ``<|notimestamps|>``: on Whisper's own
+see ``WhisperVocab.timestamp_range``), not the ids after ``<|notimestamps|>``: on Whisper's own
 vocabularies the two are the same, on a vocabulary with its ordinary tokens after the special
 ones they are not.
 """
