@@ -3,7 +3,8 @@
 A transcription with voice activity detection decodes only the speech regions of a recording,
 laid end to end.  :class:`SpeechTimeMap` turns a time of that audio (a Whisper timestamp) into
 the time of the recording; :func:`chunk_speech` packs regions into chunks of at most one
-Whisper window, each a :class:`SpeechChunk` with its own map.  The regions themselves come from
+Whisper window, each a :class:`SpeechChunk` with its own map; :func:`map_segments` puts a
+transcription's segments and words back in the recording.  The regions themselves come from
 :mod:`inference4py.tasks.whisper.vad`.
 """
 
@@ -11,15 +12,25 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from inference4py.errors import ConfigurationError
+from inference4py.tasks.whisper.results import Segment, Word
 
-__all__ = ["SAMPLE_RATE", "Region", "SpeechTimeMap", "SpeechChunk", "chunk_speech", "is_number"]
+__all__ = [
+    "SAMPLE_RATE",
+    "Region",
+    "SpeechTimeMap",
+    "SpeechChunk",
+    "chunk_speech",
+    "is_number",
+    "map_segments",
+    "map_segment",
+]
 
 SAMPLE_RATE = 16000  # Whisper's rate, and the only one Silero VAD runs at
 
@@ -291,3 +302,69 @@ def chunk_speech(
         time_map = SpeechTimeMap(spans, sampling_rate=sampling_rate, onsets=None if onsets is None else starts)
         chunks.append(SpeechChunk(time_map.extract(audio), time_map))
     return chunks
+
+
+# --------------------------------------------------------------------------- segments mapped back
+
+MAX_ONSET_SHIFT = 1.0  # seconds: how far a region's first word may move to the region's speech onset
+
+
+def map_segments(segments: Sequence[Segment], time_map: SpeechTimeMap) -> tuple[Segment, ...]:
+    """The segments of one transcription of speech cut out by VAD (or of a chunk), in the original recording.
+
+    Each as :func:`map_segment`; and when the map knows where the speech of its regions starts
+    (``time_map.onsets``, :meth:`~inference4py.tasks.whisper.vad.SileroVad.speech_map`), the first
+    word of each region starts there, if that is before the word's end.  DTW times that word badly:
+    after a join the timestamp tokens before it take the frames of the padded pause (0.30 s late on
+    the test recording), at the start of a chunk it lands in the padding (0.40 s early), while
+    Silero's onset is resolved to its 32 ms windows.  The other words keep DTW's times, and so
+    does a first word more than ``MAX_ONSET_SHIFT`` (1 s) from the onset: the decoder left out
+    speech before it (a window skipped as silence), and moving it would make one long word.
+    """
+    started: set[int] = set()  # regions whose first word has been placed
+    return tuple(map_segment(s, time_map, started=started) for s in segments)
+
+
+def map_segment(segment: Segment, time_map: SpeechTimeMap, *, started: set[int] | None = None) -> Segment:
+    """A segment of speech cut out by VAD (or of a chunk), its times and its words' in the original recording.
+
+    A word is placed in the region its middle lies in, both ends inside that region: DTW may stretch
+    the last word before a join over the padding of the region joined on, which is a pause of the
+    recording, not the speech after it.  A segment keeps its own times, except that an end that
+    falls in another region than the word next to it is that word's: a timestamp token is coarser
+    than the join, and the segment after one may start in the region before its speech.
+
+    ``started``: the regions whose first word came in an earlier segment (updated); with it, a word
+    that is the first of its region starts at the region's onset when the map knows it and it is
+    before the word's end (see :func:`map_segments`).  None: no word is moved to an onset.
+    """
+
+    def rounded(t: float) -> float:
+        return round(float(t), 3)
+
+    words: list[Word] = []
+    moved_first = False
+    for w in segment.words:
+        region = time_map.region_at((w.start + w.end) / 2)
+        start = rounded(time_map.to_original_in(w.start, region))
+        end = rounded(time_map.to_original_in(w.end, region))
+        if started is not None and region not in started:
+            started.add(region)
+            onset = time_map.onset_of(region)
+            # further than MAX_ONSET_SHIFT from DTW's start, the word is not the region's first speech
+            # (the decoder left out what came before it): it keeps DTW's times
+            if onset is not None and rounded(onset) < end and abs(onset - start) <= MAX_ONSET_SHIFT:
+                start = rounded(onset)
+                moved_first = moved_first or not words
+        words.append(replace(w, start=start, end=max(start, end)))
+    start = rounded(time_map.to_original(segment.start))
+    end = rounded(time_map.to_original(segment.end, is_end=True))
+    if words:
+        first, last = segment.words[0], segment.words[-1]
+        if time_map.region_at(segment.start) != time_map.region_at((first.start + first.end) / 2):
+            start = words[0].start
+        if time_map.region_at(segment.end, is_end=True) != time_map.region_at((last.start + last.end) / 2):
+            end = words[-1].end
+        if moved_first:  # a segment does not start after its first word
+            start = min(start, words[0].start)
+    return replace(segment, start=start, end=max(start, end), words=tuple(words))

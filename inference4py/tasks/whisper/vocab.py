@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -302,3 +302,9 @@ class WhisperVocab:
             if i == token_id:
                 return code
         return None
+
+    def language_in(self, prompt: Sequence[int | None]) -> str | None:
+        """The language code of a decoder prompt (``"en"`` for English-only models)."""
+        if not self.is_multilingual:
+            return "en"
+        return self.language_of(prompt[1]) if len(prompt) > 1 and prompt[1] is not None else None
