@@ -19,7 +19,7 @@ Whisper checkpoint: ``encoder.onnx`` (``audio_features`` [batch, n_mels, 3000]),
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,13 @@ import numpy as np
 
 from inference4py import audio as _audio
 from inference4py.errors import ConfigurationError, InferenceError, UnsupportedModelError
+from inference4py.generation.config import GenerationConfig
 from inference4py.generation.processors import LogitsProcessor
 from inference4py.tasks import whisper as native
 from inference4py.tasks.whisper import Segment, Transcription
+from inference4py.tasks.whisper.features import read_json_object
+from inference4py.tasks.whisper.parts import WhisperParts, whisper_defaults
+from inference4py.tasks.whisper.vocab import WhisperVocab
 from inference4py.tokenization import Tokenizer, load_tokenizer
 from inference4py_genai import _base
 from inference4py_genai._runtime import load_genai_config, og, open_model, raising
@@ -55,8 +59,6 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
     """
 
     Builder = WhisperBuilder
-
-    _planner: _base.GenaiPlanner  # the native planner's genai flavour (keeps genai's own EOS ids)
 
     # ------------------------------------------------------------------ presets
     @classmethod
@@ -119,34 +121,26 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
     def _from_builder(cls, b: WhisperBuilder) -> WhisperSpeechModel:  # type: ignore[override]  # takes genai's builder
         return cls(b.resolve_folder(), b)
 
-    def __init__(self, folder: Path, builder: WhisperBuilder) -> None:  # noqa: D107 - not calling super(): no ORT sessions
-        self.folder = Path(folder)
-        self._builder_repr = repr(builder)
-        if builder._stops:
-            raise ConfigurationError("stop_sequence is not supported by WhisperSpeechModel; remove it.")
-        genai_config = load_genai_config(self.folder)
+    def _load(self, folder: Path, builder: native.WhisperBuilder) -> WhisperParts:
+        """The model's parts with onnxruntime-genai's backend (no onnxruntime sessions of inference4py's)."""
+        if not isinstance(builder, WhisperBuilder):
+            raise ConfigurationError(
+                "Build the genai WhisperSpeechModel with its own builder (WhisperSpeechModel.builder())."
+            )
+        genai_config = load_genai_config(folder)
         model_section = genai_config["model"]
         if model_section.get("type") != "whisper" or not isinstance(model_section.get("encoder"), dict):
             raise UnsupportedModelError(
-                f"{self.folder} holds a {model_section.get('type')!r} model for onnxruntime-genai, not Whisper "
+                f"{folder} holds a {model_section.get('type')!r} model for onnxruntime-genai, not Whisper "
                 "(genai_config.json model.type must be 'whisper'). Use TextGenerator / VisionLanguageModel for it."
             )
-        self.tokenizer: Tokenizer = load_tokenizer(self.folder)
-        config = _read_json(self.folder / "config.json")
-        self._vocab = native._WhisperVocab.read(self.folder, self.tokenizer, config, model_section.get("vocab_size"))
-        self._features = self._genai_feature_settings(config)
+        tokenizer: Tokenizer = load_tokenizer(folder)
+        config = read_json_object(folder / "config.json")
+        vocab = WhisperVocab.read(folder, tokenizer, config, model_section.get("vocab_size"))
         # The builder writes fixed search values for Whisper (top_k 1...), not the model's: skip them.
-        defaults, totals, context = _base.genai_defaults(self.folder, genai_config, search_defaults=False)
-        # Whisper's own processors replace the generic suppress lists (transformers does the same).
-        defaults = defaults.replace(
-            suppress_tokens=(),
-            begin_suppress_tokens=(),
-            forced_bos_token_id=None,
-            eos_token_id=defaults.eos_token_id or (self._vocab.eot,),
-            decoder_start_token_id=self._vocab.sot,
-        )
-        self._planner = _base.GenaiPlanner(
-            defaults,
+        defaults, totals, context = _base.genai_defaults(folder, genai_config, search_defaults=False)
+        planner = _base.GenaiPlanner(
+            whisper_defaults(defaults, vocab),
             totals,
             builder.generation_overrides(),
             extra_eos=builder._eos,
@@ -154,42 +148,28 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
             total_counts_prompt=True,
             model_eos=_base.genai_eos(genai_config),
         )
-        self._processors = tuple(builder._processors)
-        self._language = builder._language
-        self._task_name = builder._whisper_task
-        self._timestamps = builder._timestamps
-        self._check_request(self._language, self._task_name, self._timestamps)
-        self._model = open_model(self.folder, genai_config, providers=builder._providers, threads=builder._threads)
-
-    def _genai_feature_settings(self, config: Mapping[str, Any]) -> dict[str, int]:
-        """STFT / mel settings: preprocessor_config.json, else genai's audio_processor_config.json, else Whisper's."""
-        pre = _read_json(self.folder / "preprocessor_config.json")
-        ops: dict[str, dict[str, Any]] = {}
-        for step in (
-            _read_json(self.folder / "audio_processor_config.json").get("feature_extraction", {}).get("sequence", [])
-        ):
-            op = step.get("operation", {}) if isinstance(step, dict) else {}
-            if isinstance(op.get("attrs"), dict):
-                ops[str(op.get("type"))] = op["attrs"]
-        mel, stft = ops.get("LogMelSpectrum", {}), ops.get("STFTNorm", {})
-        settings = {
-            "n_mels": int(pre.get("feature_size") or mel.get("n_mel") or config.get("num_mel_bins") or 80),
-            "n_fft": int(pre.get("n_fft") or stft.get("n_fft") or _audio.N_FFT),
-            "hop_length": int(pre.get("hop_length") or stft.get("hop_length") or _audio.HOP_LENGTH),
-            "sample_rate": int(pre.get("sampling_rate") or _audio.SAMPLE_RATE),
-        }
-        chunk = int(pre.get("chunk_length") or mel.get("chunk_size") or _audio.CHUNK_SECONDS)
-        settings["n_samples"] = int(pre.get("n_samples") or chunk * settings["sample_rate"])
-        settings["window_frames"] = settings["n_samples"] // settings["hop_length"]  # genai's encoder: 3000 frames
-        return settings
+        model = open_model(folder, genai_config, providers=builder._providers, threads=builder._threads)
+        backend = GenaiWhisperBackend(model, tokenizer, vocab, planner.model_eos)
+        features = _feature_settings(folder, config)
+        return WhisperParts(folder, backend, tokenizer, vocab, features, planner, tuple(builder._processors))
 
     def __repr__(self) -> str:
         return f"genai.WhisperSpeechModel(folder={str(self.folder)!r}, builder={self._builder_repr})"
 
-    def _release(self) -> None:
+
+class GenaiWhisperBackend:
+    """The window backend on onnxruntime-genai: genai encodes each window and runs the decoder loop; Whisper's
+    logits rules and the builder's processors run in Python on genai's logits (genai runs the generic ones)."""
+
+    def __init__(self, model: Any, tokenizer: Tokenizer, vocab: WhisperVocab, model_eos: Any) -> None:
+        self._model = model
+        self._tokenizer = tokenizer
+        self._vocab = vocab
+        self._model_eos = model_eos
+
+    def close(self) -> None:
         self._model = None
 
-    # ------------------------------------------------------------------ genai runs
     def _feed(self, window: np.ndarray, ids: list[int]) -> _base.Feed:
         """Put one window's features ``[1, n_mels, 3000]`` and the decoder prompt into a generator."""
         prompt = np.asarray(ids, dtype=np.int32)
@@ -202,28 +182,37 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
 
         return feed
 
-    def _detect_window(self, window: np.ndarray) -> int:
+    def encode(self, window: np.ndarray) -> np.ndarray:
+        return window  # genai encodes inside its own loop
+
+    def detect_language(self, context: np.ndarray) -> int:
         """One decoder step after <|startoftranscript|>; the most likely language token (first on ties)."""
         genai = og()
         with raising(InferenceError, "detecting the language"):
             params = genai.GeneratorParams(self._model)
             params.set_search_options(max_length=2, do_sample=False, batch_size=1)
             generator = genai.Generator(self._model, params)
-            self._feed(window, [self._vocab.sot])(generator)
+            self._feed(context, [self._vocab.sot])(generator)
             logits = np.asarray(generator.get_logits(), dtype=np.float32)[0, -1]  # [vocab]
         return self._vocab.most_likely_language(logits)
 
-    def _window_tokens_genai(
-        self, window: np.ndarray, ids: list[int], config: Any, extra: list[LogitsProcessor]
+    def decode(
+        self,
+        context: np.ndarray,
+        ids: list[int],
+        config: GenerationConfig,
+        rules: Sequence[LogitsProcessor],
+        sampler: Any,
+        rng: Any,
     ) -> Iterator[int]:
         call = _base.Call(
             model=self._model,
-            tokenizer=self.tokenizer,
+            tokenizer=self._tokenizer,
             config=config,
-            feed=self._feed(window, ids),
+            feed=self._feed(context, ids),
             prompt_ids=ids,
-            model_eos=self._planner.model_eos,
-            extra_processors=[*extra, *self._processors],
+            model_eos=self._model_eos,
+            extra_processors=list(rules),
             skip=len(ids),
         )
         if config.num_beams > 1:
@@ -232,22 +221,28 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
             return
         yield from call.tokens(config)
 
-    # -- hooks of the shared window loop (inference4py's WhisperSpeechModel._events): genai runs each window
-    def _encode_window(self, window: np.ndarray) -> np.ndarray:
-        return window  # genai encodes inside its own loop
 
-    def _detect_in(self, context: np.ndarray) -> int:
-        return self._detect_window(context)
-
-    def _decode_window(
-        self, context: np.ndarray, ids: list[int], config: Any, timestamps: bool, sampler: Any, rng: Any
-    ) -> Iterator[int]:
-        # genai applies the generic processors itself; Whisper's rules run on its logits in Python.
-        yield from self._window_tokens_genai(context, ids, config, self._whisper_processors(len(ids), timestamps))
+def _feature_settings(folder: Path, config: Mapping[str, Any]) -> dict[str, int]:
+    """STFT / mel settings: preprocessor_config.json, else genai's audio_processor_config.json, else Whisper's."""
+    pre = read_json_object(folder / "preprocessor_config.json")
+    ops: dict[str, dict[str, Any]] = {}
+    for step in (
+        read_json_object(folder / "audio_processor_config.json").get("feature_extraction", {}).get("sequence", [])
+    ):
+        op = step.get("operation", {}) if isinstance(step, dict) else {}
+        if isinstance(op.get("attrs"), dict):
+            ops[str(op.get("type"))] = op["attrs"]
+    mel, stft = ops.get("LogMelSpectrum", {}), ops.get("STFTNorm", {})
+    settings = {
+        "n_mels": int(pre.get("feature_size") or mel.get("n_mel") or config.get("num_mel_bins") or 80),
+        "n_fft": int(pre.get("n_fft") or stft.get("n_fft") or _audio.N_FFT),
+        "hop_length": int(pre.get("hop_length") or stft.get("hop_length") or _audio.HOP_LENGTH),
+        "sample_rate": int(pre.get("sampling_rate") or _audio.SAMPLE_RATE),
+    }
+    chunk = int(pre.get("chunk_length") or mel.get("chunk_size") or _audio.CHUNK_SECONDS)
+    settings["n_samples"] = int(pre.get("n_samples") or chunk * settings["sample_rate"])
+    settings["window_frames"] = settings["n_samples"] // settings["hop_length"]  # genai's encoder: 3000 frames
+    return settings
 
 
 WhisperBuilder._task = WhisperSpeechModel
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    return native._read_json_object(path)

@@ -23,12 +23,12 @@ from inference4py.engine.pipeline import PipelineSpec, single_pass_refusal
 from inference4py.engine.sessions import SessionOptions, StepBinding, graph_inputs, graph_outputs, run_binding
 from inference4py.errors import InvalidInputError, PromptTooLongError, UnsupportedModelError
 
-__all__ = ["Seq2SeqRuntime", "Seq2SeqState"]
+__all__ = ["DecoderGraph", "Seq2SeqRuntime", "Seq2SeqState"]
 
 _ENCODER_INPUTS = ("input_ids", "input_features")
 
 
-class _DecoderGraph(_Graph):
+class DecoderGraph(_Graph):
     """A decoder graph of an encoder-decoder pipeline: what it takes from the encoder side."""
 
     def __init__(
@@ -81,9 +81,9 @@ class Seq2SeqRuntime:
             )
         self.encoder_inputs = enc_inputs
         self.encoder_output = next(iter(graph_outputs(self.encoder).values()))
-        self.first = _DecoderGraph(open_session(spec, "decoder", options), config, spec.session("decoder").file, spec)
+        self.first = DecoderGraph(open_session(spec, "decoder", options), config, spec.session("decoder").file, spec)
         self.rest = (
-            _DecoderGraph(
+            DecoderGraph(
                 open_session(spec, "decoder_with_past", options), config, spec.session("decoder_with_past").file, spec
             )
             if spec.has("decoder_with_past")

@@ -528,7 +528,7 @@ def test_word_times_with_the_two_decoder_files(tmp_path):
             os.link(path, folder / path.name)  # the same files, without the merged decoder
     case = word_references()["models"]["whisper-base"]["cases"]["en-short"]
     with WhisperSpeechModel.builder().model_path(folder).build() as asr:
-        assert asr._runtime.first is not asr._runtime.rest  # two graphs
+        assert asr._parts.backend.seq2seq.first is not asr._parts.backend.seq2seq.rest  # two graphs
         result = asr.transcribe(REAL / "audio" / "en-short.wav", language="en", timestamps=True, word_timestamps=True)
     got = [(w.word, w.start, w.end) for s in result.segments for w in s.words]
     want = [(w["word"], w["start"], w["end"]) for s in case["segments"] for w in s["words"]]

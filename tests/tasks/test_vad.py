@@ -430,8 +430,8 @@ def test_chunks_carry_the_onsets_of_their_regions():
 
 
 def test_the_first_word_of_each_region_starts_at_its_onset():
-    from inference4py.tasks.whisper.job import map_segment, map_segments
     from inference4py.tasks.whisper.results import Segment, Word
+    from inference4py.tasks.whisper.speech_map import map_segment, map_segments
 
     regions = [(RATE, 3 * RATE), (20 * RATE, 23 * RATE)]  # 1-3 s, 20-23 s; the join at 2.0 s of the chunk
     segments = (
@@ -469,8 +469,8 @@ def test_the_first_word_of_each_region_starts_at_its_onset():
 
 
 def test_a_segment_starts_no_later_than_its_moved_first_word():
-    from inference4py.tasks.whisper.job import map_segments
     from inference4py.tasks.whisper.results import Segment, Word
+    from inference4py.tasks.whisper.speech_map import map_segments
 
     regions = [(RATE, 3 * RATE)]  # 1-3 s
     # the timestamp token says 0.8 s into the chunk (1.8 s); DTW's first word at 0.9 s (1.9 s)
@@ -493,8 +493,8 @@ def test_time_map_places_a_time_in_a_given_region():
 
 
 def test_a_word_across_a_join_stays_in_the_region_of_its_middle():
-    from inference4py.tasks.whisper.job import map_segment
     from inference4py.tasks.whisper.results import Segment, Word
+    from inference4py.tasks.whisper.speech_map import map_segment
 
     time_map = SpeechTimeMap([(RATE, 3 * RATE), (20 * RATE, 23 * RATE)])  # 1-3 s, 20-23 s; the join at 2.0 s
     words = (Word(1.2, 2.4, " speech.", 0.9), Word(2.7, 2.72, " After", 0.8), Word(2.72, 3.1, " a", 0.9))

@@ -15,6 +15,7 @@ from inference4py.audio import SAMPLE_RATE, load_audio, log_mel_spectrogram
 from inference4py.cli import main
 from inference4py.errors import AudioError, ConfigurationError, UnsupportedModelError
 from inference4py.tasks.whisper import WhisperTimestampRules, language_code, split_segments
+from inference4py.tasks.whisper.prompt import decoder_prompt
 from tests.conftest import FIXTURES, MODELS, load_reference
 from tests.test_audio import assemble
 
@@ -113,7 +114,9 @@ def test_decoder_prompts_match_transformers(asr, asr_en):
     for case in REF["cases"]:
         model = asr_en if case.get("generation_config") == "english_only" else asr
         s = case["settings"]
-        prompt, detect_at = model._prompt(s.get("language"), s.get("task"), bool(s.get("return_timestamps")))
+        prompt, detect_at = decoder_prompt(
+            model._parts.vocab, s.get("language"), s.get("task"), bool(s.get("return_timestamps"))
+        )
         want = case["windows"][0]["prompt"]
         if detect_at is not None:
             prompt[detect_at] = want[detect_at]  # the detected language
@@ -124,9 +127,9 @@ def test_decoder_prompts_match_transformers(asr, asr_en):
 
 def test_long_audio_crosses_window_boundaries(asr):
     case = CASES["long-timestamps"]
-    before = asr._runtime.encoder_runs
+    before = asr._parts.backend.encoder_runs
     result, _ = _run(asr, case)
-    assert asr._runtime.encoder_runs - before == len(case["windows"]) >= 3  # one encoder run per window
+    assert asr._parts.backend.encoder_runs - before == len(case["windows"]) >= 3  # one encoder run per window
     starts = [s.start for s in result.segments]
     assert starts == sorted(starts)
     assert any(s.start < 30.0 < s.end for s in result.segments) or any(s.start > 30.0 for s in result.segments)
@@ -140,9 +143,9 @@ def test_language_detection(asr):
     assert asr.detect_language((clips()["chirp"], SAMPLE_RATE)) == CASES["chirp-detect"]["language"]
     assert asr.detect_language(FIXTURES / REF["clips"]["tone"]["file"]) == CASES["tone-detect"]["language"]
     # detection reuses the first window's encoder output
-    before = asr._runtime.encoder_runs
+    before = asr._parts.backend.encoder_runs
     _run(asr, CASES["tone-detect"])
-    assert asr._runtime.encoder_runs - before == 1
+    assert asr._parts.backend.encoder_runs - before == 1
 
 
 def test_builder_settings_are_call_defaults(tmp_path):

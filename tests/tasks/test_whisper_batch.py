@@ -57,14 +57,14 @@ def test_each_row_is_the_recording_alone(asr, name):
 
 def test_windows_share_encoder_runs(asr):
     audios = [(clips()[n], SAMPLE_RATE) for n in NAMES]
-    before = asr._runtime.encoder_runs
+    before = asr._parts.backend.encoder_runs
     asr.transcribe_batch(audios, batch_size=8, language="en", timestamps=True, max_new_tokens=24)
-    batched = asr._runtime.encoder_runs - before
+    batched = asr._parts.backend.encoder_runs - before
     windows = []
     for a in audios:
-        before = asr._runtime.encoder_runs
+        before = asr._parts.backend.encoder_runs
         asr.transcribe(a, language="en", timestamps=True, max_new_tokens=24)
-        windows.append(asr._runtime.encoder_runs - before)
+        windows.append(asr._parts.backend.encoder_runs - before)
     assert batched == max(windows) < sum(windows)  # one encoder run per round of windows
 
 

@@ -9,7 +9,7 @@ against transformers' ``generate(condition_on_prev_tokens=..., no_speech_thresho
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pytest
@@ -27,6 +27,7 @@ from inference4py.tasks.whisper.decoding import (
     needs_fallback,
     previous_context,
 )
+from inference4py.tasks.whisper.runtime import WhisperRuntime
 from tests.conftest import MODELS, load_reference
 from tests.tasks.test_whisper import clips
 
@@ -84,16 +85,34 @@ class ScriptedState:
         return self.rows.pop(0)
 
 
-class ScriptedWhisper(WhisperSpeechModel):
-    """The fixture's vocabulary and processors, with every decoding attempt scripted."""
+class ScriptedRuntime(WhisperRuntime):
+    """The native runtime with every decoding attempt scripted (nothing is encoded)."""
 
     script: list[Attempt]
 
-    def _encode_window(self, window):
+    def encode(self, window):
         return None
 
-    def _new_state(self, context):
+    def new_state(self, context):
         return ScriptedState(self.script.pop(0))
+
+
+class ScriptedWhisper(WhisperSpeechModel):
+    """The fixture's vocabulary and processors, with every decoding attempt scripted."""
+
+    def _load(self, folder, builder):
+        parts = super()._load(folder, builder)
+        rt = parts.backend
+        scripted = ScriptedRuntime(rt.seq2seq, rt.vocab, folder=rt.folder, session_options=rt.session_options)
+        return replace(parts, backend=scripted)
+
+    @property
+    def script(self) -> list[Attempt]:
+        return self._parts.backend.script
+
+    @script.setter
+    def script(self, attempts: list[Attempt]) -> None:
+        self._parts.backend.script = attempts
 
 
 @pytest.fixture(scope="module")
@@ -363,13 +382,14 @@ def test_greedy_longform_matches_transformers(asr, name, monkeypatch):
     case = CASES[name]
     s = case["settings"]
     prompts: list[list[int]] = []
-    decode = asr._decode_window
+    backend = asr._parts.backend
+    decode = backend.decode
 
     def recording(context, ids, *args):
         prompts.append(list(ids))
         return decode(context, ids, *args)
 
-    monkeypatch.setattr(asr, "_decode_window", recording)
+    monkeypatch.setattr(backend, "decode", recording)
     result = asr.transcribe(
         (clips()["long"], SAMPLE_RATE),
         language="en",

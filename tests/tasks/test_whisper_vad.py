@@ -42,7 +42,7 @@ def vad():
 def expected_start(time_map, want, region, started):
     """DTW's start of word ``want`` mapped back; for the first word of its region, the region's onset
     (when that is before the word's end and within MAX_ONSET_SHIFT of DTW's start)."""
-    from inference4py.tasks.whisper.job import MAX_ONSET_SHIFT
+    from inference4py.tasks.whisper.speech_map import MAX_ONSET_SHIFT
 
     start = time_map.to_original_in(want.start, region)
     end = time_map.to_original_in(want.end, region)
@@ -56,11 +56,11 @@ def expected_start(time_map, want, region, started):
 
 @pytest.mark.parametrize("word_onsets", [True, False])
 def test_only_the_speech_is_decoded_and_times_are_the_recordings(asr, vad, recording, word_onsets, monkeypatch):
-    from inference4py.tasks.whisper import job
+    from inference4py.tasks.whisper import speech_map
 
     # the tiny fixture's text is noise and DTW puts the second region's first word 2.6 s after its
     # onset, past the 1 s bound (MAX_ONSET_SHIFT): widened here so that the rule shows end to end
-    monkeypatch.setattr(job, "MAX_ONSET_SHIFT", 10.0)
+    monkeypatch.setattr(speech_map, "MAX_ONSET_SHIFT", 10.0)
     regions = vad.speech_regions(recording)
     assert len(regions) == 2  # the two sentences; the 20 s gap is not speech
     speech_map = vad.speech_map(recording)

@@ -24,6 +24,7 @@ from inference4py import WhisperSpeechModel
 from inference4py.audio import SAMPLE_RATE
 from inference4py.errors import UnsupportedModelError
 from inference4py.tasks.whisper import WhisperTimestampRules, split_segments
+from inference4py.tasks.whisper.timestamps import whisper_rules
 from inference4py.tasks.whisper.vocab import _timestamp_tokens
 from inference4py.tokenization import load_tokenizer
 from tests.conftest import MODELS
@@ -133,10 +134,10 @@ def test_the_fixture_is_relabelled(asr):
     tok = asr.tokenizer
     assert tok.token_to_id("<|0.00|>") == 0 and tok.token_to_id("<|30.00|>") == 1500
     notimestamps = tok.token_to_id("<|notimestamps|>")
-    assert notimestamps == 1607 and asr._vocab.no_timestamps == notimestamps
+    assert notimestamps == 1607 and asr._parts.vocab.no_timestamps == notimestamps
     assert tok.id_to_token(notimestamps + 1) == tok.id_to_token(0 + 1608)  # an ordinary token follows it
     assert not tok.id_to_token(notimestamps + 1).startswith("<|")
-    assert asr._vocab.eot == tok.token_to_id("<|endoftext|>") == 1501
+    assert asr._parts.vocab.eot == tok.token_to_id("<|endoftext|>") == 1501
 
 
 def _run(model, case, **extra):
@@ -200,10 +201,10 @@ def test_with_timestamps_the_range_is_the_tokenizers(asr, name):
 
 
 def test_timestamp_rules_use_the_tokenizers_range(asr):
-    (rules,) = [p for p in asr._whisper_processors(4, True) if isinstance(p, WhisperTimestampRules)]
+    (rules,) = [p for p in whisper_rules(asr._parts.vocab, 4, True) if isinstance(p, WhisperTimestampRules)]
     assert rules.timestamp_begin == asr.tokenizer.token_to_id("<|0.00|>") == 0
     assert rules.timestamp_end == 1501
-    assert not [p for p in asr._whisper_processors(4, False) if isinstance(p, WhisperTimestampRules)]
+    assert not [p for p in whisper_rules(asr._parts.vocab, 4, False) if isinstance(p, WhisperTimestampRules)]
 
 
 def test_timestamp_tokens_are_looked_up_by_text(folder):

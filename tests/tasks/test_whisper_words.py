@@ -10,8 +10,8 @@ import pytest
 from inference4py import WhisperSpeechModel
 from inference4py.audio import SAMPLE_RATE
 from inference4py.tasks.whisper.attention import attention_decoder_files, cross_attention_outputs
+from inference4py.tasks.whisper.probe import default_alignment_heads
 from inference4py.tasks.whisper.words import (
-    default_alignment_heads,
     dynamic_time_warping,
     median_filter,
     merge_punctuations,
@@ -78,7 +78,7 @@ def test_words_with_beam_search_match_transformers(asr, name):
     assert result.token_ids == plain.token_ids  # the alignment pass leaves the search alone
     assert [s.avg_logprob for s in result.segments] == [s.avg_logprob for s in plain.segments]
     assert [list(seg.token_ids) for seg in result.segments] == [w["token_ids"] for w in case["segments"]]
-    specials = asr._vocab.special_ids
+    specials = asr._parts.vocab.special_ids
     compared = 0
     for seg, want in zip(result.segments, case["segments"]):
         assert "".join(w.word for w in seg.words) == seg.text

@@ -20,44 +20,39 @@ Everything Whisper-specific lives in this package, as the numpy twin of transfor
   later, which is how audio longer than 30 s is transcribed without timestamps
   (transformers refuses that case; its loop would do the same).
 
-One idea per module:
+One idea per module, in layers whose imports point one way (facade -> policy -> runtime):
 
-- ``vocab``: Whisper's languages and tasks, and the special ids of a model folder;
-- ``features``: the log-mel settings of a folder and the features of audio;
-- ``decoding``: the long-form policy (temperature fallback, silent windows, previous-text context);
-- ``prompt``: the decoder prompt (language / task / ``<|notimestamps|>``) and what a model refuses;
-- ``timestamps``: the timestamp logits rules;
-- ``longform``: 30 s windows, and a window's output cut into segments;
-- ``results``: :class:`Transcription`, :class:`Segment`, :class:`Word`; SRT / VTT / JSON;
-- ``attention``: decoders that output their cross-attention (rewritten once, cached);
-- ``words``: word timestamps (DTW over the alignment heads, words with punctuation);
-- ``job``: one file's window loop; ``batch``: several files' windows decoded as batches;
-- ``model``: :class:`WhisperSpeechModel`, its builder and the window loop.
+- data: ``vocab`` (Whisper's languages and tasks, the special ids of a model folder), ``results``
+  (:class:`Transcription`, :class:`Segment`, :class:`Word`; SRT / VTT / JSON), ``speech_map``
+  (speech laid end to end: times mapped back, chunks);
+- runtime (onnxruntime): ``runtime`` (the window backend protocol and the native one), ``features``
+  (log-mel), ``probe`` (what a decoding attempt reports besides tokens), ``attention`` (decoders that
+  output their cross-attention, rewritten once and cached), ``vad`` (the Silero detector and its rules);
+- policy: ``parts`` (what a model is made of), ``options`` (one call's options; each attempt's
+  settings), ``prompt`` (the decoder prompt and what a model refuses), ``timestamps`` (the logits
+  rules), ``decoding`` (temperature fallback, silent windows, previous-text context), ``longform``
+  (30 s windows, a window's output cut into segments), ``words`` (DTW word timestamps), ``job``
+  (one file's state between windows), ``loop`` (one file's window loop), ``batch`` (several files'
+  windows as batches), ``chunks`` (``parallel_chunks``);
+- facade: ``model`` (:class:`WhisperSpeechModel` and its builder).
 """
 
 from __future__ import annotations
 
-# Re-exported one by one (``X as X``): every name importable from here before the split, private ones included
-# (inference4py_genai.whisper uses _WhisperVocab and _read_json_object).
+# Re-exported one by one (``X as X``): the names importable from the package itself.
 from inference4py.tasks.whisper.decoding import FALLBACK_TEMPERATURES as FALLBACK_TEMPERATURES
 from inference4py.tasks.whisper.decoding import LongformOptions as LongformOptions
-from inference4py.tasks.whisper.features import _read_json_object as _read_json_object
 from inference4py.tasks.whisper.longform import FRAME_SECONDS as FRAME_SECONDS
 from inference4py.tasks.whisper.longform import TIME_PRECISION as TIME_PRECISION
-from inference4py.tasks.whisper.longform import _RawSegment as _RawSegment
 from inference4py.tasks.whisper.longform import split_segments as split_segments
 from inference4py.tasks.whisper.model import WhisperBuilder as WhisperBuilder
 from inference4py.tasks.whisper.model import WhisperSpeechModel as WhisperSpeechModel
 from inference4py.tasks.whisper.results import Segment as Segment
 from inference4py.tasks.whisper.results import Transcription as Transcription
 from inference4py.tasks.whisper.results import Word as Word
-from inference4py.tasks.whisper.results import _clock as _clock
 from inference4py.tasks.whisper.timestamps import WhisperTimestampRules as WhisperTimestampRules
-from inference4py.tasks.whisper.timestamps import _logsumexp as _logsumexp
-from inference4py.tasks.whisper.vocab import _LANGUAGE_ALIASES as _LANGUAGE_ALIASES
 from inference4py.tasks.whisper.vocab import TASKS as TASKS
 from inference4py.tasks.whisper.vocab import WHISPER_LANGUAGES as WHISPER_LANGUAGES
-from inference4py.tasks.whisper.vocab import _WhisperVocab as _WhisperVocab
 from inference4py.tasks.whisper.vocab import language_code as language_code
 
 __all__ = [

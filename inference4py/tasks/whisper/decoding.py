@@ -34,6 +34,7 @@ import numpy as np
 
 from inference4py.errors import ConfigurationError
 from inference4py.generation.sampling import Sampler
+from inference4py.tasks.whisper.probe import AlignmentCapture
 
 #: openai-whisper's default temperatures: 0 (greedy) first, then sampling ever hotter
 FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
@@ -93,11 +94,6 @@ class LongformOptions:
             raise ConfigurationError(
                 f"compression_ratio_threshold must be positive (or None), got {self.compression_ratio_threshold!r}."
             )
-
-    @property
-    def can_skip(self) -> bool:
-        """Whether a window may be judged silent (no-speech and log-probability thresholds both set)."""
-        return self.no_speech_threshold is not None and self.logprob_threshold is not None
 
 
 def temperatures_of(value: float | Sequence[float] | None, default: float) -> tuple[float, ...]:
@@ -225,7 +221,7 @@ class WindowScorer:
 
     __slots__ = ("_inner", "_sum", "_count", "_last", "no_speech_prob", "sequence_score", "alignment")
 
-    def __init__(self, inner: Sampler, alignment: Any = None) -> None:
+    def __init__(self, inner: Sampler, alignment: AlignmentCapture | None = None) -> None:
         #: what collects the cross-attention rows for word timestamps (None: not wanted)
         self.alignment = alignment
         self._inner = inner
@@ -266,14 +262,6 @@ class WindowScorer:
         if self.sequence_score is not None:
             return self.sequence_score
         return self._sum / self._count if self._count else None
-
-
-def no_speech_probability(logits: np.ndarray, token: int) -> float:
-    """``softmax(logits)[token]`` of one row of raw logits (``[vocab]``), computed in float32 like torch."""
-    row = np.asarray(logits, dtype=np.float32)
-    top = row.max()
-    e = np.exp(row - top, dtype=np.float32)
-    return float(e[token] / e.sum(dtype=np.float32))
 
 
 # --------------------------------------------------------------------------- hallucinations in silence

@@ -30,7 +30,7 @@ def feature_settings(folder: Path, config: Mapping[str, Any], encoder_features: 
     Raises:
         UnsupportedModelError: the encoder takes another number of mel bins than the configuration says.
     """
-    pre = _read_json_object(folder / "preprocessor_config.json")
+    pre = read_json_object(folder / "preprocessor_config.json")
     enc = encoder_features
     n_mels = pre.get("feature_size") or config.get("num_mel_bins") or enc.dim(1) or 80
     frames = enc.dim(2) or 2 * int(config.get("max_source_positions") or 1500)
@@ -66,7 +66,7 @@ def log_mel(samples: np.ndarray, settings: Mapping[str, int]) -> np.ndarray:
     )
 
 
-def _read_json_object(path: Path) -> dict[str, Any]:
+def read_json_object(path: Path) -> dict[str, Any]:
     """A JSON object file of the model folder (preprocessor_config.json), or {} when absent."""
     if not path.is_file():
         return {}

@@ -1,19 +1,14 @@
-"""WhisperSpeechModel: speech to text (transcribe / translate) with Whisper on the native loop.
+"""WhisperSpeechModel: the task facade of speech to text (transcribe / translate) with Whisper.
 
-The model runs as a speech-seq2seq pipeline of the engine (``encoder_model.onnx``
-taking ``input_features`` + a decoder with self- and cross-attention caches).  The
-task class and its builder live here; so does the window loop (``_events``), the
-numpy twin of transformers 4.57 ``WhisperForConditionalGeneration.generate``: each
-30 s window is encoded, decoded after the prompt with the generic logits processors,
-then Whisper's (``begin_suppress_tokens`` at the first generated position,
-``suppress_tokens``, the timestamp rules), and cut into segments.  A backend encodes
-and decodes one window through three hooks (``_encode_window``, ``_detect_in``,
-``_decode_window``): inference4py_genai's WhisperSpeechModel overrides them.
+The class and its builder are a preset over the package's parts: the builder's options, a backend
+that encodes and decodes windows (the native :class:`~inference4py.tasks.whisper.runtime.WhisperRuntime`
+here; inference4py_genai's WhisperSpeechModel loads its own through :meth:`WhisperSpeechModel._load`),
+and the long-form policy that every call delegates to (:mod:`options`, :mod:`job`, :mod:`loop`,
+:mod:`batch`, :mod:`chunks`).
 """
 
 from __future__ import annotations
 
-import copy
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -23,42 +18,24 @@ from typing import Any
 import numpy as np
 
 from inference4py import audio as _audio
-from inference4py.engine.pipeline import load_pipeline, read_model_config
-from inference4py.engine.seq2seq import Seq2SeqRuntime, Seq2SeqState, _DecoderGraph
-from inference4py.engine.sessions import create_session
-from inference4py.errors import ConfigurationError, PromptTooLongError, UnsupportedModelError
-from inference4py.generation.config import GenerationConfig, read_generation_defaults
-from inference4py.generation.processors import (
-    LogitsProcessor,
-    SuppressTokens,
-    SuppressTokensAtBegin,
-    make_logits_processors,
-)
-from inference4py.generation.sampling import make_rng, make_sampler
-from inference4py.generation.search import generate_step
+from inference4py.errors import ConfigurationError, UnsupportedModelError
+from inference4py.generation.config import GenerationConfig
 from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
 from inference4py.tasks.languages import Language
-from inference4py.tasks.whisper.attention import attention_decoder_files
-from inference4py.tasks.whisper.decoding import (
-    LongformOptions,
-    WindowResult,
-    WindowScorer,
-    best_candidate,
-    candidate_generators,
-    is_silence,
-    needs_fallback,
-    no_speech_probability,
-    temperatures_of,
-)
-from inference4py.tasks.whisper.features import feature_settings, log_mel
-from inference4py.tasks.whisper.job import POLICY_ARGUMENTS, AlignmentCapture, CallPolicy, FileJob, WindowProbe
+from inference4py.tasks.whisper.batch import run_batch
+from inference4py.tasks.whisper.chunks import transcribe_chunks
+from inference4py.tasks.whisper.decoding import LongformOptions
+from inference4py.tasks.whisper.features import log_mel
+from inference4py.tasks.whisper.job import load_job
 from inference4py.tasks.whisper.longform import cut_window
-from inference4py.tasks.whisper.prompt import check_request, decoder_prompt
+from inference4py.tasks.whisper.loop import window_events
+from inference4py.tasks.whisper.options import POLICY_ARGUMENTS, CallPolicy, DefaultVad, call_policy
+from inference4py.tasks.whisper.parts import WhisperParts, whisper_defaults
+from inference4py.tasks.whisper.prompt import check_request, resolve_request
 from inference4py.tasks.whisper.results import Transcription
-from inference4py.tasks.whisper.timestamps import WhisperTimestampRules
-from inference4py.tasks.whisper.vad import SileroVad, SpeechTimeMap, VadOptions, transcription_map
-from inference4py.tasks.whisper.vocab import TASKS, _WhisperVocab, language_code
-from inference4py.tasks.whisper.words import default_alignment_heads
+from inference4py.tasks.whisper.runtime import WhisperRuntime
+from inference4py.tasks.whisper.vad import SileroVad, VadOptions
+from inference4py.tasks.whisper.vocab import TASKS, language_code
 from inference4py.tokenization import Tokenizer, load_tokenizer
 
 # --------------------------------------------------------------------------- builder
@@ -173,97 +150,63 @@ class WhisperSpeechModel(ClosableTask):
         self._builder_repr = repr(builder)
         if builder._stops:
             raise ConfigurationError("stop_sequence is not supported by WhisperSpeechModel; remove it.")
-        spec = load_pipeline(self.folder)
-        config = read_model_config(self.folder)
-        self._session_options = builder.session_options()
-        self._runtime = Seq2SeqRuntime(spec, config, self._session_options)
-        self._aligned: Seq2SeqRuntime | None = None  # the decoder with cross_attentions outputs, made on demand
-        self._default_vad: SileroVad | None = None  # vad=True's detector, fetched on first use
-        if self._runtime.encoder_input != "input_features":
-            raise UnsupportedModelError(
-                f"{self.folder} is a text encoder-decoder model, not a speech model (its encoder takes "
-                f"'{self._runtime.encoder_input}'). Use FlanT5TextGenerator / BartSummarizer / MarianTranslator for it, "
-                "or point WhisperSpeechModel at a Whisper export (encoder_model.onnx taking input_features)."
-            )
-        self.tokenizer: Tokenizer = load_tokenizer(self.folder)
-        self._vocab = _WhisperVocab.read(self.folder, self.tokenizer, config, self._runtime.vocab_size)
-        self._features = self._feature_settings(config)
-        defaults, totals = resolve_generation_defaults(self.folder)
-        # Whisper's own processors replace the generic suppress lists (transformers does the same).
-        defaults = defaults.replace(
-            suppress_tokens=(),
-            begin_suppress_tokens=(),
-            forced_bos_token_id=None,
-            eos_token_id=(self._vocab.eot,) if not defaults.eos_token_id else defaults.eos_token_id,
-            decoder_start_token_id=self._vocab.sot,
-        )
-        self._planner = CallPlanner(
-            defaults,
-            totals,
-            builder.generation_overrides(),
-            extra_eos=builder._eos,
-            context=self._runtime.max_target_positions,
-            total_counts_prompt=True,
-        )
-        self._processors = tuple(builder._processors)
+        self._parts = self._load(self.folder, builder)
+        self.tokenizer: Tokenizer = self._parts.tokenizer
+        self._default_vad = DefaultVad()  # vad=True's detector, fetched on first use
         self._language = builder._language
         self._task_name = builder._whisper_task
         self._timestamps = builder._timestamps
         # check the builder's language / task against this model now, not at the first call
-        self._check_request(self._language, self._task_name, self._timestamps)
+        check_request(self._parts.vocab, self.folder, self._language, self._task_name, self._timestamps)
 
-    def _feature_settings(self, config: Mapping[str, Any]) -> dict[str, int]:
-        return feature_settings(self.folder, config, self._runtime.encoder_inputs["input_features"])
+    def _load(self, folder: Path, builder: WhisperBuilder) -> WhisperParts:
+        """The model's parts on the native backend (inference4py_genai's class loads genai's instead)."""
+        tokenizer = load_tokenizer(folder)
+        runtime = WhisperRuntime.load(folder, builder.session_options(), tokenizer)
+        defaults, totals = resolve_generation_defaults(folder)
+        planner = CallPlanner(
+            whisper_defaults(defaults, runtime.vocab),
+            totals,
+            builder.generation_overrides(),
+            extra_eos=builder._eos,
+            context=runtime.max_target_positions,
+            total_counts_prompt=True,
+        )
+        return WhisperParts(
+            folder, runtime, tokenizer, runtime.vocab, runtime.feature_settings(), planner, tuple(builder._processors)
+        )
 
     @property
     def generation_config(self) -> GenerationConfig:
         """The defaults every call starts from (folder + builder options)."""
-        return self._planner.base
+        return self._parts.planner.base
 
     @property
     def is_multilingual(self) -> bool:
-        return self._vocab.is_multilingual
+        return self._parts.vocab.is_multilingual
 
     @property
     def languages(self) -> tuple[str, ...]:
         """Codes of the languages this model knows (``("en",)`` for English-only models)."""
-        return tuple(self._vocab.lang_to_id) if self._vocab.is_multilingual else ("en",)
+        vocab = self._parts.vocab
+        return tuple(vocab.lang_to_id) if vocab.is_multilingual else ("en",)
 
     @property
     def n_mels(self) -> int:
-        return self._features["n_mels"]
+        return self._parts.features["n_mels"]
 
     def __repr__(self) -> str:
         return f"WhisperSpeechModel(folder={str(self.folder)!r}, builder={self._builder_repr})"
 
     def _release(self) -> None:
-        self._aligned = None
-        self._runtime = None  # type: ignore[assignment]  # closed: every call checks _check_open() first
+        self._parts.backend.close()
 
     # ------------------------------------------------------------------ audio
     def features(self, audio: _audio.AudioInput, *, sample_rate: int | None = None) -> np.ndarray:
         """The log-mel features of ``audio``: ``[n_mels, 3000]``, or all frames when longer than 30 s."""
-        samples = _audio.load_audio(audio, sample_rate=sample_rate, target_rate=self._features["sample_rate"])
-        return self._features_of(samples)
-
-    def _features_of(self, samples: np.ndarray) -> np.ndarray:
-        return log_mel(samples, self._features)
-
-    # ------------------------------------------------------------------ prompt
-    def _check_request(self, language: str | None, task: str | None, timestamps: bool) -> None:
-        check_request(self._vocab, self.folder, language, task, timestamps)
-
-    def _prompt(self, language: str | None, task: str | None, timestamps: bool) -> tuple[list[int | None], int | None]:
-        """The decoder prompt, with None where a detected language goes (see :func:`decoder_prompt`).
-
-        Returns (tokens, index of the language slot to fill by detection or None).
-        """
-        return decoder_prompt(self._vocab, language, task, timestamps)
-
-    def _detect(self, hidden: Any, mask: np.ndarray) -> int:
-        """One decoder step after <|startoftranscript|>; the most likely language token."""
-        logits = Seq2SeqState(self._runtime, hidden, mask).prefill(np.array([[self._vocab.sot]], dtype=np.int64))[0]
-        return self._vocab.most_likely_language(logits)
+        settings = self._parts.features
+        samples = _audio.load_audio(audio, sample_rate=sample_rate, target_rate=settings["sample_rate"])
+        return log_mel(samples, settings)
 
     def detect_language(self, audio: _audio.AudioInput, *, sample_rate: int | None = None) -> str:
         """The language Whisper hears in the first 30 s (code such as ``"en"``).
@@ -273,14 +216,12 @@ class WhisperSpeechModel(ClosableTask):
             AudioError: unreadable or empty audio.
         """
         self._check_open()
-        if not self._vocab.is_multilingual or not self._vocab.lang_to_id:
+        parts = self._parts
+        if not parts.vocab.is_multilingual or not parts.vocab.lang_to_id:
             raise UnsupportedModelError(f"{self.folder} is an English-only model: it does not detect languages.")
-        feats = self.features(audio, sample_rate=sample_rate)
-        context = self._encode_window(self._window(feats, 0)[0])  # the backend's hooks (see below)
-        return self._vocab.language_of(self._detect_in(context)) or ""
-
-    def _window(self, feats: np.ndarray, seek: int) -> tuple[np.ndarray, int]:
-        return cut_window(feats, seek, self._features["window_frames"])
+        window, _ = cut_window(self.features(audio, sample_rate=sample_rate), 0, parts.features["window_frames"])
+        context = parts.backend.encode(window)
+        return parts.vocab.language_of(parts.backend.detect_language(context)) or ""
 
     # ------------------------------------------------------------------ transcription
     def transcribe(
@@ -367,7 +308,9 @@ class WhisperSpeechModel(ClosableTask):
             UnsupportedModelError: a language / task / timestamps the model cannot do.
             ConfigurationError: invalid options.
         """
-        options = self._longform_options(
+        policy = call_policy(
+            self._parts,
+            self._default_vad,
             temperature=temperature,
             compression_ratio_threshold=compression_ratio_threshold,
             logprob_threshold=logprob_threshold,
@@ -382,7 +325,7 @@ class WhisperSpeechModel(ClosableTask):
             best_of=best_of,
         )
         result = None
-        for kind, value in self._events(audio, sample_rate, language, task, timestamps, overrides, options):
+        for kind, value in self._events(audio, sample_rate, language, task, timestamps, overrides, policy):
             if kind == "text":
                 if on_token is not None:
                     on_token(value)
@@ -438,98 +381,44 @@ class WhisperSpeechModel(ClosableTask):
         self._check_open()
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigurationError(f"batch_size must be a positive integer, got {batch_size!r}.")
-        if not isinstance(getattr(self, "_runtime", None), Seq2SeqRuntime):
+        if not isinstance(self._parts.backend, WhisperRuntime):
             raise UnsupportedModelError(
                 "transcribe_batch runs on the native onnxruntime backend: use inference4py.WhisperSpeechModel."
             )
         if isinstance(audios, (str, Path, tuple, np.ndarray)):
             raise ConfigurationError("transcribe_batch takes a list of recordings; use transcribe() for one.")
-        policy = self._longform_options(**{k: kwargs.pop(k) for k in POLICY_ARGUMENTS if k in kwargs})
+        policy = call_policy(
+            self._parts, self._default_vad, **{k: kwargs.pop(k) for k in POLICY_ARGUMENTS if k in kwargs}
+        )
         overrides = kwargs
-        lang = language_code(language) if language is not None else self._language
-        task_name = task if task is not None else self._task_name
-        if task_name is not None and task_name not in TASKS:
-            raise ConfigurationError(f"task must be 'transcribe' or 'translate', got {task_name!r}.")
-        want_ts = self._timestamps if timestamps is None else bool(timestamps)
-        self._check_request(lang, task_name, want_ts)
+        lang, task_name, want_ts = self._request(language, task, timestamps)
         if parallel_chunks:
-            return self._transcribe_chunks(
-                audios, sample_rate, lang, task_name, want_ts, policy, overrides, batch_size, started, on_progress
+            return transcribe_chunks(
+                self._parts,
+                audios,
+                sample_rate,
+                lang,
+                task_name,
+                want_ts,
+                policy,
+                overrides,
+                batch_size=batch_size,
+                started=started,
+                detect_language=self.detect_language,
+                on_progress=on_progress,
             )
-        jobs = [self._job(a, sample_rate, lang, task_name, want_ts, policy, overrides) for a in audios]
-        self._run_jobs(jobs, want_ts, policy, overrides, batch_size, on_progress)
-        elapsed = time.perf_counter() - started
-        return [job.finish(elapsed)[1] for job in jobs]
-
-    def _run_jobs(
-        self,
-        jobs: list[FileJob],
-        timestamps: bool,
-        policy: CallPolicy,
-        overrides: Mapping[str, Any],
-        batch_size: int,
-        on_progress: Callable[[float, float], None] | None,
-    ) -> None:
-        """Decode ``jobs`` as batches of up to ``batch_size`` rows (greedy or sampling, each its own seed)."""
-        from inference4py.tasks.whisper.batch import run_jobs
-
-        if jobs and self._planner.for_call(len(jobs[0].prompt), overrides).num_beams > 1:
-            raise ConfigurationError(
-                "transcribe_batch decodes greedily or by sampling: drop num_beams (or use transcribe())."
-            )
-        rngs = [make_rng(self._planner.for_call(len(j.prompt), overrides).seed) for j in jobs]
-        run_jobs(
-            self,
+        jobs = [load_job(self._parts, a, sample_rate, lang, task_name, want_ts, policy, overrides) for a in audios]
+        run_batch(
+            self._parts,
             jobs,
-            rngs,
             batch_size=batch_size,
-            timestamps=timestamps,
+            timestamps=want_ts,
             policy=policy,
             overrides=overrides,
             on_progress=on_progress,
         )
-
-    def _transcribe_chunks(
-        self,
-        audios: Sequence[_audio.AudioInput],
-        sample_rate: int | None,
-        language: str | None,
-        task: str | None,
-        timestamps: bool,
-        policy: CallPolicy,
-        overrides: Mapping[str, Any],
-        batch_size: int,
-        started: float,
-        on_progress: Callable[[float, float], None] | None = None,
-    ) -> list[Transcription]:
-        """``transcribe_batch(parallel_chunks=True)``: every chunk of every recording is a job of its own."""
-        from dataclasses import replace
-
-        from inference4py.tasks.whisper.batch import cut_chunks, merge_chunks
-
-        rate = self._features["sample_rate"]
-        per_file: list[tuple[float, list[Any]]] = []
-        jobs: list[FileJob] = []
-        plain = replace(policy, vad=None)  # the chunks are the speech already
-        for audio in audios:
-            samples = _audio.load_audio(audio, sample_rate=sample_rate, target_rate=rate)
-            chunks = cut_chunks(samples, rate, self._features["n_samples"], policy.vad, policy.vad_options)
-            lang = language
-            if lang is None and chunks and self._vocab.is_multilingual and self._vocab.lang_to_id:
-                lang = self.detect_language((chunks[0].samples, rate))  # once per recording
-            file_jobs = [self._job_of(c.samples, lang, task, timestamps, plain, overrides) for c in chunks]
-            per_file.append((samples.size / rate, list(zip(chunks, file_jobs))))
-            jobs.extend(file_jobs)
-        self._run_jobs(jobs, timestamps, plain, overrides, batch_size, on_progress)
         elapsed = time.perf_counter() - started
-        out = []
-        for duration, pairs in per_file:
-            parts = [(chunk, job.finish(elapsed)[1]) for chunk, job in pairs]
-            language_out = parts[0][1].language if parts else language if language else None
-            if not self._vocab.is_multilingual:
-                language_out = "en"
-            out.append(merge_chunks(parts, duration=duration, language=language_out, elapsed=elapsed))
-        return out
+        return [job.finish(elapsed)[1] for job in jobs]
 
     def stream(self, audio: _audio.AudioInput, **kwargs: Any) -> Iterator[str]:
         """Yield the text piece by piece (same arguments as :meth:`transcribe`, without ``on_token``)."""
@@ -537,110 +426,18 @@ class WhisperSpeechModel(ClosableTask):
         language = kwargs.pop("language", None)
         task = kwargs.pop("task", None)
         timestamps = kwargs.pop("timestamps", None)
-        policy = {k: kwargs.pop(k) for k in POLICY_ARGUMENTS if k in kwargs}
-        options = self._longform_options(**policy)
-        for kind, value in self._events(audio, sample_rate, language, task, timestamps, kwargs, options):
+        options = {k: kwargs.pop(k) for k in POLICY_ARGUMENTS if k in kwargs}
+        policy = call_policy(self._parts, self._default_vad, **options)
+        for kind, value in self._events(audio, sample_rate, language, task, timestamps, kwargs, policy):
             if kind == "text":
                 yield value
 
-    def _longform_options(
-        self,
-        *,
-        temperature: float | Sequence[float] | None = None,
-        compression_ratio_threshold: float | None = 2.4,
-        logprob_threshold: float | None = -1.0,
-        no_speech_threshold: float | None = 0.6,
-        condition_on_previous_text: bool = False,
-        initial_prompt: str | None = None,
-        prompt_ids: Sequence[int] | None = None,
-        word_timestamps: bool = False,
-        vad: bool | str | os.PathLike[str] | SileroVad = False,
-        vad_options: VadOptions | None = None,
-        hallucination_silence_threshold: float | None = None,
-        best_of: int = 5,
-    ) -> CallPolicy:
-        if initial_prompt is not None and prompt_ids is not None:
-            raise ConfigurationError("Pass initial_prompt or prompt_ids, not both.")
-        ids: tuple[int, ...] = ()
-        if initial_prompt is not None:
-            if not isinstance(initial_prompt, str):
-                raise ConfigurationError(f"initial_prompt must be a str, got {type(initial_prompt).__name__}.")
-            if initial_prompt.strip():
-                # openai-whisper and transformers' get_prompt_ids: one leading space, no special tokens
-                ids = tuple(self.tokenizer.encode(" " + initial_prompt.strip(), add_special_tokens=False))
-        elif prompt_ids is not None:
-            ids = tuple(int(t) for t in prompt_ids)
-            if ids and self._vocab.prev_sot is not None and ids[0] == self._vocab.prev_sot:
-                ids = ids[1:]  # transformers' get_prompt_ids starts with <|startofprev|>
-        if ids and self._vocab.prev_sot is None:
-            raise UnsupportedModelError(
-                f"{self.folder} has no <|startofprev|> token (prev_sot_token_id in generation_config.json), so it "
-                "cannot take a prompt. Drop initial_prompt / prompt_ids, or add the token id to generation_config.json."
-            )
-        specials = self._vocab.special_ids | set(self._vocab.timestamp_range or ())
-        if any(t in specials for t in ids):
-            raise ConfigurationError("prompt_ids must be text tokens: drop the special and timestamp tokens from it.")
-        if condition_on_previous_text and self._vocab.prev_sot is None:
-            raise UnsupportedModelError(
-                f"{self.folder} has no <|startofprev|> token, so condition_on_previous_text cannot be used. "
-                "Call with condition_on_previous_text=False."
-            )
-        if hallucination_silence_threshold is not None and not word_timestamps:
-            raise ConfigurationError(
-                "hallucination_silence_threshold judges words: call with word_timestamps=True as well."
-            )
-        explicit = temperature is not None
-        temps = temperatures_of(temperature, 0.0)
-        return CallPolicy(
-            LongformOptions(
-                temperatures=temps,
-                compression_ratio_threshold=compression_ratio_threshold,
-                logprob_threshold=logprob_threshold,
-                no_speech_threshold=no_speech_threshold,
-                condition_on_previous_text=bool(condition_on_previous_text),
-                prompt_ids=ids,
-                hallucination_silence_threshold=hallucination_silence_threshold,
-                best_of=best_of,
-            ),
-            explicit_temperature=explicit,
-            word_timestamps=bool(word_timestamps),
-            vad=self._vad_model(vad),
-            vad_options=vad_options,
-        )
-
-    def _vad_model(self, vad: bool | str | os.PathLike[str] | SileroVad | None) -> SileroVad | None:
-        """The voice activity detector of a call (the Hub's Silero VAD is fetched once per model)."""
-        if vad is None or vad is False:
-            return None
-        if isinstance(vad, SileroVad):
-            return vad
-        if vad is True:
-            if self._default_vad is None:
-                self._default_vad = SileroVad.from_pretrained()
-            return self._default_vad
-        if isinstance(vad, (str, os.PathLike)):
-            return SileroVad(vad)
-        raise ConfigurationError(f"vad must be True, a Silero .onnx path or a SileroVad; got {vad!r}.")
-
-    def _attempt_config(
-        self, prompt_len: int, overrides: Mapping[str, Any], temperature: float, policy: CallPolicy, context: bool
-    ) -> GenerationConfig:
-        """The generation settings of one decoding attempt of a window (its prompt may hold context)."""
-        changes = dict(overrides)
-        if policy.explicit_temperature:
-            if temperature > 0:
-                changes.update(do_sample=True, temperature=temperature, num_beams=1)
-            else:
-                changes.update(do_sample=False)
-                changes.pop("temperature", None)
-        try:
-            return self._planner.for_call(prompt_len, changes)
-        except PromptTooLongError:
-            room = (self._planner.context or 0) - prompt_len
-            if not context or room < 1:
-                raise
-            # transformers: the previous text may leave less room than max_new_tokens; fewer new tokens then
-            return self._planner.for_call(prompt_len, {**changes, "max_new_tokens": room})
+    def _request(
+        self, language: Language | str | None, task: str | None, timestamps: bool | None
+    ) -> tuple[str | None, str | None, bool]:
+        """A call's language, task and timestamps (the builder's where not given), checked against the model."""
+        defaults = (self._language, self._task_name, self._timestamps)
+        return resolve_request(self._parts.vocab, self.folder, language, task, timestamps, defaults=defaults)
 
     def _events(
         self,
@@ -655,295 +452,6 @@ class WhisperSpeechModel(ClosableTask):
         started = time.perf_counter()
         self._check_open()
         policy = policy if policy is not None else CallPolicy(LongformOptions(), explicit_temperature=False)
-        options = policy.options
-        lang = language_code(language) if language is not None else self._language
-        task_name = task if task is not None else self._task_name
-        if task_name is not None and task_name not in TASKS:
-            raise ConfigurationError(f"task must be 'transcribe' or 'translate', got {task_name!r}.")
-        want_ts = self._timestamps if timestamps is None else bool(timestamps)
-        self._check_request(lang, task_name, want_ts)
-
-        job = self._job(audio, sample_rate, lang, task_name, want_ts, policy, overrides)
-        rng = make_rng(self._planner.for_call(len(job.prompt), overrides).seed)
-        while job.active:
-            context = self._encode_window(job.window())
-            if job.needs_language:
-                job.set_language(self._detect_in(context))
-            ids, has_context = job.ids()
-            for attempt, temp in enumerate(options.temperatures):
-                config = self._attempt_config(len(ids), overrides, temp, policy, has_context)
-                n = job.candidates(temp)
-                # best_of: each candidate samples with a generator of its own, as in transcribe_batch
-                candidates: list[tuple[WindowResult, AlignmentCapture | None]] = []
-                for cand_rng in candidate_generators(rng, n):
-                    capture = None if job.words_for is None else AlignmentCapture(*job.words_for)
-                    scorer = WindowScorer(make_sampler(config), capture)
-                    out: list[int] = []
-                    live: bool | None = None  # streamed while decoding: nothing can discard this window's text
-                    for token in self._decode_window(context, ids, config, want_ts, scorer, cand_rng):
-                        if live is None:
-                            live = job.live(scorer)
-                        out.append(token)
-                        if live:
-                            piece = job.stream(out)
-                            if piece:
-                                yield "text", piece
-                    candidates.append((job.judge(out, config, scorer), capture))
-                result, capture = candidates[best_candidate([c for c, _ in candidates])]
-                if attempt == len(options.temperatures) - 1 or not needs_fallback(result, options):
-                    break
-            if is_silence(result, options):
-                job.skip()
-            else:
-                for piece in job.accept(result, capture):
-                    yield "text", piece
-            yield "progress", (job.done, job.recording)
-        tail, transcription = job.finish(time.perf_counter() - started)
-        if tail:
-            yield "text", tail
-        yield "done", transcription
-
-    def _job(
-        self,
-        audio: _audio.AudioInput,
-        sample_rate: int | None,
-        language: str | None,
-        task: str | None,
-        timestamps: bool,
-        policy: CallPolicy,
-        overrides: Mapping[str, Any],
-    ) -> FileJob:
-        """A file's window loop: its audio read, its prompt made, the options checked."""
-        samples = _audio.load_audio(audio, sample_rate=sample_rate, target_rate=self._features["sample_rate"])
-        duration = samples.size / self._features["sample_rate"]
-        time_map = None
-        if policy.vad is not None:  # only the speech, laid end to end (faster-whisper's vad_filter)
-            time_map = transcription_map(policy.vad, samples, policy.vad_options)
-            samples = time_map.extract(samples)
-        return self._job_of(
-            samples, language, task, timestamps, policy, overrides, time_map=time_map, duration=duration
-        )
-
-    def _job_of(
-        self,
-        samples: np.ndarray,
-        language: str | None,
-        task: str | None,
-        timestamps: bool,
-        policy: CallPolicy,
-        overrides: Mapping[str, Any],
-        *,
-        time_map: SpeechTimeMap | None = None,
-        duration: float | None = None,
-    ) -> FileJob:
-        """The window loop of samples at the model's rate."""
-        if samples.size:
-            feats = self._features_of(samples)  # [n_mels, frames]
-        else:  # no speech at all: no window to decode
-            feats = np.zeros((self._features["n_mels"], 0), dtype=np.float32)
-        prompt, detect_at = self._prompt(language, task, timestamps)
-        self._attempt_config(
-            len(prompt), overrides, policy.options.temperatures[0], policy, False
-        )  # refuse bad options
-        words_for = self._word_setup() if policy.word_timestamps else None
-        return FileJob(
-            self,
-            samples,
-            feats,
-            prompt,
-            detect_at,
-            timestamps=timestamps,
-            policy=policy,
-            words_for=words_for,
-            time_map=time_map,
-            duration=duration,
-        )
-
-    def _language_in(self, prompt: Sequence[int | None]) -> str | None:
-        """The language code of a decoder prompt (``"en"`` for English-only models)."""
-        v = self._vocab
-        if not v.is_multilingual:
-            return "en"
-        return v.language_of(prompt[1]) if len(prompt) > 1 and prompt[1] is not None else None
-
-    def _word_setup(self) -> tuple[list[tuple[int, int]], np.ndarray]:
-        """(alignment heads, text-token mask over the vocabulary) for word timestamps; refuses other backends."""
-        if getattr(self, "_runtime", None) is None or not isinstance(self._runtime, Seq2SeqRuntime):
-            raise UnsupportedModelError(
-                "word_timestamps needs the cross-attention weights of the native onnxruntime backend; use "
-                "inference4py.WhisperSpeechModel for it."
-            )
-        v = self._vocab
-        size = int(self._runtime.vocab_size or 0) or max(v.special_ids | {v.eot}) + 1
-        mask = np.ones(size, dtype=bool)
-        mask[[i for i in v.special_ids if i < size]] = False
-        if v.timestamp_range is not None:
-            mask[v.timestamp_range.start : min(v.timestamp_range.stop, size)] = False
-        return self._alignment_heads(), mask
-
-    def _median_width(self) -> int:
-        return int(self._runtime.config.get("median_filter_width") or 7)
-
-    def _runtime_context(self) -> int | None:
-        """The decoder's positions (``max_target_positions``)."""
-        return self._planner.context
-
-    # -- the hooks of the window loop: a backend (here the native engine) encodes and decodes one window
-    def _encode_window(self, window: np.ndarray) -> Any:
-        """What the window's decoding needs from the encoder: (hidden states, mask)."""
-        return self._runtime.encode(window)
-
-    def _detect_in(self, context: Any) -> int:
-        """The language token for an encoded window."""
-        return self._detect(*context)
-
-    def _decode_window(
-        self,
-        context: Any,
-        ids: list[int],
-        config: GenerationConfig,
-        timestamps: bool,
-        sampler: Any,
-        rng: np.random.Generator,
-    ) -> Iterator[int]:
-        """The tokens generated for one window after the prompt ``ids``.
-
-        A :class:`WindowScorer` as ``sampler`` also receives the ``<|nospeech|>`` probability
-        (the raw logits at ``<|startoftranscript|>``) and, for beam search, the best beam's score.
-        """
-        v = self._vocab
-        capture = sampler.alignment if isinstance(sampler, WindowScorer) else None
-        beams = config.num_beams > 1
-        state: Any = (
-            Seq2SeqState(self._alignment_runtime(), *context)
-            if capture is not None and not beams
-            else self._new_state(context)
-        )
-        processors = self._window_processors(config, len(ids), timestamps)
-        if isinstance(sampler, WindowScorer):
-            sot_at = ids.index(v.sot) if v.no_speech is not None and v.sot in ids else None
-            if beams:  # beam search reorders its state: probe on a state of its own
-                if sot_at is not None and v.no_speech is not None:
-                    logits = self._new_state(context).prefill(np.asarray([ids[: sot_at + 1]], dtype=np.int64))
-                    sampler.set_no_speech(no_speech_probability(logits[0], v.no_speech))
-            else:
-                state = WindowProbe(state, sampler, sot_at=sot_at, no_speech=v.no_speech, capture=capture)
-        if beams and capture is not None and isinstance(sampler, WindowScorer):
-            tokens = list(self._window_tokens(state, ids, config, processors, sampler, rng))
-            self._align_tokens(context, ids, tokens, sampler, capture)
-            yield from tokens
-            return
-        yield from self._window_tokens(state, ids, config, processors, sampler, rng)
-
-    def _align_tokens(
-        self, context: Any, ids: list[int], tokens: list[int], scorer: WindowScorer, capture: AlignmentCapture
-    ) -> None:
-        """Word timestamps of a beam search: the chosen beam's tokens fed again, one by one, on a state of
-        their own, so that ``capture`` holds the cross-attention rows and token probabilities greedy
-        decoding would have recorded for them (transformers gathers the same rows along the beam's path)."""
-        probe = WindowProbe(
-            Seq2SeqState(self._alignment_runtime(), *context), scorer, sot_at=None, no_speech=None, capture=capture
-        )
-        probe.prefill(np.asarray([ids], dtype=np.int64))
-        for token in tokens[:-1]:  # as in greedy decoding, the last token is not fed back
-            probe.step(np.asarray([token], dtype=np.int64))
-
-    def _alignment_runtime(self) -> Seq2SeqRuntime:
-        """The runtime whose decoder graphs output ``cross_attentions.{i}`` (rewritten once, cached)."""
-        if self._aligned is None:
-            rt = self._runtime
-            spec = rt.spec
-            roles = ["decoder", *(["decoder_with_past"] if spec.has("decoder_with_past") else [])]
-            layers = rt.config.get("decoder_layers")
-            files = attention_decoder_files(
-                [Path(spec.path(r)) for r in roles], layers=None if layers is None else int(layers)
-            )
-            graphs = {}
-            for role in roles:
-                desc = spec.session(role)
-                path = files[Path(spec.path(role))]
-                session = create_session(
-                    path,
-                    self._session_options,
-                    provider=desc.provider,
-                    provider_options=desc.provider_options,
-                    settings=desc.options,
-                )
-                graphs[role] = _DecoderGraph(session, rt.config, path.name, spec)
-            aligned = copy.copy(rt)
-            aligned.first = graphs["decoder"]
-            aligned.rest = graphs.get("decoder_with_past", aligned.first)
-            aligned.layout = aligned.rest.layout
-            self._aligned = aligned
-        return self._aligned
-
-    def _alignment_heads(self) -> list[tuple[int, int]]:
-        """generation_config ``alignment_heads``, else every head of the last half of the decoder layers."""
-        heads = read_generation_defaults(self.folder).get("alignment_heads")
-        if heads:
-            return [(int(layer), int(head)) for layer, head in heads]
-        config = self._runtime.config
-        layers = int(config.get("decoder_layers") or config.get("num_hidden_layers") or 0)
-        n_heads = int(config.get("decoder_attention_heads") or 0)
-        if not layers or not n_heads:
-            raise UnsupportedModelError(
-                f"{self.folder}: word timestamps need alignment_heads in generation_config.json, or decoder_layers and "
-                "decoder_attention_heads in config.json to use every head of the last half of the layers."
-            )
-        return default_alignment_heads(layers, n_heads)
-
-    def _new_state(self, context: Any) -> Seq2SeqState:
-        """A fresh decoding state attending to an encoded window."""
-        return Seq2SeqState(self._runtime, *context)
-
-    def _whisper_processors(self, prompt_length: int, timestamps: bool) -> list[LogitsProcessor]:
-        """Whisper's own rules, in transformers' order: begin-suppress, suppress, timestamps."""
-        v = self._vocab
-        extra: list[LogitsProcessor] = []
-        if v.begin_suppress_tokens:
-            extra.append(SuppressTokensAtBegin(v.begin_suppress_tokens, prompt_length))
-        if v.suppress_tokens:
-            extra.append(SuppressTokens(v.suppress_tokens))
-        stamps = v.timestamp_range
-        # transcribe() refuses timestamps without <|notimestamps|> or without the tokenizer's timestamp tokens
-        if timestamps and v.no_timestamps is not None and stamps is not None:
-            extra.append(
-                WhisperTimestampRules(
-                    v.no_timestamps,
-                    v.eot,
-                    prompt_length,
-                    v.max_initial_timestamp_index,
-                    timestamp_begin=stamps.start,
-                    timestamp_end=stamps.stop,
-                    special_ids=v.special_ids,
-                )
-            )
-        return extra
-
-    def _window_processors(
-        self, config: GenerationConfig, prompt_length: int, timestamps: bool
-    ) -> list[LogitsProcessor]:
-        """transformers' order: the generic processors, then Whisper's rules, then the user's."""
-        extra = [*self._whisper_processors(prompt_length, timestamps), *self._processors]
-        return make_logits_processors(config, prompt_length=prompt_length, extra=extra)
-
-    def _window_tokens(
-        self,
-        state: Seq2SeqState,
-        ids: list[int],
-        config: GenerationConfig,
-        processors: Sequence[LogitsProcessor],
-        sampler: Any,
-        rng: np.random.Generator,
-    ) -> Iterator[int]:
-        if config.num_beams > 1:
-            from inference4py.generation.beam import generate_sequences
-
-            best = generate_sequences(
-                state, ids, config.replace(num_return_sequences=1), processors=processors, sampler=sampler, rng=rng
-            )[0]
-            if isinstance(sampler, WindowScorer):
-                sampler.set_sequence_score(best.score)  # transformers judges a beam by its sequences_scores
-            yield from best.token_ids
-            return
-        yield from generate_step(state, ids, config, processors=processors, sampler=sampler, rng=rng)
+        lang, task_name, want_ts = self._request(language, task, timestamps)
+        job = load_job(self._parts, audio, sample_rate, lang, task_name, want_ts, policy, overrides)
+        yield from window_events(self._parts, job, policy, overrides, started=started)

@@ -4,18 +4,45 @@ The twin of transformers' ``_retrieve_init_tokens``: the language is the one giv
 as a slot for detection (one decoder step after ``<|startoftranscript|>``, argmax over the
 language tokens); the task follows; ``<|notimestamps|>`` ends the prompt unless timestamps are
 requested.  ``forced_decoder_ids`` of generation_config.json are the prompt when neither
-language nor task is set.  :func:`check_request` refuses what a model cannot do.
+language nor task is set.  :func:`check_request` refuses what a model cannot do, and
+:func:`resolve_request` gives a call's language, task and timestamps (the builder's by default).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from inference4py.errors import UnsupportedModelError
-from inference4py.tasks.whisper.vocab import _WhisperVocab
+from inference4py.errors import ConfigurationError, UnsupportedModelError
+from inference4py.tasks.languages import Language
+from inference4py.tasks.whisper.vocab import TASKS, WhisperVocab, language_code
 
 
-def check_request(vocab: _WhisperVocab, folder: Path, language: str | None, task: str | None, timestamps: bool) -> None:
+def resolve_request(
+    vocab: WhisperVocab,
+    folder: Path,
+    language: Language | str | None,
+    task: str | None,
+    timestamps: bool | None,
+    *,
+    defaults: tuple[str | None, str | None, bool],
+) -> tuple[str | None, str | None, bool]:
+    """A call's (language code, task, timestamps): each given one, else the builder's from ``defaults``.
+
+    Raises:
+        ConfigurationError: an unknown task or language.
+        UnsupportedModelError: what the model cannot do (see :func:`check_request`).
+    """
+    default_language, default_task, default_timestamps = defaults
+    lang = language_code(language) if language is not None else default_language
+    task_name = task if task is not None else default_task
+    if task_name is not None and task_name not in TASKS:
+        raise ConfigurationError(f"task must be 'transcribe' or 'translate', got {task_name!r}.")
+    want_ts = default_timestamps if timestamps is None else bool(timestamps)
+    check_request(vocab, folder, lang, task_name, want_ts)
+    return lang, task_name, want_ts
+
+
+def check_request(vocab: WhisperVocab, folder: Path, language: str | None, task: str | None, timestamps: bool) -> None:
     """Refuse a language, task or timestamps the model in ``folder`` cannot do.
 
     Raises:
@@ -51,7 +78,7 @@ def check_request(vocab: _WhisperVocab, folder: Path, language: str | None, task
 
 
 def decoder_prompt(
-    vocab: _WhisperVocab, language: str | None, task: str | None, timestamps: bool
+    vocab: WhisperVocab, language: str | None, task: str | None, timestamps: bool
 ) -> tuple[list[int | None], int | None]:
     """transformers' ``_retrieve_init_tokens``: the decoder prompt, with None where a detected language goes.
 

@@ -1,9 +1,12 @@
-"""Whisper's timestamp rules: which tokens the decoder may choose when timestamps are predicted.
+"""Whisper's logits rules: which tokens the decoder may choose, timestamps above all.
+
+:func:`whisper_rules` lists a window's rules in transformers' order: ``begin_suppress_tokens`` at
+the first generated position, ``suppress_tokens``, then the timestamp rules.
 
 :class:`WhisperTimestampRules` is a logits processor, the numpy twin of transformers'
 ``WhisperTimeStampLogitsProcessor``; it runs after the generic processors and the suppress lists.
 The timestamp tokens are a range of ids given by the caller (the tokenizer's ``<|0.00|>`` ...,
-see ``_WhisperVocab.timestamp_range``), not the ids after ``<|notimestamps|>``: on Whisper's own
+see ``WhisperVocab.timestamp_range``), not the ids after ``<|notimestamps|>``: on Whisper's own
 vocabularies the two are the same, on a vocabulary with its ordinary tokens after the special
 ones they are not.
 """
@@ -14,7 +17,34 @@ from collections.abc import Collection
 
 import numpy as np
 
-from inference4py.generation.processors import log_softmax
+from inference4py.generation.processors import LogitsProcessor, SuppressTokens, SuppressTokensAtBegin, log_softmax
+from inference4py.tasks.whisper.vocab import WhisperVocab
+
+
+def whisper_rules(vocab: WhisperVocab, prompt_length: int, timestamps: bool) -> list[LogitsProcessor]:
+    """Whisper's own rules for a window decoded after ``prompt_length`` tokens, in transformers' order:
+    begin-suppress, suppress, and the timestamp rules when ``timestamps`` (and the vocabulary has them)."""
+    v = vocab
+    rules: list[LogitsProcessor] = []
+    if v.begin_suppress_tokens:
+        rules.append(SuppressTokensAtBegin(v.begin_suppress_tokens, prompt_length))
+    if v.suppress_tokens:
+        rules.append(SuppressTokens(v.suppress_tokens))
+    stamps = v.timestamp_range
+    # transcribe() refuses timestamps without <|notimestamps|> or without the tokenizer's timestamp tokens
+    if timestamps and v.no_timestamps is not None and stamps is not None:
+        rules.append(
+            WhisperTimestampRules(
+                v.no_timestamps,
+                v.eot,
+                prompt_length,
+                v.max_initial_timestamp_index,
+                timestamp_begin=stamps.start,
+                timestamp_end=stamps.stop,
+                special_ids=v.special_ids,
+            )
+        )
+    return rules
 
 
 class WhisperTimestampRules:

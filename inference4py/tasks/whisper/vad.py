@@ -31,6 +31,10 @@ Two layouts of the ONNX graph are recognised from their inputs and outputs:
 Either way each window of 512 samples is fed with the 64 samples before it (zeros before
 the first), as Silero's own wrappers do.
 
+This module holds the detector and its rules (steps 1 and 3's onsets); the time maps and the
+chunks of steps 2 and 3 are :mod:`inference4py.tasks.whisper.speech_map`'s, importable from here
+too, as this module is the public face of voice activity detection.
+
 Example:
     >>> vad = SileroVad("silero_vad_v6.onnx")  # doctest: +SKIP
     >>> audio = load_audio("meeting.mp3")  # doctest: +SKIP
@@ -41,10 +45,9 @@ Example:
 
 from __future__ import annotations
 
-import bisect
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +56,11 @@ import numpy as np
 
 from inference4py.engine.sessions import SessionOptions, create_session, graph_inputs, graph_outputs, run_session
 from inference4py.errors import AudioError, ConfigurationError, ModelFilesMissingError, UnsupportedModelError
+from inference4py.tasks.whisper.speech_map import SAMPLE_RATE as SAMPLE_RATE
+from inference4py.tasks.whisper.speech_map import Region, is_number
+from inference4py.tasks.whisper.speech_map import SpeechChunk as SpeechChunk
+from inference4py.tasks.whisper.speech_map import SpeechTimeMap as SpeechTimeMap
+from inference4py.tasks.whisper.speech_map import chunk_speech as chunk_speech
 
 __all__ = [
     "SAMPLE_RATE",
@@ -68,7 +76,6 @@ __all__ = [
     "chunk_speech",
 ]
 
-SAMPLE_RATE = 16000  # the only rate this module runs the model at (Whisper's)
 WINDOW_SAMPLES = 512  # 32 ms: one speech probability per window
 CONTEXT_SAMPLES = 64  # the model also sees the last 64 samples of the previous window
 STATE_SIZE = 128  # LSTM width of Silero v5/v6
@@ -79,9 +86,6 @@ DEFAULT_FILENAME = "onnx/model.onnx"
 # longer than this (faster-whisper's and Silero's 98 ms), else at the current window.
 _MIN_PAUSE_TO_CUT_MS = 98
 _SEQUENCE_BLOCK = 1024  # windows per run of the sequence layout (~33 s of audio, ~2.4 MB of input)
-
-Region = tuple[int, int]  # [start, end) in samples of the original audio
-
 
 # --------------------------------------------------------------------------- options
 
@@ -132,12 +136,12 @@ class VadOptions:
     word_onsets: bool = True
 
     def __post_init__(self) -> None:
-        if not _is_number(self.threshold) or not 0.0 < self.threshold < 1.0:
+        if not is_number(self.threshold) or not 0.0 < self.threshold < 1.0:
             raise ConfigurationError(
                 f"threshold={self.threshold!r} is invalid: use a probability strictly between 0 and 1 (default 0.5)."
             )
         if self.neg_threshold is not None and (
-            not _is_number(self.neg_threshold) or not 0.0 <= self.neg_threshold <= self.threshold
+            not is_number(self.neg_threshold) or not 0.0 <= self.neg_threshold <= self.threshold
         ):
             raise ConfigurationError(
                 f"neg_threshold={self.neg_threshold!r} is invalid: use a probability between 0 and threshold "
@@ -145,12 +149,12 @@ class VadOptions:
             )
         for name in ("min_speech_duration_ms", "min_silence_duration_ms", "speech_pad_ms"):
             value = getattr(self, name)
-            if not _is_number(value) or not 0 <= value < math.inf:
+            if not is_number(value) or not 0 <= value < math.inf:
                 raise ConfigurationError(f"{name}={value!r} is invalid: use a finite number of milliseconds >= 0.")
         if not isinstance(self.word_onsets, (bool, np.bool_)):
             raise ConfigurationError(f"word_onsets={self.word_onsets!r} is invalid: use True or False.")
         longest = (WINDOW_SAMPLES + 2 * self.speech_pad_ms * SAMPLE_RATE / 1000) / SAMPLE_RATE
-        if not _is_number(self.max_speech_duration_s) or not self.max_speech_duration_s > longest:
+        if not is_number(self.max_speech_duration_s) or not self.max_speech_duration_s > longest:
             raise ConfigurationError(
                 f"max_speech_duration_s={self.max_speech_duration_s!r} is invalid: it must exceed one window "
                 f"plus the padding on both sides ({longest:.3f} s with speech_pad_ms={self.speech_pad_ms}); "
@@ -161,10 +165,6 @@ class VadOptions:
     def effective_neg_threshold(self) -> float:
         """``neg_threshold``, or ``max(threshold - 0.15, 0.01)`` when it is None."""
         return self.neg_threshold if self.neg_threshold is not None else max(self.threshold - 0.15, 0.01)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
 # --------------------------------------------------------------------------- probabilities -> regions
@@ -488,268 +488,3 @@ def _check_audio(audio: Any, sampling_rate: int) -> np.ndarray:
     if not np.isfinite(audio).all():
         raise AudioError("The audio contains NaN or infinite values; clean the signal (e.g. np.nan_to_num) first.")
     return np.asarray(audio, dtype=np.float32)
-
-
-# --------------------------------------------------------------------------- chunks and time maps
-
-
-class SpeechTimeMap:
-    """Times in audio made of ``regions`` of a recording laid end to end -> times in that recording.
-
-    Args:
-        regions: ``(start, end)`` sample ranges of the original audio, in the order they
-            were concatenated (sorted and disjoint, as :meth:`SileroVad.speech_regions` gives).
-        sampling_rate: samples per second of both.
-        onsets: for each region, the sample of the original audio where its speech starts
-            before padding (``start <= onset < end``), or None where it is not known (a
-            piece of a region cut in two); None: no onsets (:meth:`SileroVad.speech_map`
-            sets them).
-
-    Example:
-        >>> m = SpeechTimeMap([(16000, 32000), (64000, 80000)])  # 1-2 s and 4-5 s
-        >>> m.to_original(0.5), m.to_original(1.0), m.to_original(1.0, is_end=True), m.to_original(1.5)
-        (1.5, 4.0, 2.0, 4.5)
-        >>> m.to_concatenated(4.5)
-        1.5
-    """
-
-    def __init__(
-        self,
-        regions: Iterable[Region],
-        *,
-        sampling_rate: int = SAMPLE_RATE,
-        onsets: Iterable[int | None] | None = None,
-    ) -> None:
-        self.regions: tuple[Region, ...] = tuple((int(s), int(e)) for s, e in regions)
-        self.sampling_rate = int(sampling_rate)
-        previous = 0
-        for start, end in self.regions:
-            if not 0 <= start < end or start < previous:
-                raise ConfigurationError(
-                    f"Speech regions must be non-empty, sorted and disjoint sample ranges; got {list(self.regions)}."
-                )
-            previous = end
-        self.onsets: tuple[int | None, ...] | None = None
-        if onsets is not None:
-            self.onsets = tuple(None if o is None else int(o) for o in onsets)
-            if len(self.onsets) != len(self.regions) or not all(
-                o is None or s <= o < e for o, (s, e) in zip(self.onsets, self.regions)
-            ):
-                raise ConfigurationError(
-                    f"onsets must give one sample (or None) per region, inside it; got {list(self.onsets)} "
-                    f"for the regions {list(self.regions)}."
-                )
-        self._ends: list[int] = []  # where each region ends in the concatenated audio, in samples
-        total = 0
-        for start, end in self.regions:
-            total += end - start
-            self._ends.append(total)
-
-    @property
-    def num_samples(self) -> int:
-        """Length of the concatenated audio in samples."""
-        return self._ends[-1] if self._ends else 0
-
-    @property
-    def duration(self) -> float:
-        """Length of the concatenated audio in seconds."""
-        return self.num_samples / self.sampling_rate
-
-    def __repr__(self) -> str:
-        onsets = "" if self.onsets is None else f", onsets={list(self.onsets)}"
-        return f"SpeechTimeMap(regions={list(self.regions)}, sampling_rate={self.sampling_rate}{onsets})"
-
-    def onset_of(self, region: int) -> float | None:
-        """Where the speech of region ``region`` starts before padding, in seconds of the original audio.
-
-        None when the map has no onsets or does not know this region's.
-        """
-        if not 0 <= region < len(self.regions):
-            raise ConfigurationError(f"region={region!r} is invalid: this map has {len(self.regions)} regions.")
-        onset = None if self.onsets is None else self.onsets[region]
-        return None if onset is None else onset / self.sampling_rate
-
-    def to_original(self, t: float, *, is_end: bool = False) -> float:
-        """The time in the original audio of time ``t`` (seconds) in the concatenated audio.
-
-        A time where one region meets the next is the start of the next region, or the
-        end of the earlier one with ``is_end=True`` (pass it for the end of a segment or
-        word).  Times outside ``[0, duration]`` are clamped to it.
-        """
-        if not self.regions:
-            raise ConfigurationError("This SpeechTimeMap has no regions: there is no time to map.")
-        sample = _snap(min(max(float(t), 0.0), self.duration) * self.sampling_rate)
-        # at the sample where two regions meet: the earlier one's end, or the later one's start
-        index = self.region_at(t, is_end=is_end)
-        before = self._ends[index - 1] if index else 0
-        return (self.regions[index][0] + sample - before) / self.sampling_rate
-
-    def region_at(self, t: float, *, is_end: bool = False) -> int:
-        """Index of the region that time ``t`` (seconds) of the concatenated audio lies in.
-
-        A time where one region meets the next belongs to the next, or to the earlier one with
-        ``is_end=True`` (as in :meth:`to_original`); times outside ``[0, duration]`` are clamped to it.
-        """
-        if not self.regions:
-            raise ConfigurationError("This SpeechTimeMap has no regions: there is no time to map.")
-        sample = _snap(min(max(float(t), 0.0), self.duration) * self.sampling_rate)
-        index = bisect.bisect_left(self._ends, sample) if is_end else bisect.bisect_right(self._ends, sample)
-        return min(index, len(self.regions) - 1)
-
-    def to_original_in(self, t: float, region: int) -> float:
-        """Time ``t`` of the concatenated audio as a time of region ``region`` of the original audio.
-
-        The offset from where that region starts in the concatenated audio, kept inside the
-        region: a word whose middle is in a region keeps both its ends there, even when DTW
-        stretches it over the place where the next region was joined on (faster-whisper's
-        ``restore_speech_timestamps`` resolves a word's two ends in the same chunk the same way).
-        """
-        if not 0 <= region < len(self.regions):
-            raise ConfigurationError(f"region={region!r} is invalid: this map has {len(self.regions)} regions.")
-        before = self._ends[region - 1] if region else 0
-        start, end = self.regions[region]
-        sample = _snap(float(t) * self.sampling_rate) - before + start
-        return min(max(sample, start), end) / self.sampling_rate
-
-    def to_concatenated(self, t: float) -> float:
-        """The time in the concatenated audio of time ``t`` (seconds) in the original audio.
-
-        A time in a pause that was cut out maps to where the next region starts (the end,
-        after the last region).
-        """
-        if not self.regions:
-            raise ConfigurationError("This SpeechTimeMap has no regions: there is no time to map.")
-        sample = _snap(float(t) * self.sampling_rate)
-        index = bisect.bisect_right([end for _, end in self.regions], sample)
-        if index == len(self.regions):
-            return self.duration
-        start, _ = self.regions[index]
-        before = self._ends[index - 1] if index else 0
-        return (before + max(sample - start, 0.0)) / self.sampling_rate
-
-    def extract(self, audio: np.ndarray) -> np.ndarray:
-        """The regions of ``audio`` laid end to end (float32)."""
-        if not self.regions:
-            return np.zeros(0, dtype=np.float32)
-        return np.concatenate([np.asarray(audio[s:e], dtype=np.float32) for s, e in self.regions])
-
-
-def _snap(sample: float) -> float:
-    """A sample position, with float noise of seconds * rate removed (0.3 s -> 4800, not 4799.999...)."""
-    nearest = round(sample)
-    return float(nearest) if abs(sample - nearest) < 1e-6 else sample
-
-
-@dataclass(frozen=True)
-class SpeechChunk:
-    """Speech of a recording to transcribe as one Whisper window, and its time map.
-
-    Attributes:
-        audio: float32 samples: the regions of ``time_map`` laid end to end.
-        time_map: chunk time -> original time.
-    """
-
-    audio: np.ndarray
-    time_map: SpeechTimeMap
-
-    @property
-    def start(self) -> float:
-        """Where the chunk's first region starts in the original audio (seconds)."""
-        return self.time_map.regions[0][0] / self.time_map.sampling_rate
-
-    @property
-    def end(self) -> float:
-        """Where the chunk's last region ends in the original audio (seconds)."""
-        return self.time_map.regions[-1][1] / self.time_map.sampling_rate
-
-    @property
-    def duration(self) -> float:
-        """Length of ``audio`` in seconds."""
-        return self.time_map.duration
-
-    def to_original(self, t: float, *, is_end: bool = False) -> float:
-        """The time in the original audio of time ``t`` (seconds) in this chunk's audio."""
-        return self.time_map.to_original(t, is_end=is_end)
-
-    def __repr__(self) -> str:
-        return f"SpeechChunk(start={self.start:.3f}, end={self.end:.3f}, duration={self.duration:.3f}, regions={len(self.time_map.regions)})"
-
-
-def chunk_speech(
-    audio: np.ndarray,
-    regions: Iterable[Region] | SpeechTimeMap,
-    *,
-    max_duration_s: float = 30.0,
-    keep_gaps: bool = False,
-    sampling_rate: int = SAMPLE_RATE,
-) -> list[SpeechChunk]:
-    """Pack speech regions, in order, into chunks of at most ``max_duration_s``.
-
-    A chunk takes regions while they fit; the next region that does not fit starts the
-    next chunk.  A region longer than ``max_duration_s`` on its own (possible only with
-    ``VadOptions.max_speech_duration_s`` above it) is cut into pieces of that length.
-
-    Args:
-        audio: the original samples the regions refer to.
-        regions: sorted, disjoint ``(start, end)`` sample ranges (:meth:`SileroVad.speech_regions`),
-            or a map of them (:meth:`SileroVad.speech_map`), whose onsets the chunks' maps then
-            carry (a region cut into pieces: the piece the onset lies in; ``keep_gaps``: the
-            onset of a chunk's first region).
-        max_duration_s: the longest chunk (30 s: one Whisper window).
-        keep_gaps: False (faster-whisper's ``collect_chunks``): a chunk is its regions laid
-            end to end, pauses cut out, and its length is the sum of theirs.  True
-            (whisperX's ``merge_chunks``): a chunk is the stretch of audio from its first
-            region's start to its last region's end, pauses included.
-        sampling_rate: samples per second of ``audio``.
-
-    Returns:
-        the chunks in order; none when there are no regions.
-
-    Raises:
-        ConfigurationError: ``max_duration_s`` is not positive, or the regions are not
-            sorted, disjoint ranges inside the audio.
-    """
-    if not _is_number(max_duration_s) or not 0 < max_duration_s < math.inf:
-        raise ConfigurationError(f"max_duration_s={max_duration_s!r} is invalid: use a positive number of seconds.")
-    limit = int(max_duration_s * sampling_rate)
-    if limit < 1:
-        raise ConfigurationError(f"max_duration_s={max_duration_s!r} is shorter than one sample.")
-    given = regions if isinstance(regions, SpeechTimeMap) else SpeechTimeMap(regions, sampling_rate=sampling_rate)
-    checked = given.regions  # validated: sorted and disjoint
-    if checked and checked[-1][1] > len(audio):
-        raise ConfigurationError(
-            f"The speech region {checked[-1]} ends after the audio ({len(audio)} samples): "
-            "were the regions found on other audio?"
-        )
-    onsets = given.onsets
-
-    def onset_in(region: int, first: int) -> int | None:  # the region's onset, if it is in the piece from first
-        onset = None if onsets is None else onsets[region]
-        return onset if onset is not None and first <= onset < first + limit else None
-
-    pieces = [
-        (s, min(s + limit, end), onset_in(i, s))
-        for i, (start, end) in enumerate(checked)
-        for s in range(start, end, limit)
-    ]
-
-    groups: list[list[tuple[int, int, int | None]]] = []
-    length = 0  # of the group under way, as keep_gaps counts it
-    for start, end, onset in pieces:
-        if groups:
-            grown = end - groups[-1][0][0] if keep_gaps else length + end - start
-            if grown <= limit:
-                groups[-1].append((start, end, onset))
-                length = grown
-                continue
-        groups.append([(start, end, onset)])
-        length = end - start
-    chunks = []
-    for group in groups:
-        if keep_gaps:
-            spans, starts = [(group[0][0], group[-1][1])], [group[0][2]]
-        else:
-            spans, starts = [(s, e) for s, e, _ in group], [o for _, _, o in group]
-        time_map = SpeechTimeMap(spans, sampling_rate=sampling_rate, onsets=None if onsets is None else starts)
-        chunks.append(SpeechChunk(time_map.extract(audio), time_map))
-    return chunks

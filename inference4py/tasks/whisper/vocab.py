@@ -2,7 +2,7 @@
 
 * :data:`WHISPER_LANGUAGES` and :func:`language_code`: the languages Whisper knows, by code
   or English name (``"fr"``, ``"french"``, ``"<|fr|>"``, a :class:`Language`);
-* :class:`_WhisperVocab`: ``<|startoftranscript|>``, ``<|endoftext|>``, ``<|notimestamps|>``,
+* :class:`WhisperVocab`: ``<|startoftranscript|>``, ``<|endoftext|>``, ``<|notimestamps|>``,
   the language and task tokens and the suppress lists, read from generation_config.json and
   the tokenizer, the way transformers' ``WhisperForConditionalGeneration.generate`` finds them;
   and the timestamp tokens, found by their text (:func:`_timestamp_tokens`): a vocabulary may put
@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,7 +185,7 @@ def _timestamp_tokens(tokenizer: Tokenizer) -> tuple[int, int] | None:
 
 
 @dataclass(frozen=True)
-class _WhisperVocab:
+class WhisperVocab:
     """The special ids and generation settings of one Whisper model folder."""
 
     sot: int
@@ -219,7 +219,7 @@ class _WhisperVocab:
     @classmethod
     def read(
         cls, folder: Path, tokenizer: Tokenizer, config: Mapping[str, Any], vocab_size: int | None
-    ) -> _WhisperVocab:
+    ) -> WhisperVocab:
         gen = read_generation_defaults(folder)
         token = tokenizer.token_to_id
 
@@ -302,3 +302,9 @@ class _WhisperVocab:
             if i == token_id:
                 return code
         return None
+
+    def language_in(self, prompt: Sequence[int | None]) -> str | None:
+        """The language code of a decoder prompt (``"en"`` for English-only models)."""
+        if not self.is_multilingual:
+            return "en"
+        return self.language_of(prompt[1]) if len(prompt) > 1 and prompt[1] is not None else None

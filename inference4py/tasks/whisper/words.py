@@ -30,11 +30,6 @@ _PUNCTUATION = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
 _NO_SPACE_LANGUAGES = {"zh", "ja", "th", "lo", "my", "yue"}
 
 
-def default_alignment_heads(layers: int, heads: int) -> list[tuple[int, int]]:
-    """Every head of the last half of the decoder layers (transformers' and openai's fallback)."""
-    return [(layer, head) for layer in range(layers // 2, layers) for head in range(heads)]
-
-
 def median_filter(x: np.ndarray, width: int) -> np.ndarray:
     """transformers' ``_median_filter`` along the last axis: reflect-padded, odd ``width``."""
     if width <= 0 or width % 2 != 1:
