@@ -43,7 +43,7 @@ from inference4py.generation.processors import LogitsProcessor, apply_processors
 from inference4py.generation.result import Candidate, FinishReason, GenerationChunk, GenerationResult
 from inference4py.generation.streaming import StopSequenceMatcher
 from inference4py.tasks.base import CallPlanner, GenerationBuilder, resolve_generation_defaults
-from inference4py.tasks.output_control import CONTROL_KEYS
+from inference4py.tasks.options import OUTPUT_FIELDS, RequestOptions
 from inference4py_genai._runtime import og, provider_name, raising
 
 __all__ = [
@@ -210,9 +210,9 @@ class GenaiPlanner(CallPlanner):
         self.model_eos = tuple(int(i) for i in model_eos)
         super().__init__(defaults, totals, overrides, **kw)
 
-    def for_call(self, prompt_len: int, overrides: Mapping[str, Any]) -> GenerationConfig:
-        check_supported(overrides)
-        config = super().for_call(prompt_len, overrides)
+    def for_request(self, prompt_len: int, options: RequestOptions) -> GenerationConfig:
+        check_supported({**options.generation_changes(), **options.output_options()})
+        config = super().for_request(prompt_len, options)
         eos = tuple(dict.fromkeys([*self.model_eos, *config.eos_token_id]))
         if eos != config.eos_token_id:
             config = config.replace(eos_token_id=eos)
@@ -221,7 +221,7 @@ class GenaiPlanner(CallPlanner):
 
 def check_supported(overrides: Mapping[str, Any]) -> None:
     """Raise ConfigurationError for a user-set option genai cannot apply."""
-    control = sorted(k for k in CONTROL_KEYS if overrides.get(k) is not None)
+    control = sorted(k for k in OUTPUT_FIELDS if overrides.get(k) is not None)
     if control:
         raise ConfigurationError(
             f"{', '.join(control)}: structured output and tool calling run on inference4py's own loop only for now; "

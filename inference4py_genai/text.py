@@ -10,7 +10,7 @@ from typing import Any
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.tasks.base import ClosableTask
-from inference4py.tasks.output_control import split_control
+from inference4py.tasks.options import OUTPUT_FIELDS, RequestOptions
 from inference4py.tasks.prompts import ChatOptions, Prompt, PromptEncoder
 from inference4py.tokenization import Tokenizer, load_tokenizer
 from inference4py_genai import _base
@@ -137,13 +137,14 @@ class TextGenerator(ClosableTask):
     # ------------------------------------------------------------------ generation
     def _call(self, prompt: Prompt, overrides: Mapping[str, Any]) -> _base.Call:
         self._check_open()
-        overrides, control = split_control(overrides)
-        guidance = genai_guidance(control)
+        options = RequestOptions.from_keywords(overrides)
+        options.refuse_speculation("onnxruntime-genai's loop")
+        guidance = genai_guidance(options.output_options())
         ids = self.encode_prompt(prompt)
         return _base.Call(
             model=self._model,
             tokenizer=self.tokenizer,
-            config=self._planner.for_call(len(ids), overrides),
+            config=self._planner.for_request(len(ids), options.replace(**dict.fromkeys(OUTPUT_FIELDS))),
             feed=_base.feed_tokens(ids),
             prompt_ids=ids,
             model_eos=self._planner.model_eos,

@@ -24,27 +24,7 @@ if TYPE_CHECKING:
     from inference4py.tasks.tools import ToolRequest
     from inference4py.tokenization import Tokenizer
 
-__all__ = ["CONTROL_KEYS", "OutputControl", "output_control", "split_control"]
-
-CONTROL_KEYS = frozenset(
-    {
-        "json_schema",
-        "response_format",
-        "regex",
-        "grammar",
-        "choices",
-        "tools",
-        "tool_choice",
-        "parallel_tool_calls",
-    }
-)
-
-
-def split_control(overrides: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(generation overrides, output-control options)`` of a call's keyword arguments."""
-    control = {k: v for k, v in overrides.items() if k in CONTROL_KEYS and v is not None}
-    rest = {k: v for k, v in overrides.items() if k not in CONTROL_KEYS}
-    return rest, control
+__all__ = ["OutputControl", "output_control"]
 
 
 @dataclass(frozen=True)
