@@ -73,7 +73,7 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
         return b
 
     @classmethod
-    def whisperSmall(cls) -> WhisperBuilder:  # noqa: N802 - inference4j's name
+    def whisperSmall(cls) -> WhisperBuilder:  # inference4j's name
         """Whisper small (244M, multilingual) for onnxruntime-genai, inference4j/whisper-small-genai."""
         return cls._preset("whisperSmall", "inference4j/whisper-small-genai")
 
@@ -87,32 +87,32 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
 
     # The native presets point at optimum exports (no genai_config.json): refuse them by name.
     @classmethod
-    def whisperTiny(cls) -> WhisperBuilder:  # noqa: N802
+    def whisperTiny(cls) -> WhisperBuilder:
         """Not available for onnxruntime-genai (raises ConfigurationError)."""
         return cls._no_genai_repo("whisperTiny")
 
     @classmethod
-    def whisperBase(cls) -> WhisperBuilder:  # noqa: N802
+    def whisperBase(cls) -> WhisperBuilder:
         """Not available for onnxruntime-genai (raises ConfigurationError)."""
         return cls._no_genai_repo("whisperBase")
 
     @classmethod
-    def whisperLargeV3Turbo(cls) -> WhisperBuilder:  # noqa: N802
+    def whisperLargeV3Turbo(cls) -> WhisperBuilder:
         """Not available for onnxruntime-genai (raises ConfigurationError)."""
         return cls._no_genai_repo("whisperLargeV3Turbo")
 
     @classmethod
-    def whisperTinyEn(cls) -> WhisperBuilder:  # noqa: N802
+    def whisperTinyEn(cls) -> WhisperBuilder:
         """Not available for onnxruntime-genai (raises ConfigurationError)."""
         return cls._no_genai_repo("whisperTinyEn")
 
     @classmethod
-    def whisperBaseEn(cls) -> WhisperBuilder:  # noqa: N802
+    def whisperBaseEn(cls) -> WhisperBuilder:
         """Not available for onnxruntime-genai (raises ConfigurationError)."""
         return cls._no_genai_repo("whisperBaseEn")
 
     @classmethod
-    def whisperSmallEn(cls) -> WhisperBuilder:  # noqa: N802
+    def whisperSmallEn(cls) -> WhisperBuilder:
         """Not available for onnxruntime-genai (raises ConfigurationError)."""
         return cls._no_genai_repo("whisperSmallEn")
 

@@ -268,7 +268,7 @@ class Scheduler:
                 self._admit()
                 if self._rows:
                     self._step()
-            except Exception as exc:  # noqa: BLE001 - a failed engine call fails its rows, never the thread
+            except Exception as exc:  # a failed engine call fails its rows, never the thread
                 _log.exception("the batch of %s failed", self.name)
                 self._fail_all(InferenceError(f"Generation failed: {exc}. The model's other requests go on."))
         closed = GeneratorClosedError(f"The scheduler of {self.name!r} was closed while this request ran.")
@@ -345,7 +345,7 @@ class Scheduler:
             )
             if everything is not None and ticket.chooser.recorder is not None:
                 ticket.chooser.recorder.record_prompt(ticket.prompt, everything[0])
-        except Exception as exc:  # noqa: BLE001 - this request fails alone
+        except Exception as exc:  # this request fails alone
             self.stats.failed += 1
             ticket.deliver(exc)
             return
@@ -417,7 +417,7 @@ class Scheduler:
                 ticket.deliver(chunk)
                 ticket._mailbox.close()
                 chunk = next(ticket._chunks)
-        except Exception as exc:  # noqa: BLE001 - a processor or the detokenizer failed: this request only
+        except Exception as exc:  # a processor or the detokenizer failed: this request only
             self.stats.failed += 1
             return exc
         if chunk.finish_reason is not None:

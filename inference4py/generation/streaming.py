@@ -202,7 +202,7 @@ class IncrementalDetokenizer:
         pending = ids[self._fed :] if len(ids) - self._fed > 1 else ids[-1]  # held ids go in with this one
         try:
             raw = native(pending)
-        except Exception:  # noqa: BLE001 - whatever it refuses, the window code handles
+        except Exception:  # whatever it refuses, the window code handles
             self._native = None
             self._prefix_text = self._decode(self._prefix, self._read)
             return self._add_window()

@@ -392,7 +392,7 @@ async def _events(
         try:
             async for chunk in stream:
                 await merged.put((index, chunk))
-        except Exception as exc:  # noqa: BLE001 - forwarded to the event stream
+        except Exception as exc:  # forwarded to the event stream
             await merged.put((index, exc))
         await merged.put((index, None))
 

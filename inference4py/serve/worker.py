@@ -305,7 +305,7 @@ class ModelWorker:
                     deliver(chunk)
                     if stop.is_set():
                         break
-            except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            except BaseException as exc:  # handed to the consumer, raised there
                 deliver(exc)
             finally:
                 close = getattr(chunks, "close", None)

@@ -22,11 +22,11 @@ class BartSummarizer(Seq2SeqTask):
     """
 
     @classmethod
-    def distilBartCnn(cls) -> Seq2SeqBuilder:  # noqa: N802
+    def distilBartCnn(cls) -> Seq2SeqBuilder:
         return cls._preset("distilBartCnn", "inference4j/distilbart-cnn-12-6")
 
     @classmethod
-    def bartLargeCnn(cls) -> Seq2SeqBuilder:  # noqa: N802
+    def bartLargeCnn(cls) -> Seq2SeqBuilder:
         return cls._preset("bartLargeCnn", "inference4j/bart-large-cnn")
 
     def summarize(self, article: str, on_token: Callable[[str], None] | None = None, **overrides: Any) -> TextOutput:

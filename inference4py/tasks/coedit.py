@@ -23,11 +23,11 @@ class CoeditGrammarCorrector(Seq2SeqTask):
     """
 
     @classmethod
-    def coeditBase(cls) -> Seq2SeqBuilder:  # noqa: N802
+    def coeditBase(cls) -> Seq2SeqBuilder:
         return cls._preset("coeditBase", "inference4j/coedit-base", prompt_formatter=coedit_prompt)
 
     @classmethod
-    def coeditLarge(cls) -> Seq2SeqBuilder:  # noqa: N802
+    def coeditLarge(cls) -> Seq2SeqBuilder:
         return cls._preset("coeditLarge", "inference4j/coedit-large", prompt_formatter=coedit_prompt)
 
     def correct(self, text: str, on_token: Callable[[str], None] | None = None, **overrides: Any) -> TextOutput:

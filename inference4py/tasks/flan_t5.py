@@ -31,15 +31,15 @@ class FlanT5TextGenerator(Seq2SeqTask):
     """
 
     @classmethod
-    def flanT5Small(cls) -> Seq2SeqBuilder:  # noqa: N802
+    def flanT5Small(cls) -> Seq2SeqBuilder:
         return cls._preset("flanT5Small", "inference4j/flan-t5-small", prompt_formatter=flan_t5_prompt)
 
     @classmethod
-    def flanT5Base(cls) -> Seq2SeqBuilder:  # noqa: N802
+    def flanT5Base(cls) -> Seq2SeqBuilder:
         return cls._preset("flanT5Base", "inference4j/flan-t5-base", prompt_formatter=flan_t5_prompt)
 
     @classmethod
-    def flanT5Large(cls) -> Seq2SeqBuilder:  # noqa: N802
+    def flanT5Large(cls) -> Seq2SeqBuilder:
         return cls._preset("flanT5Large", "inference4j/flan-t5-large", prompt_formatter=flan_t5_prompt)
 
     def summarize(self, text: str, on_token: Callable[[str], None] | None = None, **overrides: Any) -> TextOutput:

@@ -28,15 +28,15 @@ class MarianTranslator(Seq2SeqTask):
     """
 
     @classmethod
-    def opusMtEnDe(cls) -> Seq2SeqBuilder:  # noqa: N802
+    def opusMtEnDe(cls) -> Seq2SeqBuilder:
         return cls._preset("opusMtEnDe", "inference4j/opus-mt-en-de", source=Language.EN, target=Language.DE)
 
     @classmethod
-    def opusMtEnFr(cls) -> Seq2SeqBuilder:  # noqa: N802
+    def opusMtEnFr(cls) -> Seq2SeqBuilder:
         return cls._preset("opusMtEnFr", "inference4j/opus-mt-en-fr", source=Language.EN, target=Language.FR)
 
     @classmethod
-    def opusMtEnEs(cls) -> Seq2SeqBuilder:  # noqa: N802
+    def opusMtEnEs(cls) -> Seq2SeqBuilder:
         return cls._preset("opusMtEnEs", "inference4j/opus-mt-en-es", source=Language.EN, target=Language.ES)
 
     @property

@@ -30,13 +30,13 @@ class T5SqlGenerator(Seq2SeqTask):
     """
 
     @classmethod
-    def t5SmallAwesome(cls) -> Seq2SeqBuilder:  # noqa: N802
+    def t5SmallAwesome(cls) -> Seq2SeqBuilder:
         return cls._preset(
             "t5SmallAwesome", "inference4j/t5-small-awesome-text-to-sql", prompt_formatter=awesome_sql_prompt
         )
 
     @classmethod
-    def t5LargeSpider(cls) -> Seq2SeqBuilder:  # noqa: N802
+    def t5LargeSpider(cls) -> Seq2SeqBuilder:
         return cls._preset(
             "t5LargeSpider", "inference4j/T5-LM-Large-text2sql-spider", prompt_formatter=spider_sql_prompt
         )

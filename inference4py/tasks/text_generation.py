@@ -160,7 +160,7 @@ class OnnxTextGenerator(ClosableTask):
         return TextGeneratorBuilder(preset="gpt2", model_id="inference4j/gpt2")
 
     @classmethod
-    def smolLM2(cls) -> TextGeneratorBuilder:  # noqa: N802 - inference4j's name
+    def smolLM2(cls) -> TextGeneratorBuilder:  # inference4j's name
         """SmolLM2-360M-Instruct, inference4j/smollm2-360m-instruct (chat template on)."""
         return TextGeneratorBuilder(
             preset="smolLM2",
@@ -170,7 +170,7 @@ class OnnxTextGenerator(ClosableTask):
         )
 
     @classmethod
-    def smolLM2_1_7B(cls) -> TextGeneratorBuilder:  # noqa: N802
+    def smolLM2_1_7B(cls) -> TextGeneratorBuilder:
         """SmolLM2-1.7B-Instruct, inference4j/smollm2-1.7b-instruct (chat template on)."""
         return TextGeneratorBuilder(
             preset="smolLM2_1_7B",
@@ -190,7 +190,7 @@ class OnnxTextGenerator(ClosableTask):
         )
 
     @classmethod
-    def tinyLlama(cls) -> TextGeneratorBuilder:  # noqa: N802
+    def tinyLlama(cls) -> TextGeneratorBuilder:
         """TinyLlama-1.1B-Chat, inference4j/tinyllama-1.1b-chat (chat template on)."""
         return TextGeneratorBuilder(
             preset="tinyLlama",

@@ -73,7 +73,7 @@ class VisionLanguageModel(ClosableTask):
         return VisionLanguageBuilder()
 
     @classmethod
-    def phi3Vision(cls) -> VisionLanguageBuilder:  # noqa: N802 - inference4j's name
+    def phi3Vision(cls) -> VisionLanguageBuilder:  # inference4j's name
         """Phi-3.5 Vision Instruct (4.2B), inference4j/phi-3.5-vision-instruct (an onnxruntime-genai folder)."""
         return VisionLanguageBuilder(preset="phi3Vision", model_id="inference4j/phi-3.5-vision-instruct")
 

@@ -106,37 +106,37 @@ class WhisperSpeechModel(ClosableTask):
         return b
 
     @classmethod
-    def whisperTiny(cls) -> WhisperBuilder:  # noqa: N802 - inference4j's names
+    def whisperTiny(cls) -> WhisperBuilder:  # inference4j's names
         """Whisper tiny (39M, multilingual), onnx-community/whisper-tiny."""
         return cls._preset("whisperTiny", "onnx-community/whisper-tiny")
 
     @classmethod
-    def whisperBase(cls) -> WhisperBuilder:  # noqa: N802
+    def whisperBase(cls) -> WhisperBuilder:
         """Whisper base (74M, multilingual), onnx-community/whisper-base."""
         return cls._preset("whisperBase", "onnx-community/whisper-base")
 
     @classmethod
-    def whisperSmall(cls) -> WhisperBuilder:  # noqa: N802
+    def whisperSmall(cls) -> WhisperBuilder:
         """Whisper small (244M, multilingual), onnx-community/whisper-small."""
         return cls._preset("whisperSmall", "onnx-community/whisper-small")
 
     @classmethod
-    def whisperLargeV3Turbo(cls) -> WhisperBuilder:  # noqa: N802
+    def whisperLargeV3Turbo(cls) -> WhisperBuilder:
         """Whisper large-v3-turbo (809M, multilingual, 128 mel bins), onnx-community/whisper-large-v3-turbo."""
         return cls._preset("whisperLargeV3Turbo", "onnx-community/whisper-large-v3-turbo")
 
     @classmethod
-    def whisperTinyEn(cls) -> WhisperBuilder:  # noqa: N802
+    def whisperTinyEn(cls) -> WhisperBuilder:
         """Whisper tiny.en (English only), onnx-community/whisper-tiny.en."""
         return cls._preset("whisperTinyEn", "onnx-community/whisper-tiny.en")
 
     @classmethod
-    def whisperBaseEn(cls) -> WhisperBuilder:  # noqa: N802
+    def whisperBaseEn(cls) -> WhisperBuilder:
         """Whisper base.en (English only), onnx-community/whisper-base.en."""
         return cls._preset("whisperBaseEn", "onnx-community/whisper-base.en")
 
     @classmethod
-    def whisperSmallEn(cls) -> WhisperBuilder:  # noqa: N802
+    def whisperSmallEn(cls) -> WhisperBuilder:
         """Whisper small.en (English only), onnx-community/whisper-small.en."""
         return cls._preset("whisperSmallEn", "onnx-community/whisper-small.en")
 
