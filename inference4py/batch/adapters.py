@@ -332,16 +332,6 @@ def _source(builder: Any, model: str) -> Any:
     return builder.model_path(model) if Path(model).expanduser().is_dir() else builder.model_id(model)
 
 
-def _model_type(model: str) -> str:
-    from inference4py import hub
-    from inference4py.engine.pipeline import read_model_config
-
-    folder = Path(model).expanduser()
-    if not folder.is_dir():
-        folder = hub.resolve_model_folder(model)
-    return str(read_model_config(folder).get("model_type", ""))
-
-
 def _seq2seq_adapter(
     model: str,
     task: str,
@@ -353,10 +343,11 @@ def _seq2seq_adapter(
 ) -> TaskAdapter:
     from inference4py.tasks.bart import BartSummarizer
     from inference4py.tasks.flan_t5 import FlanT5TextGenerator, flan_t5_prompt
+    from inference4py.tasks.kinds import model_kind
     from inference4py.tasks.languages import Language
     from inference4py.tasks.marian import MarianTranslator
 
-    kind = _model_type(model)
+    kind = model_kind(model).model_type
     classes = {"t5": FlanT5TextGenerator, "bart": BartSummarizer, "marian": MarianTranslator}
     usable = {"summarize": ("t5", "bart"), "translate": ("t5", "marian")}[task]
     if kind not in usable:

@@ -81,30 +81,23 @@ def load_models(models: Sequence[str], names: Sequence[str] = ()) -> dict[str, A
 
 
 def _load_model(model: str) -> Any:
-    """The task object of one ``--model``: its folder is resolved and its pipeline detected once."""
+    """The task object of one ``--model``, by the kind :func:`~inference4py.tasks.kinds.model_kind` finds."""
     from inference4py import OnnxTextGenerator
-    from inference4py.engine.pipeline import load_pipeline
-    from inference4py.errors import Inference4pyError
-    from inference4py.gguf.sources import is_gguf_source
-    from inference4py.hub import resolve_model_folder
     from inference4py.serve.audio import speech_model
-    from inference4py.tasks.embedding import OnnxEmbedder, is_embedding_model
+    from inference4py.tasks.embedding import OnnxEmbedder
+    from inference4py.tasks.kinds import model_kind
     from inference4py.tasks.seq2seq_base import Seq2SeqTask
 
-    if is_gguf_source(model):
+    found = model_kind(model)
+    if found.folder is None:  # a GGUF source, converted by the text generator's load
         return OnnxTextGenerator.builder().model_path(model).build()
-    folder = resolve_model_folder(model)
-    if is_embedding_model(folder):  # before the pipeline: an encoder-only graph is no decoder
-        return OnnxEmbedder.builder().model_path(folder).build()
-    try:
-        spec = load_pipeline(folder)
-    except Inference4pyError:
-        spec = None  # the text generator's load says what is wrong with the folder
-    if spec is not None and spec.preset == "speech-seq2seq":
-        return speech_model(model, folder, spec)
-    if spec is not None and spec.preset == "encoder-decoder":
-        return Seq2SeqTask.builder().model_path(folder).build()
-    return OnnxTextGenerator.builder().model_path(folder).build()
+    if found.kind == "embedding":
+        return OnnxEmbedder.builder().model_path(found.folder).build()
+    if found.kind == "speech" and found.spec is not None:
+        return speech_model(model, found.folder, found.spec)
+    if found.kind == "encoder-decoder":
+        return Seq2SeqTask.builder().model_path(found.folder).build()
+    return OnnxTextGenerator.builder().model_path(found.folder).build()
 
 
 def serve(

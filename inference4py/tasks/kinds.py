@@ -1,0 +1,73 @@
+"""What kind of model a source is: the one dispatcher the server, the batch runner and the CLI share.
+
+:func:`model_kind` looks at a ``--model`` argument (a folder, a Hub id, a GGUF file or
+``pip:NAME``) without loading a session: a GGUF source is a text generator (converted on load); a
+folder is a sentence encoder when its files say so (before its pipeline: an encoder-only graph is
+no decoder), a speech model or another encoder-decoder when its pipeline's preset says so, and a
+decoder-only text generator otherwise.  ``model_type`` is config.json's, for the callers that pick a
+task class by family (T5, BART, Marian).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from inference4py.errors import Inference4pyError
+
+if TYPE_CHECKING:
+    from inference4py.engine.pipeline import PipelineSpec
+
+__all__ = ["Kind", "ModelKind", "model_kind"]
+
+Kind = Literal["gguf", "embedding", "speech", "encoder-decoder", "decoder"]
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """A model source and what it holds.
+
+    Attributes:
+        kind: ``"gguf"``, ``"embedding"``, ``"speech"``, ``"encoder-decoder"`` or ``"decoder"``.
+        source: The argument as given.
+        folder: The local folder (None for a GGUF source: it becomes one when converted).
+        spec: The folder's pipeline, when it could be read (None: the task's load says what is wrong).
+        model_type: config.json's ``model_type`` ("" when absent).
+    """
+
+    kind: Kind
+    source: str
+    folder: Path | None = None
+    spec: PipelineSpec | None = None
+    model_type: str = ""
+
+
+def model_kind(source: str) -> ModelKind:
+    """The kind of model ``source`` holds (a local folder or a Hub id is resolved; nothing is loaded).
+
+    Raises:
+        ModelNotFoundError, HubError: the source cannot be found or downloaded.
+    """
+    from inference4py.engine.pipeline import load_pipeline, read_model_config
+    from inference4py.gguf.sources import is_gguf_source
+    from inference4py.hub import resolve_model_folder
+    from inference4py.tasks.embedding import is_embedding_model
+
+    if is_gguf_source(source):
+        return ModelKind("gguf", source)
+    local = Path(source).expanduser()
+    folder = local if local.is_dir() else resolve_model_folder(source)
+    model_type = str(read_model_config(folder).get("model_type", ""))
+    if is_embedding_model(folder):
+        return ModelKind("embedding", source, folder, None, model_type)
+    try:
+        spec = load_pipeline(folder)
+    except Inference4pyError:
+        spec = None
+    kind: Kind = "decoder"
+    if spec is not None and spec.preset == "speech-seq2seq":
+        kind = "speech"
+    elif spec is not None and spec.preset == "encoder-decoder":
+        kind = "encoder-decoder"
+    return ModelKind(kind, source, folder, spec, model_type)
