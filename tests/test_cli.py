@@ -122,6 +122,10 @@ class FakeGenerator:
                 on_token(piece)
         return object()
 
+    def generate_request(self, prompt, options, *, on_token=None):
+        self.log.setdefault("options", []).append(options)
+        return self.generate(prompt, on_token=on_token)
+
     def chat_session(self):
         return FakeSession(self)
 

@@ -167,21 +167,23 @@ def _run_generate(args: argparse.Namespace) -> int:
     # A system prompt only exists in a conversation: send the prompt as a user message.
     request: str | list[dict[str, str]] = [{"role": "user", "content": prompt}] if args.system is not None else prompt
     echo = _Echo(sys.stdout)
-    options: dict[str, Any] = {} if args.logprobs is None else {"logprobs": True, "top_logprobs": args.logprobs}
-    if args.json_schema is not None:
-        options["json_schema"] = _read_text(args.json_schema, "--json-schema")
-    if args.regex is not None:
-        options["regex"] = args.regex
-    if args.grammar is not None:
-        options["grammar"] = _read_text(args.grammar, "--grammar")
-    if args.speculative is not None:
-        options["speculative"] = args.speculative
+    from inference4py.tasks.options import RequestOptions
+
+    # the CLI's edge: the flags become one typed request (checked before the model loads)
+    options = RequestOptions(
+        logprobs=True if args.logprobs is not None else None,
+        top_logprobs=args.logprobs,
+        json_schema=_read_text(args.json_schema, "--json-schema") if args.json_schema is not None else None,
+        regex=args.regex,
+        grammar=_read_text(args.grammar, "--grammar") if args.grammar is not None else None,
+        speculative=args.speculative,
+    )
     with _build_generator(args) as generator, _draft_model(args.draft_model) as draft:
         if draft is not None:
             from inference4py.generation.speculative import DraftModel
 
-            options["speculative"] = DraftModel(draft)
-        result = generator.generate(request, on_token=echo, **options)
+            options = options.replace(speculative=DraftModel(draft))
+        result = generator.generate_request(request, options, on_token=echo)
     echo.end_line()
     for entry in (result.logprobs or ()) if args.logprobs is not None else ():
         alternatives = "  ".join(f"{t.token!r} {t.logprob:.4f}" for t in entry.top_logprobs)

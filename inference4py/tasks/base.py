@@ -170,9 +170,7 @@ class GenerationBuilder(ModelSourceBuilder, Generic[T]):
 
     def temperature(self: B, t: float) -> B:
         """Sampling temperature; setting one > 0 turns sampling on, 0 means greedy."""
-        self._set(temperature=t)
-        self._generation["do_sample"] = t > 0
-        return self
+        return self._set(temperature=t)  # the planner applies GenerationConfig.with_temperature
 
     def top_k(self: B, k: int) -> B:
         """Sample among the ``k`` most likely tokens (turns sampling on; 0 disables)."""
@@ -329,7 +327,8 @@ class CallPlanner:
         self.context = context
         self.total_counts_prompt = total_counts_prompt
         self.explicit_max = "max_new_tokens" in overrides
-        base = defaults.replace(**{k: v for k, v in overrides.items() if k in _GEN_FIELDS})
+        builder = RequestOptions.from_keywords({k: v for k, v in overrides.items() if k in _GEN_FIELDS})
+        base = builder.apply(defaults)  # a lone temperature decides sampling, as in a call
         if extra_eos:
             base = base.replace(eos_token_id=tuple(dict.fromkeys([*base.eos_token_id, *extra_eos])))
         self.base = base
