@@ -19,6 +19,9 @@ One idea per module:
 - ``embed``: ``embed`` (sentence encoders);
 - ``models``: ``pull`` and ``inspect``;
 - ``rewrite``: ``quantize`` and ``optimize``;
+- ``convert``: ``convert`` (GGUF files to model folders);
+- ``serve``: ``serve`` (the OpenAI-compatible server);
+- ``batch``: ``batch`` (a file of prompts, locally or on Ray);
 - ``app``: :data:`COMMANDS`, :func:`build_parser` and :func:`main`.
 
 Examples::

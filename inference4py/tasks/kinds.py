@@ -1,4 +1,7 @@
-"""What kind of model a source is: the one dispatcher the server, the batch runner and the CLI share.
+"""What kind of model a source is: the one dispatcher the server and the batch runner share.
+
+``inference4py serve`` and ``inference4py batch`` reach it through them; the other commands name
+their task (``generate``, ``transcribe``, ...) and load that task's class directly.
 
 :func:`model_kind` looks at a ``--model`` argument (a folder, a Hub id, a GGUF file or
 ``pip:NAME``) without loading a session: a GGUF source is a text generator (converted on load); a
