@@ -334,9 +334,14 @@ class CallPlanner:
         self.base = base
 
     def for_call(self, prompt_len: int, overrides: Mapping[str, Any]) -> GenerationConfig:
-        """:meth:`for_request` with a task's keywords (``generate(prompt, **overrides)``) where nothing drafts."""
+        """:meth:`for_request` with a task's keywords where nothing drafts and the output is free.
+
+        The keyword edge of the paths that take generation options only (Whisper, vision-language,
+        the step-level Generator, chat sessions, ``call_settings``).
+        """
         options = RequestOptions.from_keywords(overrides)
-        options.refuse_speculation("This task")
+        options.refuse_speculation("This call")
+        options.refuse_output("This call")
         return self.for_request(prompt_len, options)
 
     def for_request(self, prompt_len: int, options: RequestOptions) -> GenerationConfig:

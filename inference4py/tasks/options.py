@@ -169,6 +169,16 @@ class RequestOptions:
                 "stream() and stream_chunks() of one sequence. Drop speculative here."
             )
 
+    def refuse_output(self, where: str) -> None:
+        """Raise when this request constrains the output (or passes tools) where ``where`` cannot."""
+        given = sorted(self.output_options())
+        if given:
+            raise ConfigurationError(
+                f"{', '.join(given)}: {where} does not constrain its output or call tools. Drop "
+                f"{'it' if len(given) == 1 else 'them'}, or use OnnxTextGenerator (or an encoder-decoder task for "
+                "json_schema / regex / grammar / choices)."
+            )
+
     def speculation(self, default: Speculation | None) -> Speculation | None:
         """The speculation of this request: its own, ``"off"``, or the builder's ``default``."""
         if self.speculative is None:

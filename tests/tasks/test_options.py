@@ -99,3 +99,14 @@ def test_two_constraints_are_refused_once_with_the_fix():
         pytest.raises(ConfigurationError, match="Only one output constraint at a time.*regex"),
     ):
         gen.generate("x", max_new_tokens=2, json_schema=SCHEMA, regex="[0-9]")
+
+
+def test_paths_without_output_control_refuse_it_instead_of_ignoring_it():
+    with OnnxTextGenerator.builder().model_path(MODELS / "qwen2").build() as gen:
+        for call in (
+            lambda: gen.generator(json_schema=SCHEMA),
+            lambda: gen.chat_session(regex="[0-9]").send("hi"),
+            lambda: gen.call_settings(3, tools=[{"type": "function", "function": {"name": "f"}}]),
+        ):
+            with pytest.raises(ConfigurationError, match="does not constrain its output"):
+                call()
