@@ -342,3 +342,18 @@ def test_generate_constrains_to_a_json_schema_file_and_a_regex(tmp_path, capsys)
     assert __import__("re").fullmatch("[0-9]{3}-[a-z]{2}", capsys.readouterr().out.strip())
     assert main(["generate", "--model", folder, "--regex", "(bad", "Hi"]) == 2
     assert "regular expression" in capsys.readouterr().err
+
+
+def test_a_constrained_output_cut_by_the_token_budget_is_an_error(tmp_path, capsys):
+    """The text is printed as it came, then the exit status and stderr say it is cut off (issue 32)."""
+    pytest.importorskip("llguidance")
+    folder = str(FIXTURES / "models" / "qwen2")
+    assert main(["generate", "--model", folder, "--max-new-tokens", "3", "--regex", "[a-z]{60}", "Hi"]) == 2
+    captured = capsys.readouterr()
+    assert "before the regex was complete" in captured.err and "Raise --max-new-tokens" in captured.err
+    assert captured.out.strip() and __import__("re").fullmatch("[a-z]+", captured.out.strip())
+    schema = {"type": "object", "properties": {"s": {"type": "string", "minLength": 80}}, "required": ["s"]}
+    (tmp_path / "s.json").write_text(json.dumps(schema))
+    args = ["generate", "--model", folder, "--max-new-tokens", "4", "--json-schema", str(tmp_path / "s.json"), "Hi"]
+    assert main(args) == 2
+    assert "before the JSON schema was complete" in capsys.readouterr().err

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from inference4py.cli.base import EXIT_OK, _Echo
+from inference4py.cli.base import EXIT_ERROR, EXIT_OK, _Echo
 from inference4py.errors import InvalidInputError
 
 # (argparse dest, builder method) for the options that map one-to-one.
@@ -185,10 +187,42 @@ def _run_generate(args: argparse.Namespace) -> int:
             options = options.replace(speculative=DraftModel(draft))
         result = generator.generate_request(request, options, on_token=echo)
     echo.end_line()
+    cut = _cut_constraint(options, result)
+    if cut is not None:
+        print(
+            f"error: --max-new-tokens ended the output after {result.generated_tokens} tokens, before the {cut} "
+            "was complete: the text above is cut off. Raise --max-new-tokens.",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     for entry in (result.logprobs or ()) if args.logprobs is not None else ():
         alternatives = "  ".join(f"{t.token!r} {t.logprob:.4f}" for t in entry.top_logprobs)
         print(f"{entry.token_id}\t{entry.token!r}\t{entry.logprob:.4f}\t{alternatives}".rstrip(), file=sys.stderr)
     return EXIT_OK
+
+
+def _cut_constraint(options: Any, result: Any) -> str | None:
+    """The constraint (``"JSON schema"``, ``"regex"``, ``"grammar"``) the token budget cut, or None.
+
+    A constrained output that ends by length is cut unless its text already completes it (the last
+    allowed token finished it just before EOS could come).
+    """
+    if not options.output_options() or result.finish_reason != "length":
+        return None
+    if options.json_schema is not None:
+        try:
+            json.loads(result.text)
+        except ValueError:
+            return "JSON schema"
+        return None
+    if options.regex is not None:
+        try:
+            return None if re.fullmatch(options.regex, result.text) else "regex"
+        except re.error:  # a pattern Python's re does not read (llguidance's is Rust's): length means cut
+            return "regex"
+    if options.grammar is not None:
+        return "grammar"
+    return None
 
 
 @contextlib.contextmanager
