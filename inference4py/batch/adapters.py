@@ -73,7 +73,8 @@ class TaskAdapter:
         self.seed = seed
         self.overrides = dict(overrides)
         generation = {k: v for k, v in overrides.items() if k in GENERATION_FIELDS}
-        self.sampling = RequestOptions.from_keywords(generation).apply(model.generation_config).sampling
+        self.config = RequestOptions.from_keywords(generation).apply(model.generation_config)  # the job's settings
+        self.sampling = self.config.sampling
 
     def close(self) -> None:
         self.model.close()
@@ -211,10 +212,7 @@ class Seq2SeqAdapter(TaskAdapter):
         self.task = task
         self._prefix = prefix
         self._format = fmt
-        config = RequestOptions.from_keywords({k: v for k, v in overrides.items() if k in GENERATION_FIELDS}).apply(
-            model.generation_config
-        )
-        self._beams = config.num_beams > 1 or config.num_return_sequences > 1
+        self._beams = self.config.num_beams > 1 or self.config.num_return_sequences > 1
 
     def prepare(self, value: Any) -> Any:
         if not isinstance(value, str) or not value.strip():

@@ -95,10 +95,10 @@ class RequestOptions:
     speculative: Speculation | Literal["off"] | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.stop_sequences, str):
-            object.__setattr__(self, "stop_sequences", (self.stop_sequences,))
-        if isinstance(self.eos_token_id, int):
-            object.__setattr__(self, "eos_token_id", (self.eos_token_id,))
+        for name in _SEQUENCE_FIELDS:  # the JSON / keyword world's lists (or one value) as frozen tuples
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _tupled(name, value))
         if self.speculative is not None and self.speculative != "off":
             object.__setattr__(self, "speculative", resolve_speculative(self.speculative))
         # checked against a neutral base: each value's own range here, cross-field rules again per call
@@ -128,7 +128,7 @@ class RequestOptions:
             if name == "speculative":
                 values[name] = "off" if value is None or value is False else value
             elif value is not None:
-                values[name] = _tupled(name, value)
+                values[name] = value
         return cls(**values)
 
     def replace(self, **changes: Any) -> RequestOptions:
@@ -190,12 +190,15 @@ class RequestOptions:
 GENERATION_FIELDS = tuple(f.name for f in fields(GenerationConfig))
 
 
+_SEQUENCE_FIELDS = ("eos_token_id", "suppress_tokens", "begin_suppress_tokens", "stop_sequences", "bad_words_ids")
+
+
 def _tupled(name: str, value: Any) -> Any:
-    """Lists of the JSON / keyword world as the frozen tuples the fields hold."""
-    if name in ("eos_token_id", "suppress_tokens", "begin_suppress_tokens") and isinstance(value, (list, tuple)):
-        return tuple(value)
-    if name == "stop_sequences" and isinstance(value, (list, tuple)):
-        return tuple(value)
-    if name == "bad_words_ids" and isinstance(value, (list, tuple)):
-        return tuple(tuple(seq) for seq in value)
-    return value
+    """A sequence field's value as the frozen tuple it holds: one id or one string becomes a 1-tuple."""
+    if isinstance(value, (int, str)):
+        return (value,)
+    if not isinstance(value, (list, tuple)):
+        return value  # left for GenerationConfig's check to name
+    if name == "bad_words_ids":
+        return tuple(tuple(seq) if isinstance(seq, (list, tuple)) else seq for seq in value)
+    return tuple(value)

@@ -40,14 +40,13 @@ class PreparedRequest:
     control: OutputControl
     extra: tuple[LogitsProcessor, ...] = ()
 
-    @property
-    def prompt_tokens(self) -> int:
-        return len(self.ids)
+    def extra_processors(self, tokenizer: Tokenizer) -> tuple[LogitsProcessor, ...]:
+        """The builder's processors, then a fresh constraint mask (what follows the config's own)."""
+        return self.control.processors(tokenizer, self.config.eos_token_id, self.extra)
 
     def processors(self, tokenizer: Tokenizer) -> list[LogitsProcessor]:
         """Fresh processors of one sequence: the config's, the builder's, then the constraint mask."""
-        extra = self.control.processors(tokenizer, self.config.eos_token_id, self.extra)
-        return make_logits_processors(self.config, prompt_length=len(self.ids), extra=extra)
+        return make_logits_processors(self.config, prompt_length=len(self.ids), extra=self.extra_processors(tokenizer))
 
     def chooser(self, tokenizer: Tokenizer) -> TokenChooser:
         """A fresh chooser of this request's tokens (its own processors, sampler, seed and recorder)."""

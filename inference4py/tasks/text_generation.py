@@ -13,7 +13,6 @@ from inference4py.errors import ConfigurationError, InvalidInputError
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.generate import collect, generate_chunks, stream_generate
 from inference4py.generation.generator import Generator
-from inference4py.generation.processors import LogitsProcessor
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.generation.speculative import DraftModel, Speculation, check_same_vocabulary, resolve_speculative
 from inference4py.tasks import chat_templates
@@ -309,11 +308,6 @@ class OnnxTextGenerator(ClosableTask):
         self._check_open()
         return self._runtime
 
-    @property
-    def processors(self) -> tuple[LogitsProcessor, ...]:
-        """The builder's logits processors (every call applies them after the built-in ones)."""
-        return self._processors
-
     def prepare(self, prompt: Prompt, options: RequestOptions) -> PreparedRequest:
         """One request checked and made ready before any token: its ids, config and output control.
 
@@ -352,7 +346,7 @@ class OnnxTextGenerator(ClosableTask):
         ids, config = prepared.ids, prepared.config
         capacity = len(ids) + config.max_new_tokens
         state = self._runtime.new_state(1, capacity=capacity)
-        extra = prepared.control.processors(self.tokenizer, config.eos_token_id, self._processors)
+        extra = prepared.extra_processors(self.tokenizer)
         if speculation is None:
             return generate_chunks(state, ids, config, self.tokenizer, extra_processors=extra)
         self._refuse_final_phase("speculative decoding")
