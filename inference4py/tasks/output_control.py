@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from inference4py.errors import ConfigurationError
-from inference4py.generation.result import GenerationResult
+from inference4py.generation.result import FinishReason, GenerationResult
 
 if TYPE_CHECKING:
     from inference4py.generation.constraints import ConstraintKind, ConstraintProcessor
     from inference4py.generation.processors import LogitsProcessor
     from inference4py.tasks.tools import ToolRequest
+    from inference4py.tasks.turn import TurnSplitter
     from inference4py.tokenization import Tokenizer
 
 __all__ = ["OutputControl", "output_control"]
@@ -64,14 +66,27 @@ class OutputControl:
         return (*extra, mask) if mask is not None else tuple(extra)
 
     def finish(self, result: GenerationResult) -> GenerationResult:
-        """Tool calls parsed out of the text: ``finish_reason="tool_calls"`` and the rest as content."""
+        """Tool calls parsed out of the text: ``finish_reason="tool_calls"`` and the rest as content.
+
+        A turn cut by the token budget keeps ``"length"``: the calls it completed are returned, and
+        a call it was writing stays in the text.
+        """
         request = self.tool_request
         if request is None or result.finish_reason == "stop":
             return result
         content, calls = request.parse(result.text)
         if not calls:
             return result
-        return dataclasses.replace(result, text=content, finish_reason="tool_calls", tool_calls=tuple(calls))
+        reason: FinishReason = "length" if result.finish_reason == "length" else "tool_calls"
+        return dataclasses.replace(result, text=content, finish_reason=reason, tool_calls=tuple(calls))
+
+    def splitter(self, *, rng: random.Random | None = None) -> TurnSplitter:
+        """A :class:`TurnSplitter` that tells this request's answer text from its tool calls as it streams."""
+        from inference4py.tasks.turn import TurnSplitter
+
+        request = self.tool_request
+        family = request.family if request is not None and request.choice.mode != "none" else None
+        return TurnSplitter(family, rng=rng)
 
 
 def output_control(
@@ -117,7 +132,8 @@ def output_control(
             template,
             parallel_tool_calls=bool(options.get("parallel_tool_calls", True)),
         )
-        tool_grammar = request.constraint(token_to_id=token_to_id)
+        # with tool_choice="auto" another constraint decides the output (it cannot hold a call marker)
+        tool_grammar = None if kinds and request.choice.mode == "auto" else request.constraint(token_to_id=token_to_id)
         if tool_grammar is not None:
             if kinds:
                 raise ConfigurationError(

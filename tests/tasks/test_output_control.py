@@ -138,15 +138,36 @@ def test_a_required_tool_call_from_a_random_model_validates(long_qwen2, choice):
     messages = [{"role": "user", "content": "What is the weather in Paris?"}]
     params = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
     for seed in range(4):
-        r = long_qwen2.generate(messages, tools=TOOLS, tool_choice=choice, do_sample=True, seed=seed, max_new_tokens=80)
-        assert r.finish_reason == "tool_calls", r.text
-        assert r.tool_calls
+        r = long_qwen2.generate(
+            messages,
+            tools=TOOLS,
+            tool_choice=choice,
+            parallel_tool_calls=False,
+            do_sample=True,
+            seed=seed,
+            max_new_tokens=80,
+        )
+        assert r.finish_reason == "tool_calls", r.text  # one call, then the turn ends
+        assert len(r.tool_calls) == 1 and r.text == ""
         for call in r.tool_calls:
             if isinstance(choice, dict):
                 assert call.name == "get_weather"
             jsonschema.validate(call.arguments, params[call.name])
             wire = call.to_openai()
             assert json.loads(wire["function"]["arguments"]) == call.arguments
+
+
+def test_a_turn_cut_inside_its_calls_says_length(long_qwen2):
+    # parallel calls from a random model go on until the budget: the truth is "length"
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    cut = [
+        long_qwen2.generate(messages, tools=TOOLS, tool_choice="required", do_sample=True, seed=seed, max_new_tokens=60)
+        for seed in range(4)
+    ]
+    assert all(r.finish_reason in ("length", "tool_calls") for r in cut)
+    for r in cut:
+        if r.generated_tokens == 60:
+            assert r.finish_reason == "length", r.text
 
 
 def test_tools_are_rendered_into_the_prompt_by_the_template(long_qwen2):

@@ -273,9 +273,36 @@ def _accepts(lltok, grammar: str, text: str) -> bool:
     return bool(ok) and not matcher.is_error() and matcher.is_accepting()
 
 
-def test_no_constraint_for_none_and_auto():
-    assert tool_call_constraint(TOOLS, "auto", "hermes") is None
+def test_no_constraint_for_none():
     assert tool_call_constraint(TOOLS, "none", "hermes") is None
+
+
+WEATHER = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+def test_auto_admits_text_or_well_formed_calls_and_a_bare_call_is_a_call(lltok):
+    auto = tool_call_constraint(TOOLS, "auto", "hermes")
+    assert _accepts(lltok, auto, "It is sunny in Paris.")
+    assert _accepts(lltok, auto, "Let me look.\n" + WEATHER)
+    assert _accepts(lltok, auto, WEATHER + "\n")
+    bare = '{"name": "get_weather", "arguments": {"city": "Paris"}}'  # small Qwen models drop the block
+    assert _accepts(lltok, auto, bare)
+    assert [c.name for c in parse_hermes_tool_calls(bare)[1]] == ["get_weather"]
+    assert not _accepts(lltok, auto, '{"city": "Paris"}')  # JSON that is no call cannot pass for an answer
+    assert not _accepts(lltok, auto, WEATHER.replace('"city"', '"town"'))  # a call is checked once it starts
+    assert not _accepts(lltok, auto, WEATHER + " and then some text")
+    mistral = tool_call_constraint(TOOLS, "auto", "mistral")
+    assert _accepts(lltok, mistral, 'Ok [TOOL_CALLS] [{"name": "get_time", "arguments": {"timezone": "UTC"}}]')
+    assert not _accepts(lltok, mistral, '[{"name": "get_time", "arguments": {"timezone": "UTC"}}]')
+
+
+def test_a_turn_of_calls_ends_after_its_calls(lltok):
+    # a model writes a newline before its end token: that may not start another call by force
+    required = tool_call_constraint(TOOLS, "required", "hermes")
+    assert _accepts(lltok, required, WEATHER + "\n")
+    assert not _accepts(lltok, required, WEATHER + "\n\n\n\n\n")
+    single = tool_call_constraint(TOOLS, "required", "hermes", parallel_tool_calls=False)
+    assert _accepts(lltok, single, WEATHER + "\n") and not _accepts(lltok, single, WEATHER + "\n" + WEATHER)
 
 
 @pytest.mark.parametrize("family", TOOL_FAMILIES)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -48,6 +49,28 @@ def _json_rule(schema: dict[str, Any]) -> str:
     return "%json " + json.dumps({**schema, "x-guidance": _X_GUIDANCE}, ensure_ascii=False)
 
 
+def _text_rule(markers: Sequence[str], *, bare_list: bool = False) -> str:
+    """Answer text of an ``auto`` turn: not empty, not opening with a JSON object (or, for Mistral, a
+    list of objects: a call written without its marker would be lost as text), never containing a marker."""
+    excluded = "".join(f" & ~/(?s:.*{re.escape(m)}.*)/" for m in markers)
+    if bare_list:
+        excluded += " & ~/(?s:\\s*\\[\\s*\\{.*)/"
+    return f"TEXT: /(?s:.+)/ & ~/(?s:\\s*\\{{.*)/{excluded}"
+
+
+def _lead_rule(marker: str, token_to_id: TokenToId | None) -> tuple[str, str]:
+    """``(text before the first call, rules)``: answer text may precede the first marker.
+
+    A marker that is one vocabulary token follows the TEXT lexeme as that token; a marker written as
+    text ends one lexeme with the text before it (two lexemes would both match its first bytes).
+    """
+    literal = _lark_literal(marker, token_to_id)
+    if literal.startswith("<["):
+        return f"TEXT? {literal}", ""
+    m = re.escape(marker)
+    return "OPEN", f"OPEN: /(?s:.*){m}/ & ~/(?s:.*{m}.+)/ & ~/(?s:\\s*\\{{.*)/\n"
+
+
 def tool_call_constraint(
     tools: Sequence[Mapping[str, Any]],
     tool_choice: str | Mapping[str, Any] | ToolChoice | None,
@@ -56,11 +79,18 @@ def tool_call_constraint(
     parallel_tool_calls: bool = True,
     token_to_id: TokenToId | None = None,
 ) -> str | None:
-    """An llguidance Lark grammar that admits only tool calls in the family's format.
+    """An llguidance Lark grammar of the turn a tool choice allows, in the family's call format.
 
-    With ``tool_choice="required"`` any of the tools may be called; with a named
-    function only that one.  The arguments are constrained by the function's
-    ``parameters`` schema (embedded with ``%json``), in compact JSON.
+    - ``"required"``: one call or more (several only with ``parallel_tool_calls``) of any tool;
+    - a named function: calls of that function only;
+    - ``"auto"``: answer text, or text then calls: a call is then always well formed, and an answer
+      cannot open with a bare JSON object (a call without its marker);
+    - ``"none"``: nothing to constrain (None).
+
+    The arguments are constrained by the function's ``parameters`` schema (embedded with ``%json``),
+    in compact JSON. A little whitespace may follow the last call (models write a newline before
+    their end token); after it only the end of the turn or another call is allowed, so a turn of
+    calls stops at the end of its calls.
 
     Args:
         tools: The tools of the request.
@@ -74,43 +104,60 @@ def tool_call_constraint(
 
     Returns:
         Lark grammar text (for ``LLMatcher.grammar_from_lark`` / the constraint
-        engine's ``grammar=``), or None for ``"none"`` and ``"auto"``: nothing to
-        constrain.
+        engine's ``grammar=``), or None for ``"none"``.
 
     Raises:
         InvalidInputError: Bad tools or tool_choice, or an unknown family.
     """
     choice = tool_choice if isinstance(tool_choice, ToolChoice) else validate_tool_choice(tool_choice, tools)
     _family(family)
-    if choice.mode != "required":
+    if choice.mode == "none":
         return None
+    auto = choice.mode == "auto"
     functions = _functions(tools)
     chosen = [functions[choice.function]] if choice.function is not None else list(functions.values())
     lines: list[str]
     if family == "hermes":
-        call = (
-            f'{_lark_literal("<tool_call>", token_to_id)} "\\n" call_json "\\n" '
-            f"{_lark_literal('</tool_call>', token_to_id)}"
-        )
+        open_, close = _lark_literal("<tool_call>", token_to_id), _lark_literal("</tool_call>", token_to_id)
+        lead, rules = _lead_rule("<tool_call>", token_to_id) if auto else (open_, "")
+        # under "auto", a call written bare (no <tool_call>, as small Qwen models do) is a call too
         lines = [
-            'start: call ("\\n" call)*' if parallel_tool_calls else "start: call",
-            f"call: {call}",
+            f"start: {'TEXT | call_json SEP? | ' if auto else ''}{lead} body (SEP {open_} body)* SEP?"
+            if parallel_tool_calls
+            else f"start: {'TEXT | call_json SEP? | ' if auto else ''}{lead} body SEP?",
+            f'body: "\\n" call_json "\\n" {close}',
             f"call_json: {_json_rule(_one_of([_call_schema(f, 'arguments') for f in chosen]))}",
         ]
+        if auto:
+            lines += [_text_rule(["<tool_call>"]), rules]
     elif family == "llama3_json":
         lines = [
-            "start: call_json",
+            f"start: {'TEXT | ' if auto else ''}call_json SEP?",
             f"call_json: {_json_rule(_one_of([_call_schema(f, 'parameters') for f in chosen]))}",
         ]
+        if auto:
+            lines.append(_text_rule(["<|python_tag|>"]))
     elif family == "mistral":
         items = _one_of([_call_schema(f, "arguments") for f in chosen])
         array = {"type": "array", "items": items, "minItems": 1, **({} if parallel_tool_calls else {"maxItems": 1})}
-        lines = [f'start: {_lark_literal(_TOOL_CALLS, token_to_id)} " "? calls', f"calls: {_json_rule(array)}"]
+        lead, rules = _lead_rule(_TOOL_CALLS, token_to_id) if auto else (_lark_literal(_TOOL_CALLS, token_to_id), "")
+        lines = [f'start: {"TEXT | " if auto else ""}{lead} " "? calls SEP?', f"calls: {_json_rule(array)}"]
+        if auto:
+            lines += [_text_rule([_TOOL_CALLS], bare_list=True), rules]
     else:  # mistral_args
         marker, args = _lark_literal(_TOOL_CALLS, token_to_id), _lark_literal(_ARGS, token_to_id)
+        lead, rules = _lead_rule(_TOOL_CALLS, token_to_id) if auto else (marker, "")
         alternatives = [f"call_{k}" for k in range(len(chosen))]
-        lines = ["start: call+" if parallel_tool_calls else "start: call", f"call: {' | '.join(alternatives)}"]
+        lines = [
+            f"start: {'TEXT | ' if auto else ''}{lead} call_body ({marker} call_body)* SEP?"
+            if parallel_tool_calls
+            else f"start: {'TEXT | ' if auto else ''}{lead} call_body SEP?",
+            f"call_body: {' | '.join(alternatives)}",
+        ]
         for rule, function in zip(alternatives, chosen):
             name = json.dumps(function["name"], ensure_ascii=False)
-            lines.append(f"{rule}: {marker} {name} {args} {_json_rule(_arguments_schema(function))}")
-    return "\n".join(lines) + "\n"
+            lines.append(f"{rule}: {name} {args} {_json_rule(_arguments_schema(function))}")
+        if auto:
+            lines += [_text_rule([_TOOL_CALLS]), rules]
+    lines.append("SEP: /[ \\t\\r\\n]{1,3}/")
+    return "\n".join(line for line in lines if line) + "\n"

@@ -51,6 +51,8 @@ _HERMES_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 def parse_hermes_tool_calls(text: str, *, rng: random.Random | None = None) -> tuple[str, list[ToolCall]]:
     """Parse ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`` blocks (Qwen2.5, Qwen3, Hermes).
 
+    An output that is nothing but one call object, written without its block, is read as that call.
+
     Args:
         text: The generated text (special tokens kept or not: ``<tool_call>`` is plain text
             in these vocabularies).
@@ -76,9 +78,16 @@ def parse_hermes_tool_calls(text: str, *, rng: random.Random | None = None) -> t
         kept.append(text[last : match.start()])
         last = match.end()
     if not calls:
-        return text, []
+        return _bare_call(text, rng)
     kept.append(text[last:])
     return "".join(kept).strip(), calls
+
+
+def _bare_call(text: str, rng: random.Random | None) -> tuple[str, list[ToolCall]]:
+    # a whole output that is one call object without its <tool_call> block (an "auto" turn allows it)
+    values = _json_values(text, 0, "\x00") if text.lstrip().startswith("{") else None
+    call = _call_from(values[0], lambda: _openai_id(rng)) if values is not None and len(values) == 1 else None
+    return ("", [call]) if call is not None else (text, [])
 
 
 _DECODER = json.JSONDecoder()
