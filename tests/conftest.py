@@ -32,3 +32,19 @@ def _isolated_hf_cache(tmp_path_factory, monkeypatch):
 def load_reference(name: str) -> dict:
     with open(REFERENCES / f"{name}.json", encoding="utf-8") as fh:
         return json.load(fh)
+
+
+def long_context_copy(root: Path, kind: str = "qwen2", positions: int = 1024) -> Path:
+    """A copy of fixture model ``kind`` under ``root`` with a ``positions``-token context.
+
+    Qwen2.5's tool prompt alone is ~400 tokens, past the fixtures' 128. The qwen2 export computes the
+    rotary angles in the graph, so longer positions are valid.
+    """
+    import shutil
+
+    folder = root / kind
+    shutil.copytree(FIXTURES / "models" / kind, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["max_position_embeddings"] = positions
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder

@@ -38,8 +38,10 @@ from inference4py.serve.protocol import (
     unknown_model,
 )
 from inference4py.serve.settings import ServerSettings
+from inference4py.serve.turns import turn_steps
 from inference4py.serve.worker import ChunkStream, ModelWorker
 from inference4py.tasks.options import RequestOptions
+from inference4py.tasks.turn import CallArguments, CallStart, ReasoningDelta, TextDelta
 
 __all__ = ["create_app"]
 
@@ -159,8 +161,6 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
         if body.max_completion_tokens is not None:
             options = options.replace(max_new_tokens=body.max_completion_tokens)
         if body.stream:
-            if body.tools is not None:
-                raise ApiError(400, "tools are not supported with stream=true yet: set stream=false.", "tools")
             streams = await _open(worker, body, messages, options)
             return _sse(_chat_stream(body, streams), request)
         return _chat_response(body.model, await _choices(worker, body, messages, options))
@@ -345,23 +345,42 @@ def _sse(events: AsyncGenerator[dict[str, Any], None], request: Request) -> Stre
 
 async def _chat_stream(body: ChatCompletionRequest, streams: list[ChunkStream]) -> AsyncGenerator[dict[str, Any], None]:
     base = {"id": new_id("chatcmpl"), "object": "chat.completion.chunk", "created": now(), "model": body.model}
-    for i in range(len(streams)):
-        role = {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+    for i in range(len(streams)):  # as OpenAI's: the role first, with no content yet
+        role = {"index": i, "delta": {"role": "assistant", "content": None}, "logprobs": None, "finish_reason": None}
         yield {**base, "choices": [role]}
-    async with contextlib.aclosing(_events(body, streams, base, _chat_delta)) as events:
+    async with contextlib.aclosing(_events(body, streams, base, _chat_choices)) as events:
         async for event in events:
             yield event
 
 
-def _chat_delta(index: int, chunk: GenerationChunk) -> dict[str, Any]:
-    delta = {"content": chunk.text} if chunk.text or chunk.finish_reason is None else {}
-    reason = _FINISH[chunk.finish_reason] if chunk.finish_reason is not None else None
-    return {"index": index, "delta": delta, "logprobs": _chunk_logprobs(chunk), "finish_reason": reason}
+async def _chat_choices(index: int, stream: ChunkStream) -> AsyncIterator[dict[str, Any]]:
+    """One choice's stream as chat deltas: content, then tool calls in OpenAI's pieces (id and name, then arguments)."""
+    async for step in turn_steps(stream):
+        delta: dict[str, Any] = {}
+        calls: list[dict[str, Any]] = []
+        for event in step.events:
+            if isinstance(event, TextDelta):
+                delta["content"] = delta.get("content", "") + event.text
+            elif isinstance(event, ReasoningDelta):
+                delta["reasoning_content"] = delta.get("reasoning_content", "") + event.text
+            elif isinstance(event, CallStart):
+                function = {"name": event.name, "arguments": ""}
+                calls.append({"index": event.index, "id": event.id, "type": "function", "function": function})
+            elif isinstance(event, CallArguments):
+                calls.append({"index": event.index, "function": {"arguments": event.text}})
+        if calls:
+            delta["tool_calls"] = calls
+        logprobs = _chunk_logprobs(step.chunk)
+        if not delta and logprobs is None and step.finish is None:
+            continue  # text held back (it may open a call): nothing to send yet
+        reason = _FINISH[step.finish] if step.finish is not None else None
+        yield {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
 
 
-def _text_choice(index: int, chunk: GenerationChunk) -> dict[str, Any]:
-    reason = _FINISH[chunk.finish_reason] if chunk.finish_reason is not None else None
-    return {"index": index, "text": chunk.text, "logprobs": None, "finish_reason": reason}
+async def _text_choices(index: int, stream: ChunkStream) -> AsyncIterator[dict[str, Any]]:
+    async for chunk in stream:
+        reason = _FINISH[chunk.finish_reason] if chunk.finish_reason is not None else None
+        yield {"index": index, "text": chunk.text, "logprobs": None, "finish_reason": reason}
 
 
 def _chunk_logprobs(chunk: GenerationChunk) -> dict[str, Any] | None:
@@ -374,7 +393,7 @@ async def _completion_stream(
     body: CompletionRequest, streams: list[ChunkStream]
 ) -> AsyncGenerator[dict[str, Any], None]:
     base = {"id": new_id("cmpl"), "object": "text_completion", "created": now(), "model": body.model}
-    async with contextlib.aclosing(_events(body, streams, base, _text_choice)) as events:
+    async with contextlib.aclosing(_events(body, streams, base, _text_choices)) as events:
         async for event in events:
             yield event
 
@@ -383,15 +402,15 @@ async def _events(
     body: Any,
     streams: list[ChunkStream],
     base: dict[str, Any],
-    choice: Callable[[int, GenerationChunk], dict[str, Any]],
+    choices: Callable[[int, ChunkStream], AsyncIterator[dict[str, Any]]],
 ) -> AsyncGenerator[dict[str, Any], None]:
-    """One event per chunk of each choice's stream, as they come, then the usage event when asked for."""
-    merged: asyncio.Queue[tuple[int, GenerationChunk | BaseException | None]] = asyncio.Queue()
+    """Each choice's events (``choices(index, stream)``), as they come, then the usage event when asked for."""
+    merged: asyncio.Queue[tuple[int, dict[str, Any] | BaseException | None]] = asyncio.Queue()
 
     async def pump(index: int, stream: ChunkStream) -> None:
         try:
-            async for chunk in stream:
-                await merged.put((index, chunk))
+            async for choice in choices(index, stream):
+                await merged.put((index, choice))
         except Exception as exc:  # forwarded to the event stream
             await merged.put((index, exc))
         await merged.put((index, None))
@@ -408,7 +427,7 @@ async def _events(
                 yield {**base, "choices": [], "error": error_body(str(item), "server_error")["error"]}
                 return
             else:
-                yield {**base, "choices": [choice(index, item)]}
+                yield {**base, "choices": [item]}
     finally:
         for task in tasks:
             task.cancel()

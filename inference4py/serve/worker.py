@@ -23,6 +23,7 @@ from inference4py.generation.generate import collect
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.serve.metrics import Histogram
 from inference4py.tasks.options import RequestOptions
+from inference4py.tasks.turn import TurnSplitter
 
 __all__ = ["ChunkStream", "ModelWorker"]
 
@@ -34,7 +35,9 @@ class ChunkStream:
     """A started request's chunks, as an async iterator; ``aclose()`` (or leaving early) cancels it.
 
     ``prompt_tokens`` and ``cached_tokens`` describe the prompt; ``finish`` parses tool calls out
-    of a collected result as the library's ``generate()`` does.
+    of a collected result as the library's ``generate()`` does, and ``splitter()`` gives a fresh
+    :class:`~inference4py.tasks.turn.TurnSplitter` that tells its answer, reasoning and calls apart
+    as they stream.
     """
 
     def __init__(
@@ -46,6 +49,7 @@ class ChunkStream:
         finish: Callable[[GenerationResult], GenerationResult],
         started: float,
         cached: Callable[[], int] = lambda: 0,
+        splitter: Callable[[], TurnSplitter] = lambda: TurnSplitter(None),
     ) -> None:
         self._worker = worker
         self._items = items
@@ -54,6 +58,7 @@ class ChunkStream:
         self.finish = finish
         self._started = started
         self._cached = cached
+        self.splitter = splitter
         self._first: GenerationChunk | None = None
         self._last = started
         self._done = False
@@ -268,6 +273,7 @@ class ModelWorker:
                 submission.finish,
                 started,
                 cached=lambda: submission.cached_tokens,
+                splitter=submission.prepared.control.splitter,
             )
         else:
             # encoded (and checked: an empty input is a 400) before the request is queued; the encoder

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 
 import pytest
 
@@ -19,7 +18,7 @@ jsonschema = pytest.importorskip("jsonschema")
 
 from inference4py import OnnxTextGenerator  # noqa: E402
 from inference4py.errors import ConfigurationError, InvalidInputError, UnsupportedModelError  # noqa: E402
-from tests.conftest import FIXTURES  # noqa: E402
+from tests.conftest import FIXTURES, long_context_copy  # noqa: E402
 
 SCHEMA = {
     "type": "object",
@@ -63,15 +62,8 @@ def model(kind: str) -> OnnxTextGenerator:
 
 @pytest.fixture(scope="module")
 def long_qwen2(tmp_path_factory):
-    """The qwen2 fixture with a 1,024-token context: Qwen2.5's tool prompt alone is ~400 tokens.
-
-    Its export computes the rotary angles in the graph, so longer positions are valid.
-    """
-    folder = tmp_path_factory.mktemp("qwen2-long") / "qwen2"
-    shutil.copytree(FIXTURES / "models" / "qwen2", folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["max_position_embeddings"] = 1024
-    (folder / "config.json").write_text(json.dumps(config))
+    """The qwen2 fixture with a 1,024-token context: Qwen2.5's tool prompt alone is ~400 tokens."""
+    folder = long_context_copy(tmp_path_factory.mktemp("qwen2-long"))
     return OnnxTextGenerator.builder().model_path(folder).build()
 
 
