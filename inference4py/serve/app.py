@@ -24,7 +24,9 @@ from inference4py.errors import Inference4pyError, PromptTooLongError, QueueFull
 from inference4py.generation.logprobs import TokenLogprob
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.serve.audio import add_audio_routes
-from inference4py.serve.embeddings import add_embedding_routes, is_embedder
+from inference4py.serve.dispatch import collect_all, open_all, text_worker
+from inference4py.serve.embeddings import add_embedding_routes
+from inference4py.serve.errors import error_payload
 from inference4py.serve.guard import Guard
 from inference4py.serve.metrics import prometheus
 from inference4py.serve.page import add_page_route
@@ -35,7 +37,6 @@ from inference4py.serve.protocol import (
     error_body,
     new_id,
     now,
-    unknown_model,
 )
 from inference4py.serve.settings import ServerSettings
 from inference4py.serve.turns import turn_steps
@@ -85,7 +86,7 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
 
     @app.exception_handler(ApiError)
     async def _http_error(request: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(error_body(exc.message, exc.kind, exc.param, exc.code), status_code=exc.status)
+        return JSONResponse(_error(request, exc.message, exc.kind, exc.param, exc.code), status_code=exc.status)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -100,32 +101,36 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
             message, where = "The request body is not valid JSON. Send a JSON object.", ""
         elif not where and kind in ("model_attributes_type", "dict_type", "missing"):
             message = "The request body must be a JSON object with the request's fields (model, messages or prompt...)."
-        return JSONResponse(error_body(message, param=where or None), status_code=400)
+        return JSONResponse(_error(request, message, param=where or None), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def _not_found(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = f"{request.method} {request.url.path}: {exc.detail}. Routes: /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/audio/transcriptions, /v1/audio/translations, /health, /metrics and the chat page at /."
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return JSONResponse(error_body(message, kind), status_code=exc.status_code)
+        return JSONResponse(_error(request, message, kind), status_code=exc.status_code)
 
     @app.exception_handler(Inference4pyError)
     async def _library_error(request: Request, exc: Inference4pyError) -> JSONResponse:
         code = "context_length_exceeded" if isinstance(exc, PromptTooLongError) else None
-        return JSONResponse(error_body(str(exc), code=code), status_code=400)
+        return JSONResponse(_error(request, str(exc), code=code), status_code=400)
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
         _log.exception("internal error while serving %s", request.url.path)
-        return JSONResponse(error_body("Internal server error; see the server log.", "server_error"), status_code=500)
+        return JSONResponse(
+            _error(request, "Internal server error; see the server log.", "server_error"), status_code=500
+        )
 
     @app.exception_handler(RequestTimeoutError)
     async def _timeout(request: Request, exc: RequestTimeoutError) -> JSONResponse:
-        return JSONResponse(error_body(str(exc), "timeout_error", code="request_timeout"), status_code=408)
+        return JSONResponse(_error(request, str(exc), "timeout_error", code="request_timeout"), status_code=408)
 
     @app.exception_handler(QueueFullError)
     async def _busy(request: Request, exc: QueueFullError) -> JSONResponse:
         return JSONResponse(
-            error_body(str(exc), "rate_limit_error", code="queue_full"), status_code=429, headers={"Retry-After": "1"}
+            _error(request, str(exc), "rate_limit_error", code="queue_full"),
+            status_code=429,
+            headers={"Retry-After": "1"},
         )
 
     @app.get("/metrics")
@@ -148,7 +153,7 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(body: ChatCompletionRequest, request: Request) -> Any:
-        worker = _worker(workers, body.model, "chat")
+        worker = text_worker(workers, body.model, "chat")
         messages = [m.for_template() for m in body.messages]
         options = _options(body).replace(
             response_format=body.response_format,
@@ -161,13 +166,13 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
         if body.max_completion_tokens is not None:
             options = options.replace(max_new_tokens=body.max_completion_tokens)
         if body.stream:
-            streams = await _open(worker, body, messages, options)
+            streams = await open_all(worker, messages, options, body.n)
             return _sse(_chat_stream(body, streams), request)
-        return _chat_response(body.model, await _choices(worker, body, messages, options))
+        return _chat_response(body.model, await collect_all(worker, messages, options, body.n))
 
     @app.post("/v1/completions", response_model=None)
     async def completions(body: CompletionRequest, request: Request) -> Any:
-        worker = _worker(workers, body.model, "completions")
+        worker = text_worker(workers, body.model, "completions")
         options = _options(body)
         if body.logprobs is not None:
             options = options.replace(logprobs=True, top_logprobs=body.logprobs)
@@ -175,38 +180,24 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
             raise ApiError(400, "echo is not supported yet: leave it false.", "echo")
         prompt = body.prompt
         if body.stream:
-            streams = await _open(worker, body, prompt, options)
+            streams = await open_all(worker, prompt, options, body.n)
             return _sse(_completion_stream(body, streams), request)
-        return _completion_response(body.model, await _choices(worker, body, prompt, options))
+        return _completion_response(body.model, await collect_all(worker, prompt, options, body.n))
 
     return app
 
 
+def _error(
+    request: Request,
+    message: str,
+    kind: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+) -> dict[str, Any]:
+    return error_payload(request.url.path, message, kind, param, code)
+
+
 # ------------------------------------------------------------------------------- request -> options
-def _worker(workers: Mapping[str, ModelWorker], name: str, route: str) -> ModelWorker:
-    """The worker of model ``name``, when it can answer ``route`` ("chat" or "completions")."""
-    worker = workers.get(name)
-    if worker is None:
-        raise unknown_model(name, workers)
-    if is_embedder(worker.model):
-        raise ApiError(400, f"{name!r} is an embedding model: send its input to /v1/embeddings.", "model")
-    if not hasattr(worker.model, "stream_chunks"):  # a speech model
-        raise ApiError(
-            400,
-            f"{name!r} is a speech model: send audio to /v1/audio/transcriptions or /v1/audio/translations.",
-            "model",
-        )
-    if route == "chat" and worker.batched is None:
-        texts = [n for n, w in workers.items() if w.batched is not None]
-        raise ApiError(
-            400,
-            f"{name!r} is an encoder-decoder model without a chat template: send its input as the prompt of "
-            f"/v1/completions. Chat models served here: {', '.join(texts) or 'none'}.",
-            "model",
-        )
-    return worker
-
-
 def _options(body: Any) -> RequestOptions:
     """The request options of the fields both endpoints share; an unknown field is a 400, never ignored."""
     unknown = body.unknown_fields()
@@ -234,39 +225,6 @@ def _options(body: Any) -> RequestOptions:
         min_p=extra.get("min_p"),
         repetition_penalty=extra.get("repetition_penalty"),
     )
-
-
-async def _open(worker: ModelWorker, body: Any, prompt: Any, options: RequestOptions) -> list[ChunkStream]:
-    """The request's ``n`` generations, all submitted before any is read (they share the batch).
-
-    Each has produced its first chunk, so an invalid request is refused before a response starts.
-    """
-    opened: list[ChunkStream] = []
-    try:
-        for choice_options in _per_choice(body, options):
-            opened.append(await worker.open(prompt, choice_options))
-    except BaseException:
-        for stream in opened:
-            await stream.aclose()
-        raise
-    return opened
-
-
-async def _choices(worker: ModelWorker, body: Any, prompt: Any, options: RequestOptions) -> list[GenerationResult]:
-    """The request's ``n`` results; with a seed, choice i samples with seed + i."""
-    streams = await _open(worker, body, prompt, options)
-    try:
-        return [await stream.collect() for stream in streams]
-    finally:
-        for stream in streams:
-            await stream.aclose()
-
-
-def _per_choice(body: Any, options: RequestOptions) -> list[RequestOptions]:
-    """One option set per choice; with a seed, choice i samples with seed + i (reproducible n > 1)."""
-    if body.n == 1 or options.seed is None:
-        return [options] * body.n
-    return [options.replace(seed=options.seed + i) for i in range(body.n)]
 
 
 # ------------------------------------------------------------------------------- results -> responses

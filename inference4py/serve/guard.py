@@ -1,8 +1,8 @@
 """What a request must pass before a route sees it: the API key and the body size limit.
 
 Plain ASGI (not Starlette's BaseHTTPMiddleware) so streamed responses and disconnect detection
-pass through untouched.  Refusals are OpenAI error objects: 401 for a missing or wrong key, 413 for
-a body over the limit, 400 for a malformed Content-Length.
+pass through untouched.  Refusals are the route's API's error objects (:mod:`inference4py.serve.errors`):
+401 for a missing or wrong key, 413 for a body over the limit, 400 for a malformed Content-Length.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from inference4py.serve.protocol import error_body
+from inference4py.serve.errors import error_payload
 
 __all__ = ["Guard"]
 
@@ -38,16 +38,17 @@ class Guard:
             await self.app(scope, receive, send)
             return
         headers = {k.lower(): v for k, v in scope.get("headers", [])}
-        if self.api_key is not None and scope["path"] not in _OPEN_PATHS and scope["method"] != "OPTIONS":
-            given = headers.get(b"authorization", b"")
-            scheme, _, token = given.partition(b" ")
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.api_key):
+        path = scope["path"]
+        if self.api_key is not None and path not in _OPEN_PATHS and scope["method"] != "OPTIONS":
+            given = _given_key(headers)
+            if given is None or not hmac.compare_digest(given, self.api_key):
                 message = (
-                    "Missing API key: send the header 'Authorization: Bearer <key>' (the key the server was started with)."
-                    if not given
+                    "Missing API key: send the header 'Authorization: Bearer <key>' or 'x-api-key: <key>' (the key "
+                    "the server was started with)."
+                    if given is None
                     else "Incorrect API key: send the key the server was started with (--api-key / INFERENCE4PY_API_KEY)."
                 )
-                await _answer(send, 401, error_body(message, "invalid_request_error", code="invalid_api_key"))
+                await _answer(send, 401, error_payload(path, message, "authentication_error", code="invalid_api_key"))
                 return
         length = headers.get(b"content-length")
         if length is not None:
@@ -55,12 +56,12 @@ class Guard:
                 size = int(length)
             except ValueError:
                 await _answer(
-                    send, 400, error_body("The Content-Length header is not a number.", param="Content-Length")
+                    send, 400, error_payload(path, "The Content-Length header is not a number.", param="Content-Length")
                 )
                 return
             if size > self.max_body:
                 await _drain(receive, size)  # a client still sending would see a broken pipe, not the answer
-                await _answer(send, 413, self._too_large(size))
+                await _answer(send, 413, self._too_large(path, size))
                 return
             await self.app(scope, receive, send)
             return
@@ -75,7 +76,7 @@ class Guard:
                 if len(body) > self.max_body:
                     if part.get("more_body", False):
                         await _drain(receive, len(body))
-                    await _answer(send, 413, self._too_large(None))
+                    await _answer(send, 413, self._too_large(path, None))
                     return
                 if not part.get("more_body", False):
                     break
@@ -83,13 +84,24 @@ class Guard:
             return
         await self.app(scope, receive, send)
 
-    def _too_large(self, size: int | None) -> dict[str, Any]:
+    def _too_large(self, path: str, size: int | None) -> dict[str, Any]:
         got = f" ({size} bytes)" if size is not None else ""
-        return error_body(
+        return error_payload(
+            path,
             f"The request body{got} is larger than this server accepts ({self.max_body} bytes). Send less, "
             "or start the server with a larger --max-body-mb.",
             code="request_too_large",
         )
+
+
+def _given_key(headers: dict[bytes, bytes]) -> bytes | None:
+    """The key a client sent: OpenAI's SDKs send ``Authorization: Bearer``, Anthropic's ``x-api-key``."""
+    authorization = headers.get(b"authorization")
+    if authorization:
+        scheme, _, token = authorization.partition(b" ")
+        return token.strip() if scheme.lower() == b"bearer" else b""
+    key = headers.get(b"x-api-key")
+    return key.strip() if key is not None else None
 
 
 _DRAIN_LIMIT = 256 << 20  # past this, the connection is answered (and closed) without reading on

@@ -1,0 +1,79 @@
+"""From a parsed request to running generations: which worker answers it, and its streams opened together.
+
+Shared by every text API the server speaks (chat completions, completions, Messages, Responses): the
+routes differ in their protocol, not in how a model is chosen or a request started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from inference4py.generation.result import GenerationResult
+from inference4py.serve.embeddings import is_embedder
+from inference4py.serve.protocol import ApiError, unknown_model
+from inference4py.serve.worker import ChunkStream, ModelWorker
+from inference4py.tasks.options import RequestOptions
+
+__all__ = ["collect_all", "open_all", "text_worker"]
+
+
+def text_worker(workers: Mapping[str, ModelWorker], name: str, route: str) -> ModelWorker:
+    """The worker of model ``name``, when it can answer ``route`` ("chat" or "completions").
+
+    Raises:
+        ApiError: 404 for a model not served, 400 for one that cannot answer this route.
+    """
+    worker = workers.get(name)
+    if worker is None:
+        raise unknown_model(name, workers)
+    if is_embedder(worker.model):
+        raise ApiError(400, f"{name!r} is an embedding model: send its input to /v1/embeddings.", "model")
+    if not hasattr(worker.model, "stream_chunks"):  # a speech model
+        raise ApiError(
+            400,
+            f"{name!r} is a speech model: send audio to /v1/audio/transcriptions or /v1/audio/translations.",
+            "model",
+        )
+    if route == "chat" and worker.batched is None:
+        texts = [n for n, w in workers.items() if w.batched is not None]
+        raise ApiError(
+            400,
+            f"{name!r} is an encoder-decoder model without a chat template: send its input as the prompt of "
+            f"/v1/completions. Chat models served here: {', '.join(texts) or 'none'}.",
+            "model",
+        )
+    return worker
+
+
+def _per_choice(n: int, options: RequestOptions) -> list[RequestOptions]:
+    """One option set per choice; with a seed, choice i samples with seed + i (reproducible n > 1)."""
+    if n == 1 or options.seed is None:
+        return [options] * n
+    return [options.replace(seed=options.seed + i) for i in range(n)]
+
+
+async def open_all(worker: ModelWorker, prompt: Any, options: RequestOptions, n: int = 1) -> list[ChunkStream]:
+    """The request's ``n`` generations, all submitted before any is read (they share the batch).
+
+    Each has produced its first chunk, so an invalid request is refused before a response starts.
+    """
+    opened: list[ChunkStream] = []
+    try:
+        for choice_options in _per_choice(n, options):
+            opened.append(await worker.open(prompt, choice_options))
+    except BaseException:
+        for stream in opened:
+            await stream.aclose()
+        raise
+    return opened
+
+
+async def collect_all(worker: ModelWorker, prompt: Any, options: RequestOptions, n: int = 1) -> list[GenerationResult]:
+    """The request's ``n`` results (tool calls parsed); with a seed, choice i samples with seed + i."""
+    streams = await open_all(worker, prompt, options, n)
+    try:
+        return [await stream.collect() for stream in streams]
+    finally:
+        for stream in streams:
+            await stream.aclose()
