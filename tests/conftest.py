@@ -48,3 +48,42 @@ def long_context_copy(root: Path, kind: str = "qwen2", positions: int = 1024) ->
     config["max_position_embeddings"] = positions
     (folder / "config.json").write_text(json.dumps(config))
     return folder
+
+
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% if opened %}<think>\n{% endif %}{% endif %}"
+    "{# a reasoning model writes <think>...</think> before its answer #}"
+)
+
+
+def thinking_copy(root: Path, *, opened: bool) -> Path:
+    """The qwen2 fixture with a reasoning model's chat template (``<think>`` ... ``</think>``).
+
+    ``opened``: the template opens the block in the generation prompt (as DeepSeek-R1's does), so the
+    output starts inside it.
+    """
+    folder = long_context_copy(root)
+    template = THINKING_TEMPLATE.replace("{% if opened %}", "{% if true %}" if opened else "{% if false %}")
+    (folder / "chat_template.jinja").write_text(template)
+    return folder
+
+
+def scripted(tokenizer, text: str):
+    """A logits processor that makes a random model write ``text`` and stop (its last token forced to EOS).
+
+    It finds how much of the script the sequence already ends with, and forces the next token.
+    """
+    import numpy as np
+
+    script = tokenizer.encode(text, add_special_tokens=False)
+    eos = tokenizer.token_to_id("<|im_end|>")
+
+    def force(input_ids, scores):
+        ids = list(np.asarray(input_ids)[0])
+        done = next((k for k in range(len(script), 0, -1) if ids[-k:] == script[:k]), 0)
+        out = np.full_like(scores, -np.inf)
+        out[:, script[done] if done < len(script) else eos] = 0.0
+        return out
+
+    return force

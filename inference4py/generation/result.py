@@ -133,6 +133,8 @@ class GenerationResult:
         logprobs: With ``logprobs=True``, one :class:`TokenLogprob` per generated token; else None.
         tool_calls: The calls parsed from the text when the call passed ``tools`` (``text`` is then
             what remains around them).
+        reasoning: A reasoning model's thinking (its ``<think>`` block, without the markers), split
+            from ``text`` unless the call asked ``reasoning="inline"``; None when there was none.
         prompt_logprobs: With ``prompt_logprobs=True`` (OpenAI's ``echo``), one entry per prompt
             token; the first is None (nothing predicts it).
         speculative: With ``speculative=...``, the drafted and accepted token counts; else None.
@@ -154,6 +156,7 @@ class GenerationResult:
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
     speculative: SpeculativeStats | None = None
     final_outputs: Mapping[str, Any] | None = None
+    reasoning: str | None = None
 
     @property
     def tokens_per_second(self) -> float:

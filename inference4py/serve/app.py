@@ -165,6 +165,8 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
             options = options.replace(logprobs=True, top_logprobs=body.top_logprobs or 0)
         if body.max_completion_tokens is not None:
             options = options.replace(max_new_tokens=body.max_completion_tokens)
+        if body.reasoning_format is not None:
+            options = options.replace(reasoning="inline" if body.reasoning_format in ("none", "inline") else "split")
         if body.stream:
             streams = await open_all(worker, messages, options, body.n)
             return _sse(_chat_stream(body, streams), request)
@@ -255,6 +257,8 @@ def _chat_response(model: str, results: list[GenerationResult]) -> dict[str, Any
     choices = []
     for i, r in enumerate(results):
         message: dict[str, Any] = {"role": "assistant", "content": r.text}
+        if r.reasoning is not None:
+            message["reasoning_content"] = r.reasoning  # llama-server's and vLLM's name
         if r.tool_calls:
             message["tool_calls"] = [c.to_openai() for c in r.tool_calls]
             message["content"] = r.text or None

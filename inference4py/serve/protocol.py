@@ -110,6 +110,9 @@ class ChatCompletionRequest(_Request):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    # llama-server's switch: "none" (or "inline") leaves a reasoning model's thinking in the content;
+    # "auto", "deepseek" or "split" (the default) send it apart, as reasoning_content
+    reasoning_format: Literal["none", "inline", "auto", "deepseek", "split"] | None = None
 
 
 class CompletionRequest(_Request):

@@ -48,7 +48,8 @@ class RequestOptions:
     Output fields (one constraint at a time, or tools) are OpenAI's shapes, compiled once per
     request by the task.  ``speculative`` is a
     :class:`~inference4py.generation.speculative.PromptLookup` / ``DraftModel``, ``"off"``, or None
-    for the builder's setting.
+    for the builder's setting.  ``reasoning`` says where a reasoning model's thinking goes:
+    ``"split"`` (None: apart from the answer, in ``result.reasoning``) or ``"inline"`` (in the text).
 
     Raises:
         ConfigurationError: a value outside its range (named with the valid one).
@@ -93,8 +94,14 @@ class RequestOptions:
     tool_choice: str | Mapping[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     speculative: Speculation | Literal["off"] | None = None
+    reasoning: Literal["split", "inline"] | None = None
 
     def __post_init__(self) -> None:
+        if self.reasoning not in (None, "split", "inline"):
+            raise ConfigurationError(
+                f"reasoning must be 'split' (the thinking apart from the answer, the default) or 'inline' "
+                f"(left in the text), got {self.reasoning!r}."
+            )
         for name in _SEQUENCE_FIELDS:  # the JSON / keyword world's lists (or one value) as frozen tuples
             value = getattr(self, name)
             if value is not None:

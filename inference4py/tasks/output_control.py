@@ -38,12 +38,17 @@ class OutputControl:
         tools: The request's tools (rendered into the prompt), or None.
         tool_request: How to parse tool calls out of the text, or None.
         compiled: ``(kind, llguidance grammar)``, compiled once per request from ``grammar``.
+        reasoning: ``(open, close)`` markers of the model's reasoning block, split from the answer;
+            None to leave any reasoning in the text.
+        in_reasoning: The prompt opened the reasoning block (the output starts inside it).
     """
 
     grammar: Mapping[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_request: ToolRequest | None = None
     compiled: tuple[ConstraintKind, str] | None = None
+    reasoning: tuple[str, str] | None = None
+    in_reasoning: bool = False
 
     @property
     def active(self) -> bool:
@@ -69,8 +74,11 @@ class OutputControl:
         """Tool calls parsed out of the text: ``finish_reason="tool_calls"`` and the rest as content.
 
         A turn cut by the token budget keeps ``"length"``: the calls it completed are returned, and
-        a call it was writing stays in the text.
+        a call it was writing stays in the text. A reasoning block is split off first, into
+        ``result.reasoning`` (by the same :class:`TurnSplitter` that splits a stream).
         """
+        if self.reasoning is not None:
+            result = self._split_reasoning(result)
         request = self.tool_request
         if request is None or result.finish_reason == "stop":
             return result
@@ -80,13 +88,28 @@ class OutputControl:
         reason: FinishReason = "length" if result.finish_reason == "length" else "tool_calls"
         return dataclasses.replace(result, text=content, finish_reason=reason, tool_calls=tuple(calls))
 
+    def _split_reasoning(self, result: GenerationResult) -> GenerationResult:
+        from inference4py.tasks.turn import ReasoningDelta, TextDelta, TurnSplitter
+
+        splitter = TurnSplitter(None, reasoning=self.reasoning, in_reasoning=self.in_reasoning)
+        events = splitter.feed(result.text) + splitter.close()
+        thought = [e.text for e in events if isinstance(e, ReasoningDelta)]
+        if not thought and not self.in_reasoning:
+            return result
+        answer = "".join(e.text for e in events if isinstance(e, TextDelta))
+        return dataclasses.replace(result, text=answer, reasoning="".join(thought))
+
     def splitter(self, *, rng: random.Random | None = None) -> TurnSplitter:
-        """A :class:`TurnSplitter` that tells this request's answer text from its tool calls as it streams."""
+        """A :class:`TurnSplitter` that tells this request's answer, reasoning and tool calls apart as it streams."""
         from inference4py.tasks.turn import TurnSplitter
 
         request = self.tool_request
         family = request.family if request is not None and request.choice.mode != "none" else None
-        return TurnSplitter(family, rng=rng)
+        return TurnSplitter(family, reasoning=self.reasoning, in_reasoning=self.in_reasoning, rng=rng)
+
+    def with_reasoning(self, markers: tuple[str, str], *, opened: bool) -> OutputControl:
+        """This control, splitting a reasoning block marked by ``markers`` (``opened``: the prompt opened it)."""
+        return dataclasses.replace(self, reasoning=markers, in_reasoning=opened)
 
 
 def output_control(

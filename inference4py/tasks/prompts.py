@@ -115,6 +115,25 @@ class PromptEncoder:
             "{'role': ..., 'content': ...} messages, or a list of token ids."
         )
 
+    def reasoning(
+        self, prompt: Prompt, ids: Sequence[int], *, tools: list[dict[str, Any]] | None = None
+    ) -> tuple[tuple[str, str], bool] | None:
+        """``(markers, opened)`` when a templated prompt's answer may hold a reasoning block, else None.
+
+        The chat template must write ``<think>`` and ``</think>`` (Qwen3, DeepSeek-R1, SmolLM3...);
+        ``opened`` says the rendered prompt ends inside the block (the template wrote ``<think>``). A
+        plain prompt not run through the template, or token ids, are the caller's own: None.
+        """
+        templates = (self.template or "") + (self.tool_template or "")
+        if not all(marker in templates for marker in _THINK):
+            return None
+        templated = isinstance(prompt, str) and (self.use_template or tools is not None)
+        templated = templated or (isinstance(prompt, (list, tuple)) and bool(prompt) and isinstance(prompt[0], Mapping))
+        if not templated:
+            return None
+        tail = self.tokenizer.decode(list(ids[-8:]), skip_special_tokens=False)
+        return _THINK, tail.rstrip().endswith(_THINK[0])
+
     def render(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None) -> list[int]:
         """Chat messages through the template, then tokenized without added special tokens."""
         # transformers tokenizes rendered templates without adding special tokens: the template has them.
@@ -153,3 +172,6 @@ def _refuse_images(messages: Sequence[Message]) -> None:
                 "The messages hold an image content part, but this is a text-only model: it takes no images. "
                 "Use VisionLanguageModel with a vision-language model folder, or drop the image parts."
             )
+
+
+_THINK = ("<think>", "</think>")

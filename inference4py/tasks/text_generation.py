@@ -319,6 +319,10 @@ class OnnxTextGenerator(ClosableTask):
         self._check_open()
         control = self._control(options)
         ids = self._prompts.encode(prompt, tools=control.tools)
+        reasoning = self._prompts.reasoning(prompt, ids, tools=control.tools) if options.reasoning != "inline" else None
+        if reasoning is not None:
+            markers, opened = reasoning
+            control = control.with_reasoning(markers, opened=opened)
         return PreparedRequest(ids, self._planner.for_request(len(ids), options), control, self._processors)
 
     def _control(self, options: RequestOptions) -> OutputControl:

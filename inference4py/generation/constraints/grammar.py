@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from inference4py.errors import ConfigurationError
+from inference4py.generation.constraints.bounds import bounded_schema
 
 __all__ = ["JSON_DEFAULTS", "ConstraintKind", "choices_lark", "compile_grammar", "schema_dict"]
 
@@ -85,7 +86,7 @@ def compile_grammar(
     llg = _llguidance()
     matcher = llg.LLMatcher
     if kind == "json_schema":
-        schema = schema_dict(json_schema)
+        schema = bounded_schema(schema_dict(json_schema))  # every value ends (see bounds.py)
         try:
             compiled = matcher.grammar_from_json_schema(schema, defaults=JSON_DEFAULTS)
         except ValueError as exc:

@@ -7,6 +7,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from inference4py.generation.constraints.bounds import bounded_schema
+
 from .parsers import _ARGS, _TOOL_CALLS, _family
 from .spec import ToolChoice, _functions, validate_tool_choice
 
@@ -29,7 +31,7 @@ def _lark_literal(text: str, token_to_id: TokenToId | None) -> str:
 
 def _arguments_schema(function: Mapping[str, Any]) -> dict[str, Any]:
     parameters = function.get("parameters")
-    return dict(parameters) if parameters else {"type": "object"}
+    return bounded_schema(dict(parameters)) if parameters else {"type": "object"}  # every value ends
 
 
 def _call_schema(function: Mapping[str, Any], arguments_key: str) -> dict[str, Any]:
