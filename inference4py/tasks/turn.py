@@ -93,7 +93,7 @@ _HERMES_OPEN, _HERMES_CLOSE = "<tool_call>", "</tool_call>"
 _PYTHON_TAG = "<|python_tag|>"
 _TOOL_CALLS, _ARGS = "[TOOL_CALLS]", "[ARGS]"
 _WS = " \t\r\n"
-_END_TOKENS = ("<|eom_id|>", "<|eot_id|>", "</s>")
+_END_TOKENS = ("<|eom_id|>", "<|eot_id|>", "</s>", "```")  # (a fenced call's closing fence)
 
 
 # ------------------------------------------------------------------------------- JSON scanning
@@ -221,6 +221,32 @@ def _marker_prefix_at_end(text: str, marker: str) -> int:
     return 0
 
 
+_FENCE = re.compile(r"```(?:json)?[ \t]*\n[ \t\n]*")
+_FENCES = ("```json\n", "```\n")
+
+
+def _bare_start(s: str, *, final: bool) -> tuple[int, bool] | None:
+    """Where a Hermes call written without its block starts (bare, or in a ```json fence), and if it
+    surely is one: ``(where its object starts, decided)``; None when the output is no such call."""
+    body = s.lstrip(_WS)
+    offset = len(s) - len(body)
+    fence = _FENCE.match(body)
+    if fence is None and body and not final and any(f.startswith(body) and f != body for f in _FENCES):
+        return 0, False  # may be a fence's start
+    after = offset + (fence.end() if fence else 0)
+    rest = s[after:]
+    if not rest:
+        return (0, False) if not final and (fence is not None or not body) else None
+    if rest[0] != "{":
+        return None
+    head = re.sub(r"\s+", "", rest[:16])
+    if head.startswith('{"name"'):
+        return after, True
+    if '{"name"'.startswith(head) and not final:
+        return 0, False
+    return None
+
+
 # ------------------------------------------------------------------------------- the splitter
 @dataclass
 class _Call:
@@ -291,7 +317,7 @@ class TurnSplitter:
     def _drain(self, *, final: bool) -> list[TurnEvent]:
         events: list[TurnEvent] = []
         while True:
-            before = (len(self._pending), self._thinking, self._buf is None)
+            before = (len(self._pending), self._thinking, self._buf is None, self.family)
             if self._buf is not None:
                 self._buf += self._pending
                 self._pending = ""
@@ -305,7 +331,7 @@ class TurnSplitter:
                 events.extend(self._reasoning_text(final=final))
             else:
                 events.extend(self._answer_text(final=final))
-            if (len(self._pending), self._thinking, self._buf is None) == before:
+            if (len(self._pending), self._thinking, self._buf is None, self.family) == before:
                 return events
 
     def _reasoning_text(self, *, final: bool) -> list[TurnEvent]:
@@ -341,8 +367,14 @@ class TurnSplitter:
         line_call = None
         if self.family == "llama3_json":
             line_call = self._line_object(s[:cut], final=final)
-        elif self.family == "hermes" and not self._started:  # a call written bare, without its block
-            line_call = self._line_object(s[:cut], final=final, first_only=True)
+        elif self.family == "hermes" and not self._started and (cut or not found):  # bare or fenced, no block
+            bare = _bare_start(s[:cut], final=final)
+            if bare is not None:
+                at, decided = bare
+                if not decided:
+                    return []  # may still become a call: hold it all (nothing was said before it)
+                self._bare = True
+                return self._enter_calls("", s[at:], "")
         if line_call is not None:
             at, decided = line_call
             if not decided:  # may still become a call: hold from there
@@ -375,13 +407,11 @@ class TurnSplitter:
         self._at_line_start = text.endswith("\n")
         return [TextDelta(text)]
 
-    def _line_object(self, s: str, *, final: bool, first_only: bool = False) -> tuple[int, bool] | None:
-        """A call may start at a ``{`` that opens the output or (Llama 3) a line: ``(where, is a call)``."""
-        for match in re.finditer(r"(?:^|(?<=\n))[ \t\n]*\{" if first_only else r"(?:^|(?<=\n))[ \t]*\{", s):
+    def _line_object(self, s: str, *, final: bool) -> tuple[int, bool] | None:
+        """A Llama 3 call may start at a ``{`` that opens the output or a line: ``(where, is a call)``."""
+        for match in re.finditer(r"(?:^|(?<=\n))[ \t]*\{", s):
             if match.start() == 0 and not self._at_line_start:
                 continue
-            if first_only and match.start() > 0:
-                return None
             at = match.end() - 1
             head = re.sub(r"\s+", "", s[at : at + 16])
             if head.startswith('{"name"'):

@@ -336,13 +336,17 @@ def test_hermes_constraint_admits_only_valid_calls(lltok):
     assert content == "" and [c.name for c in calls] == ["get_weather", "get_time"]
 
 
-def test_constraint_uses_marker_tokens_of_the_vocabulary(lltok):
-    # <|im_end|> stands in for a one-token marker: required as the token id, not as text
+def test_constraint_takes_a_marker_as_its_token_or_spelled(lltok):
+    # <|im_end|> stands in for a one-token marker: allowed as the token id, and spelled in pieces too
+    # (a model exported with another tokenizer file writes "<" "tool" "_call" ">")
     ids = {"[TOOL_CALLS]": 1002}
     grammar = tool_call_constraint(TOOLS, "required", "mistral", token_to_id=ids.get)
-    assert grammar.startswith("start: <[1002]>")
+    assert grammar.startswith('start: (<[1002]> | "[TOOL_CALLS]")')
     assert _accepts(lltok, grammar, '<|im_end|> [{"name": "get_time", "arguments": {"timezone": "UTC"}}]')
-    assert not _accepts(lltok, grammar, '[TOOL_CALLS] [{"name": "get_time", "arguments": {"timezone": "UTC"}}]')
+    assert _accepts(lltok, grammar, '[TOOL_CALLS] [{"name": "get_time", "arguments": {"timezone": "UTC"}}]')
+    auto = tool_call_constraint(TOOLS, "auto", "mistral", token_to_id=ids.get)
+    assert _accepts(lltok, auto, 'Sure.<|im_end|> [{"name": "get_time", "arguments": {"timezone": "UTC"}}]')
+    assert _accepts(lltok, auto, 'Sure.[TOOL_CALLS] [{"name": "get_time", "arguments": {"timezone": "UTC"}}]')
 
 
 def test_other_family_constraints_admit_their_format(lltok):

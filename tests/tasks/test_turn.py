@@ -18,6 +18,9 @@ OUTPUTS = {
         '<tool_call>\n{"name": "f", "arguments": {"x": 1}\n</tool_call>',  # a brace short: text
         '<tool_call>\n{"arguments": {"x": 1}, "name": "f"}\n</tool_call>\n',  # the name after the arguments
         '{"name": "get_weather", "arguments": {"city": "Paris"}}',  # a bare call
+        '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```',  # a fenced one
+        "```python\nprint(1)\n```",
+        "```json\n[1, 2]\n```",
         '\n{"name": "f", "arguments": {"q": "a \\"quoted\\" }"}}\n',
         '{"city": "Paris"}',
         'Hi {"name": "f", "arguments": {}}',

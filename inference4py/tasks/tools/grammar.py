@@ -21,12 +21,14 @@ _X_GUIDANCE = {"whitespace_flexible": False, "item_separator": ", ", "key_separa
 
 
 def _lark_literal(text: str, token_to_id: TokenToId | None) -> str:
-    # A marker that is one token in the vocabulary is required as that token (the model
-    # was trained to emit it; a special token cannot be spelled with text at all).
+    # A marker that is one token in the vocabulary may come as that token (the model was trained to
+    # emit it; a special token cannot be spelled with text at all) or spelled in pieces, as a model
+    # exported with another tokenizer file writes "<" "tool" "_call" ">".
     token_id = token_to_id(text) if token_to_id is not None else None
+    spelled = json.dumps(text, ensure_ascii=False)
     if token_id is not None:
-        return f"<[{token_id}]>"
-    return json.dumps(text, ensure_ascii=False)
+        return f"(<[{token_id}]> | {spelled})"
+    return spelled
 
 
 def _arguments_schema(function: Mapping[str, Any]) -> dict[str, Any]:
@@ -51,26 +53,36 @@ def _json_rule(schema: dict[str, Any]) -> str:
     return "%json " + json.dumps({**schema, "x-guidance": _X_GUIDANCE}, ensure_ascii=False)
 
 
-def _text_rule(markers: Sequence[str], *, bare_list: bool = False) -> str:
-    """Answer text of an ``auto`` turn: not empty, not opening with a JSON object (or, for Mistral, a
-    list of objects: a call written without its marker would be lost as text), never containing a marker."""
-    excluded = "".join(f" & ~/(?s:.*{re.escape(m)}.*)/" for m in markers)
+def _starts(*, bare_list: bool = False, fenced: bool = False) -> str:
+    """Exclusions of what answer text may not open with: a call written without its marker (a JSON
+    object; for Mistral a list of objects; for Hermes an object in a ```json fence) is a call."""
+    excluded = " & ~/(?s:\\s*\\{.*)/"
     if bare_list:
         excluded += " & ~/(?s:\\s*\\[\\s*\\{.*)/"
-    return f"TEXT: /(?s:.+)/ & ~/(?s:\\s*\\{{.*)/{excluded}"
+    if fenced:
+        excluded += " & ~/(?s:\\s*```(json)?\\s*\\{.*)/"
+    return excluded
 
 
-def _lead_rule(marker: str, token_to_id: TokenToId | None) -> tuple[str, str]:
+def _text_rule(markers: Sequence[str], starts: str) -> str:
+    """Answer text of an ``auto`` turn: not empty, not opening like a call (``starts``), never holding a marker."""
+    excluded = "".join(f" & ~/(?s:.*{re.escape(m)}.*)/" for m in markers)
+    return f"TEXT: /(?s:.+)/{starts}{excluded}"
+
+
+def _lead_rule(marker: str, token_to_id: TokenToId | None, starts: str) -> tuple[str, str]:
     """``(text before the first call, rules)``: answer text may precede the first marker.
 
     A marker that is one vocabulary token follows the TEXT lexeme as that token; a marker written as
-    text ends one lexeme with the text before it (two lexemes would both match its first bytes).
+    text ends one lexeme with the text before it (two lexemes would both match its first bytes), and
+    that text opens no more freely than an answer does (``starts``).
     """
-    literal = _lark_literal(marker, token_to_id)
-    if literal.startswith("<["):
-        return f"TEXT? {literal}", ""
     m = re.escape(marker)
-    return "OPEN", f"OPEN: /(?s:.*){m}/ & ~/(?s:.*{m}.+)/ & ~/(?s:\\s*\\{{.*)/\n"
+    opened = f"OPEN: /(?s:.*){m}/ & ~/(?s:.*{m}.+)/{starts}\n"
+    token_id = token_to_id(marker) if token_to_id is not None else None
+    if token_id is not None:
+        return f"(TEXT? <[{token_id}]> | OPEN)", opened
+    return "OPEN", opened
 
 
 def tool_call_constraint(
@@ -121,34 +133,41 @@ def tool_call_constraint(
     lines: list[str]
     if family == "hermes":
         open_, close = _lark_literal("<tool_call>", token_to_id), _lark_literal("</tool_call>", token_to_id)
-        lead, rules = _lead_rule("<tool_call>", token_to_id) if auto else (open_, "")
-        # under "auto", a call written bare (no <tool_call>, as small Qwen models do) is a call too
+        starts = _starts(fenced=True)
+        lead, rules = _lead_rule("<tool_call>", token_to_id, starts) if auto else (open_, "")
+        # under "auto", a call written bare or in a ```json fence (no <tool_call>, as small Qwen
+        # models write it) is a call too
+        bare = 'TEXT | call_json SEP? | FENCE call_json "\\n```" SEP? | ' if auto else ""
         lines = [
-            f"start: {'TEXT | call_json SEP? | ' if auto else ''}{lead} body (SEP {open_} body)* SEP?"
+            f"start: {bare}{lead} body (SEP {open_} body)* SEP?"
             if parallel_tool_calls
-            else f"start: {'TEXT | call_json SEP? | ' if auto else ''}{lead} body SEP?",
+            else f"start: {bare}{lead} body SEP?",
             f'body: "\\n" call_json "\\n" {close}',
             f"call_json: {_json_rule(_one_of([_call_schema(f, 'arguments') for f in chosen]))}",
         ]
         if auto:
-            lines += [_text_rule(["<tool_call>"]), rules]
+            lines += [_text_rule(["<tool_call>"], starts), rules, "FENCE: /```(json)?\\n/"]
     elif family == "llama3_json":
         lines = [
             f"start: {'TEXT | ' if auto else ''}call_json SEP?",
             f"call_json: {_json_rule(_one_of([_call_schema(f, 'parameters') for f in chosen]))}",
         ]
         if auto:
-            lines.append(_text_rule(["<|python_tag|>"]))
+            lines.append(_text_rule(["<|python_tag|>"], _starts()))
     elif family == "mistral":
         items = _one_of([_call_schema(f, "arguments") for f in chosen])
         array = {"type": "array", "items": items, "minItems": 1, **({} if parallel_tool_calls else {"maxItems": 1})}
-        lead, rules = _lead_rule(_TOOL_CALLS, token_to_id) if auto else (_lark_literal(_TOOL_CALLS, token_to_id), "")
+        starts = _starts(bare_list=True)
+        lead, rules = (
+            _lead_rule(_TOOL_CALLS, token_to_id, starts) if auto else (_lark_literal(_TOOL_CALLS, token_to_id), "")
+        )
         lines = [f'start: {"TEXT | " if auto else ""}{lead} " "? calls SEP?', f"calls: {_json_rule(array)}"]
         if auto:
-            lines += [_text_rule([_TOOL_CALLS], bare_list=True), rules]
+            lines += [_text_rule([_TOOL_CALLS], starts), rules]
     else:  # mistral_args
         marker, args = _lark_literal(_TOOL_CALLS, token_to_id), _lark_literal(_ARGS, token_to_id)
-        lead, rules = _lead_rule(_TOOL_CALLS, token_to_id) if auto else (marker, "")
+        starts = _starts()
+        lead, rules = _lead_rule(_TOOL_CALLS, token_to_id, starts) if auto else (marker, "")
         alternatives = [f"call_{k}" for k in range(len(chosen))]
         lines = [
             f"start: {'TEXT | ' if auto else ''}{lead} call_body ({marker} call_body)* SEP?"
@@ -160,6 +179,6 @@ def tool_call_constraint(
             name = json.dumps(function["name"], ensure_ascii=False)
             lines.append(f"{rule}: {name} {args} {_json_rule(_arguments_schema(function))}")
         if auto:
-            lines += [_text_rule([_TOOL_CALLS]), rules]
+            lines += [_text_rule([_TOOL_CALLS], starts), rules]
     lines.append("SEP: /[ \\t\\r\\n]{1,3}/")
     return "\n".join(line for line in lines if line) + "\n"

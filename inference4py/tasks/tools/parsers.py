@@ -51,7 +51,8 @@ _HERMES_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 def parse_hermes_tool_calls(text: str, *, rng: random.Random | None = None) -> tuple[str, list[ToolCall]]:
     """Parse ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`` blocks (Qwen2.5, Qwen3, Hermes).
 
-    An output that is nothing but one call object, written without its block, is read as that call.
+    An output that is nothing but one call object, written without its block (bare or in a ```json
+    fence), is read as that call.
 
     Args:
         text: The generated text (special tokens kept or not: ``<tool_call>`` is plain text
@@ -83,9 +84,15 @@ def parse_hermes_tool_calls(text: str, *, rng: random.Random | None = None) -> t
     return "".join(kept).strip(), calls
 
 
+_FENCE = re.compile(r"\s*```(?:json)?[ \t]*\n(.*?)\n?```\s*\Z", re.DOTALL)
+
+
 def _bare_call(text: str, rng: random.Random | None) -> tuple[str, list[ToolCall]]:
-    # a whole output that is one call object without its <tool_call> block (an "auto" turn allows it)
-    values = _json_values(text, 0, "\x00") if text.lstrip().startswith("{") else None
+    # a whole output that is one call object without its <tool_call> block, bare or in a ```json
+    # fence (an "auto" turn allows both: small Qwen models write them)
+    fenced = _FENCE.match(text)
+    body = fenced.group(1) if fenced else text
+    values = _json_values(body, 0, "\x00") if body.lstrip().startswith("{") else None
     call = _call_from(values[0], lambda: _openai_id(rng)) if values is not None and len(values) == 1 else None
     return ("", [call]) if call is not None else (text, [])
 
