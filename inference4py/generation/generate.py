@@ -72,7 +72,7 @@ def stream_generate(
             if stops is not None:
                 piece, stopped = stops.push(piece)
                 if stopped:
-                    yield GenerationChunk(piece, token, "stop", entry, prompt_part())
+                    yield GenerationChunk(piece, token, "stop", entry, prompt_part(), stop_sequence=stops.matched)
                     return
             if token in eos:
                 reason = "eos"
@@ -84,7 +84,13 @@ def stream_generate(
             tail, stopped = stops.push(tail)
             if stopped:
                 eos_hit = reason == "eos"
-                yield GenerationChunk(held + tail, last if eos_hit else None, "stop", entry if eos_hit else None)
+                yield GenerationChunk(
+                    held + tail,
+                    last if eos_hit else None,
+                    "stop",
+                    entry if eos_hit else None,
+                    stop_sequence=stops.matched,
+                )
                 return
             tail += stops.flush()
         if reason == "eos":
@@ -111,6 +117,7 @@ def collect(
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
     first_token_at: float | None = None
     reason: FinishReason = "length"
+    stop_sequence: str | None = None
     summary = StreamSummary()
     for chunk in chunks:
         if chunk.logprob is not None:
@@ -127,6 +134,7 @@ def collect(
                 on_token(chunk.text)
         if chunk.finish_reason is not None:
             reason = chunk.finish_reason
+            stop_sequence = chunk.stop_sequence
         if chunk.summary is not None:
             summary = chunk.summary
     end = time.perf_counter()
@@ -145,6 +153,7 @@ def collect(
         prompt_logprobs=prompt_logprobs,
         speculative=summary.speculative,
         final_outputs=summary.final_outputs,
+        stop_sequence=stop_sequence,
     )
 
 

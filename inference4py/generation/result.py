@@ -77,7 +77,8 @@ class GenerationChunk:
 
     ``text`` may be empty (a token that completes no character yet, or text
     held back because it may start a stop sequence).  ``finish_reason`` is set
-    on the last chunk only.
+    on the last chunk only, and ``stop_sequence`` names the stop string that
+    ended the stream when it is ``"stop"``.
     """
 
     text: str
@@ -86,6 +87,7 @@ class GenerationChunk:
     logprob: TokenLogprob | None = None  # with logprobs=True: this chunk's token
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None  # with prompt_logprobs: on the first chunk
     summary: StreamSummary | None = None  # on the last chunk, when the stream has more to tell
+    stop_sequence: str | None = None  # on the last chunk of a stream a stop string ended
 
     def summarized(self, **fields: object) -> GenerationChunk:
         """This (last) chunk with ``fields`` of its :class:`StreamSummary` set (the others kept)."""
@@ -127,6 +129,8 @@ class GenerationResult:
         prompt_tokens: Number of tokens in the (templated) prompt.
         generated_tokens: Number of tokens generated.
         finish_reason: "eos", "length", "stop", or "tool_calls" when the text held tool calls.
+        stop_sequence: With ``finish_reason="stop"``, the stop string that ended the text (one of the
+            call's ``stop_sequences``, the first found; the longest when two start at one place); else None.
         duration: Wall time of the call in seconds.
         time_to_first_token: Seconds from the call until the first token was chosen.
         candidates: Every returned sequence, best first.
@@ -157,6 +161,7 @@ class GenerationResult:
     speculative: SpeculativeStats | None = None
     final_outputs: Mapping[str, Any] | None = None
     reasoning: str | None = None
+    stop_sequence: str | None = None
 
     @property
     def tokens_per_second(self) -> float:

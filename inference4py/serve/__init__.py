@@ -5,8 +5,9 @@
 - :func:`serve` loads the models and runs uvicorn. It binds 127.0.0.1 unless told otherwise.
 
 Routes live in :mod:`~inference4py.serve.app`, the OpenAI request models in
-:mod:`~inference4py.serve.protocol`, and each model's single owner thread in
-:mod:`~inference4py.serve.worker`.
+:mod:`~inference4py.serve.protocol`, Anthropic's Messages API in :mod:`~inference4py.serve.messages`
+(its request models in :mod:`~inference4py.serve.messages_protocol`), and each model's single owner
+thread in :mod:`~inference4py.serve.worker`.
 """
 
 from __future__ import annotations

@@ -103,6 +103,12 @@ def test_stop_sequence_is_cut_and_never_streamed():
     assert result.text == full.text[: full.text.index(stop)]
     assert "".join(pieces) == result.text
     assert result.generated_tokens < 24
+    assert result.stop_sequence == stop and full.stop_sequence is None
+    # of two stop strings, the one that ended the text is named
+    later = full.text[14:18]
+    assert full.text.index(stop) < full.text.index(later)
+    chunks = list(gen.stream_chunks(case["prompt"], max_new_tokens=24, stop_sequences=(later, stop)))
+    assert chunks[-1].finish_reason == "stop" and chunks[-1].stop_sequence == stop
 
 
 def test_builder_stop_sequence_option():
