@@ -82,12 +82,26 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-body-mb", type=_positive, default=32, metavar="MB", help="larger request bodies get a 413 (default: 32)"
     )
+    parser.add_argument(
+        "--responses-store",
+        type=_non_negative_int,
+        default=256,
+        metavar="N",
+        help="finished /v1/responses answers kept in memory for previous_response_id (0 keeps none; default: 256)",
+    )
 
 
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be zero or more, got {text}")
     return value
 
 
@@ -117,6 +131,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         cors_origins=args.cors_origin or (),
         max_body_mb=args.max_body_mb,
+        responses_store=args.responses_store,
     )
     serve(
         args.model,

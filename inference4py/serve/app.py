@@ -39,6 +39,7 @@ from inference4py.serve.protocol import (
     new_id,
     now,
 )
+from inference4py.serve.responses import add_responses_routes
 from inference4py.serve.settings import ServerSettings
 from inference4py.serve.turns import turn_steps
 from inference4py.serve.worker import ChunkStream, ModelWorker
@@ -106,7 +107,7 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
 
     @app.exception_handler(StarletteHTTPException)
     async def _not_found(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        message = f"{request.method} {request.url.path}: {exc.detail}. Routes: /v1/models, /v1/chat/completions, /v1/completions, /v1/messages, /v1/messages/count_tokens, /v1/embeddings, /v1/audio/transcriptions, /v1/audio/translations, /health, /metrics and the chat page at /."
+        message = f"{request.method} {request.url.path}: {exc.detail}. Routes: /v1/models, /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens, /v1/embeddings, /v1/audio/transcriptions, /v1/audio/translations, /health, /metrics and the chat page at /."
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return JSONResponse(_error(request, message, kind), status_code=exc.status_code)
 
@@ -151,6 +152,7 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
     add_audio_routes(app, workers)
     add_embedding_routes(app, workers)
     add_messages_routes(app, workers)
+    add_responses_routes(app, workers, stored=s.responses_store)
     add_page_route(app)
 
     @app.post("/v1/chat/completions", response_model=None)

@@ -24,6 +24,8 @@ class ServerSettings:
         api_key: When set, every route but /health and the chat page needs ``Authorization: Bearer KEY``.
         cors_origins: Origins browsers may call the API from (none: CORS headers are never sent).
         max_body_mb: Larger request bodies are answered 413.
+        responses_store: Finished /v1/responses answers kept in memory, for ``previous_response_id``
+            and ``GET /v1/responses/{id}`` (least recently used forgotten first; 0 keeps none).
 
     Raises:
         ConfigurationError: a limit below its minimum.
@@ -37,6 +39,7 @@ class ServerSettings:
     api_key: str | None = None
     cors_origins: Sequence[str] = ()
     max_body_mb: float = 32
+    responses_store: int = 256
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cors_origins", tuple(self.cors_origins))
@@ -46,3 +49,5 @@ class ServerSettings:
             )
         if self.prefix_cache_mb < 0 or self.max_body_mb <= 0:
             raise ConfigurationError("prefix_cache_mb must be >= 0 and max_body_mb > 0.")
+        if self.responses_store < 0:
+            raise ConfigurationError(f"responses_store must be >= 0 (0 keeps none), got {self.responses_store}.")
