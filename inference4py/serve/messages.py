@@ -288,8 +288,11 @@ def _message_id() -> str:
 
 
 def _message(model: str, result: GenerationResult) -> dict[str, Any]:
-    """A non-streamed answer: the text block (when there is text), then one tool_use block per call."""
+    """A non-streamed answer: the thinking block (a reasoning model's), the text block (when there is
+    text), then one tool_use block per call."""
     content: list[dict[str, Any]] = []
+    if result.reasoning:
+        content.append({"type": "thinking", "thinking": result.reasoning, "signature": ""})
     if result.text:
         content.append({"type": "text", "text": result.text})
     content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in result.tool_calls]

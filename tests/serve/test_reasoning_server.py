@@ -18,12 +18,17 @@ ASK = [{"role": "user", "content": "Where is Paris?"}]
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory):
+def server(tmp_path_factory):
     folder = thinking_copy(tmp_path_factory.mktemp("thinking"), opened=False)
     plain = OnnxTextGenerator.builder().model_path(folder).build()
     model = OnnxTextGenerator.builder().model_path(folder).logits_processor(scripted(plain.tokenizer, SCRIPT)).build()
     with running(create_app({"thinker": model})) as url:
-        yield openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=60)
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server}/v1", api_key="none", max_retries=0, timeout=60)
 
 
 def test_reasoning_content_is_apart_from_the_answer(client):
@@ -55,3 +60,28 @@ def test_inline_on_request(client):
     )
     assert r.choices[0].message.content == SCRIPT
     assert "reasoning_content" not in (r.choices[0].message.model_extra or {})
+
+
+THOUGHT, ANSWER = "\nThe user asks about Paris.\n", "Paris is in France."
+
+
+def test_messages_give_a_thinking_block_streamed_and_not(server):
+    anthropic = pytest.importorskip("anthropic")
+    client = anthropic.Anthropic(base_url=server, api_key="none", max_retries=0)
+    m = client.messages.create(model="thinker", max_tokens=80, messages=ASK)
+    assert [(b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in m.content] == [
+        ("thinking", THOUGHT),
+        ("text", ANSWER),
+    ]
+    with client.messages.stream(model="thinker", max_tokens=80, messages=ASK) as stream:
+        final = stream.get_final_message()
+    assert [b.model_dump() for b in final.content] == [b.model_dump() for b in m.content]
+
+
+def test_responses_give_a_reasoning_item_streamed_and_not(client):
+    r = client.responses.create(model="thinker", input=ASK, max_output_tokens=80)
+    assert [item.type for item in r.output] == ["reasoning", "message"]
+    assert r.output[0].content[0].text == THOUGHT and r.output_text == ANSWER
+    with client.responses.stream(model="thinker", input=ASK, max_output_tokens=80) as stream:
+        final = stream.get_final_response()
+    assert final.output_text == ANSWER and final.output[0].content[0].text == THOUGHT
