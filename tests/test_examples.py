@@ -27,7 +27,7 @@ def test_every_example_is_exercised():
     assert present <= set(RUNS) | EXTRA, f"examples without a test run: {present - set(RUNS) - EXTRA}"
 
 
-EXTRA: set[str] = {"genai_generate.py"}  # examples tested elsewhere (e.g. with their feature's tests)
+EXTRA: set[str] = {"genai_generate.py", "agent.py"}  # examples tested elsewhere or below
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
@@ -51,3 +51,24 @@ def test_example_runs(name):
     if name == "seq2seq_tasks.py":
         for label in ("summary:", "German:", "corrected:", "SQL:"):
             assert label in proc.stdout
+
+
+def test_agent_example_calls_the_tool_through_all_three_apis(tmp_path):
+    """examples/agent.py on the qwen2 fixture (a longer context: the tool prompt is ~400 tokens)."""
+    pytest.importorskip("anthropic")
+    from tests.conftest import long_context_copy
+
+    folder = long_context_copy(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "examples/agent.py", "--model", str(folder), "--tool-choice", "required"],
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+        timeout=300,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "NO_PROXY": "127.0.0.1"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert sum(line.startswith("  tool get_weather(") for line in lines) == 3, proc.stdout
+    answers = [line for line in lines if line.startswith("  answer: ")]
+    assert len(answers) == 3 and len(set(answers)) == 1, proc.stdout  # greedy: one answer, whichever API
