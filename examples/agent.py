@@ -23,6 +23,7 @@ import anthropic
 import openai
 
 QUESTION = "What's the weather in Paris?"
+ANSWER = "none"  # after the tool's result: answer in text (a real agent would loop with "auto")
 WEATHER = {
     "name": "get_weather",
     "description": "The current weather in a city.",
@@ -63,7 +64,7 @@ def chat_completions(client: openai.OpenAI, model: str, choice: str, max_tokens:
         print(f"  tool {call.function.name}({call.function.arguments}) -> {result}")
         messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
     final = client.chat.completions.create(
-        model=model, messages=messages, tools=tools, tool_choice="none", max_tokens=max_tokens
+        model=model, messages=messages, tools=tools, tool_choice=ANSWER, max_tokens=max_tokens
     )
     return final.choices[0].message.content or ""
 
@@ -88,7 +89,7 @@ def responses(client: openai.OpenAI, model: str, choice: str, max_tokens: int) -
         previous_response_id=first.id,
         input=outputs,
         tools=tools,
-        tool_choice="none",
+        tool_choice=ANSWER,
         max_output_tokens=max_tokens,
     )
     return final.output_text
@@ -114,7 +115,7 @@ def messages_api(client: anthropic.Anthropic, model: str, choice: str, max_token
         results.append({"type": "tool_result", "tool_use_id": use.id, "content": result})
     conversation.append({"role": "user", "content": results})
     final = client.messages.create(
-        model=model, messages=conversation, tools=tools, tool_choice={"type": "none"}, max_tokens=max_tokens
+        model=model, messages=conversation, tools=tools, tool_choice={"type": ANSWER}, max_tokens=max_tokens
     )
     return "".join(block.text for block in final.content if block.type == "text")
 
