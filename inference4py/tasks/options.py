@@ -48,7 +48,8 @@ class RequestOptions:
     Output fields (one constraint at a time, or tools) are OpenAI's shapes, compiled once per
     request by the task.  ``speculative`` is a
     :class:`~inference4py.generation.speculative.PromptLookup` / ``DraftModel``, ``"off"``, or None
-    for the builder's setting.
+    for the builder's setting.  ``chat_template_kwargs`` are more variables for the chat template
+    (e.g. ``{"enable_thinking": False}``), as transformers' ``apply_chat_template`` takes them.
 
     Raises:
         ConfigurationError: a value outside its range (named with the valid one).
@@ -93,8 +94,10 @@ class RequestOptions:
     tool_choice: str | Mapping[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     speculative: Speculation | Literal["off"] | None = None
+    chat_template_kwargs: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        _check_template_kwargs(self.chat_template_kwargs)
         for name in _SEQUENCE_FIELDS:  # the JSON / keyword world's lists (or one value) as frozen tuples
             value = getattr(self, name)
             if value is not None:
@@ -188,6 +191,25 @@ class RequestOptions:
 
 #: The generation fields: GenerationConfig's names (tests check RequestOptions declares each).
 GENERATION_FIELDS = tuple(f.name for f in fields(GenerationConfig))
+
+
+# the chat template's own arguments: a variable of the same name could not be passed beside them
+_TEMPLATE_ARGUMENTS = frozenset({"messages", "tools", "add_generation_prompt", "template", "special_tokens"})
+
+
+def _check_template_kwargs(value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ConfigurationError(
+            'chat_template_kwargs must map template variable names to values, e.g. {"enable_thinking": false}.'
+        )
+    taken = sorted(_TEMPLATE_ARGUMENTS.intersection(value))
+    if taken:
+        raise ConfigurationError(
+            f"chat_template_kwargs cannot set {', '.join(taken)}: the request itself gives "
+            f"{'it' if len(taken) == 1 else 'them'} to the template. Drop {'it' if len(taken) == 1 else 'them'}."
+        )
 
 
 _SEQUENCE_FIELDS = ("eos_token_id", "suppress_tokens", "begin_suppress_tokens", "stop_sequences", "bad_words_ids")

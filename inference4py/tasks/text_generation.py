@@ -318,7 +318,7 @@ class OnnxTextGenerator(ClosableTask):
         """
         self._check_open()
         control = self._control(options)
-        ids = self._prompts.encode(prompt, tools=control.tools)
+        ids = self._prompts.encode(prompt, tools=control.tools, template_kwargs=options.chat_template_kwargs)
         return PreparedRequest(ids, self._planner.for_request(len(ids), options), control, self._processors)
 
     def _control(self, options: RequestOptions) -> OutputControl:
