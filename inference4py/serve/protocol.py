@@ -45,7 +45,7 @@ _log = logging.getLogger("inference4py.serve")
 IGNORED_FIELDS = {
     "id_slot": "llama.cpp's slot choice: the scheduler places each request itself",
     "n_probs": "llama.cpp's token probabilities: ask with logprobs and top_logprobs",
-    "samplers": "llama.cpp's sampler order: the order is fixed (penalties, top-k, top-p, min-p, temperature)",
+    "samplers": "llama.cpp's sampler order: the order is transformers' (penalties, temperature, top-k, top-p, min-p)",
     "skip_special_tokens": "vLLM's skip_special_tokens false: special tokens are always left out of the text",
     "include_stop_str_in_output": "vLLM's include_stop_str_in_output: a stop string never reaches the text",
 }
