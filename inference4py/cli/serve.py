@@ -77,7 +77,8 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="ORIGIN",
-        help="an origin browsers may call the API from, e.g. http://localhost:3000 (repeatable; default: none)",
+        help="an origin browsers may call the API from, as scheme://host[:port], e.g. http://localhost:3000, "
+        "or '*' for any page (repeatable; default: none; the API key, if set, is still required)",
     )
     parser.add_argument(
         "--max-body-mb", type=_positive, default=32, metavar="MB", help="larger request bodies get a 413 (default: 32)"

@@ -16,7 +16,6 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -27,7 +26,7 @@ from inference4py.serve.audio import add_audio_routes
 from inference4py.serve.dispatch import collect_all, open_all, text_worker
 from inference4py.serve.embeddings import add_embedding_routes
 from inference4py.serve.errors import error_payload
-from inference4py.serve.guard import Guard
+from inference4py.serve.guard import Guard, add_cors
 from inference4py.serve.messages import add_messages_routes
 from inference4py.serve.metrics import prometheus
 from inference4py.serve.page import add_page_route
@@ -35,12 +34,15 @@ from inference4py.serve.protocol import (
     ApiError,
     ChatCompletionRequest,
     CompletionRequest,
+    FieldWarnings,
     error_body,
     new_id,
     now,
+    template_messages,
 )
 from inference4py.serve.responses import add_responses_routes
 from inference4py.serve.settings import ServerSettings
+from inference4py.serve.tokenize import add_tokenize_routes
 from inference4py.serve.turns import turn_steps
 from inference4py.serve.worker import ChunkStream, ModelWorker
 from inference4py.tasks.options import RequestOptions
@@ -82,9 +84,10 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
 
     app = FastAPI(title="inference4py", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.workers = workers
+    app.state.field_warnings = FieldWarnings()
     app.add_middleware(Guard, api_key=s.api_key, max_body=int(s.max_body_mb * (1 << 20)))
-    if s.cors_origins:  # added last: outermost, so refusals and preflights carry CORS headers too
-        app.add_middleware(CORSMiddleware, allow_origins=list(s.cors_origins), allow_methods=["*"], allow_headers=["*"])
+    if s.cors_origins:
+        add_cors(app, s.cors_origins)
 
     @app.exception_handler(ApiError)
     async def _http_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -154,12 +157,13 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
     add_messages_routes(app, workers)
     add_responses_routes(app, workers, stored=s.responses_store)
     add_page_route(app)
+    add_tokenize_routes(app, workers)
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(body: ChatCompletionRequest, request: Request) -> Any:
         worker = text_worker(workers, body.model, "chat")
-        messages = [m.for_template() for m in body.messages]
-        options = _options(body).replace(
+        messages = template_messages(body.messages)
+        options = _options(body, request).replace(
             response_format=body.response_format,
             tools=body.tools,
             tool_choice=body.tool_choice,
@@ -167,8 +171,6 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
         )
         if body.logprobs or body.top_logprobs:
             options = options.replace(logprobs=True, top_logprobs=body.top_logprobs or 0)
-        if body.max_completion_tokens is not None:
-            options = options.replace(max_new_tokens=body.max_completion_tokens)
         if body.reasoning_format is not None:
             options = options.replace(reasoning="inline" if body.reasoning_format in ("none", "inline") else "split")
         if body.stream:
@@ -179,11 +181,9 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
     @app.post("/v1/completions", response_model=None)
     async def completions(body: CompletionRequest, request: Request) -> Any:
         worker = text_worker(workers, body.model, "completions")
-        options = _options(body)
+        options = _options(body, request)
         if body.logprobs is not None:
             options = options.replace(logprobs=True, top_logprobs=body.logprobs)
-        if body.echo:
-            raise ApiError(400, "echo is not supported yet: leave it false.", "echo")
         prompt = body.prompt
         if body.stream:
             streams = await open_all(worker, prompt, options, body.n)
@@ -204,20 +204,30 @@ def _error(
 
 
 # ------------------------------------------------------------------------------- request -> options
-def _options(body: Any) -> RequestOptions:
-    """The request options of the fields both endpoints share; an unknown field is a 400, never ignored."""
-    unknown = body.unknown_fields()
-    if unknown:
-        raise ApiError(400, f"Unsupported field(s): {', '.join(unknown)}. Remove them.", unknown[0])
+def _options(body: Any, request: Request) -> RequestOptions:
+    """The request options of the fields both endpoints share.
+
+    A field the server ignores is logged once per name (never a 400 for its name alone); an OpenAI
+    field it cannot honour is a 400 (``body.refusal()``).
+    """
+    refused = body.refusal()
+    if refused is not None:
+        raise refused
+    request.app.state.field_warnings.warn(request.url.path, body.ignored_fields())
     logit_bias = None
     if body.logit_bias:
         try:
             logit_bias = {int(k): v for k, v in body.logit_bias.items()}
         except ValueError as exc:
             raise ApiError(400, 'logit_bias keys must be token ids, e.g. {"50256": -100}.', "logit_bias") from exc
-    extra = body.model_extra or {}  # the library's own fields (EXTRA_FIELDS)
+    if body.ignore_eos and (getattr(body, "response_format", None) or getattr(body, "tools", None)):
+        raise ApiError(
+            400,
+            "ignore_eos cannot go with response_format or tools: such an answer ends at its end token.",
+            "ignore_eos",
+        )
     return RequestOptions(
-        max_new_tokens=body.max_tokens,
+        max_new_tokens=body.generation_limit(getattr(body, "max_completion_tokens", None)),
         temperature=body.temperature,
         top_p=body.top_p,
         seed=body.seed,
@@ -227,9 +237,11 @@ def _options(body: Any) -> RequestOptions:
         presence_penalty=body.presence_penalty,
         frequency_penalty=body.frequency_penalty,
         logit_bias=logit_bias,
-        top_k=extra.get("top_k"),
-        min_p=extra.get("min_p"),
-        repetition_penalty=extra.get("repetition_penalty"),
+        top_k=max(body.top_k, 0) if body.top_k is not None else None,  # vLLM's -1: off
+        min_p=body.min_p,
+        repetition_penalty=body.repetition_penalty,
+        eos_token_id=() if body.ignore_eos else None,
+        chat_template_kwargs=body.chat_template_kwargs,
     )
 
 

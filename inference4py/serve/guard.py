@@ -1,20 +1,25 @@
-"""What a request must pass before a route sees it: the API key and the body size limit.
+"""What a request must pass before a route sees it: the API key, the body size limit, and CORS.
 
 Plain ASGI (not Starlette's BaseHTTPMiddleware) so streamed responses and disconnect detection
 pass through untouched.  Refusals are the route's API's error objects (:mod:`inference4py.serve.errors`):
 401 for a missing or wrong key, 413 for a body over the limit, 400 for a malformed Content-Length.
+CORS (:func:`add_cors`) answers browsers' preflights for the configured origins, before the key check:
+a preflight carries no key.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from inference4py.serve.errors import error_payload
 
-__all__ = ["Guard"]
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+__all__ = ["Guard", "add_cors"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -23,6 +28,27 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _OPEN_PATHS = frozenset({"/health", "/"})  # the page itself holds no secret: it asks for the key
+
+
+def add_cors(app: FastAPI, origins: Sequence[str]) -> None:
+    """Let browser pages from ``origins`` call ``app`` (added last, so it is outermost: refusals carry CORS too).
+
+    No credentials mode: the API key travels in the Authorization header, which a preflight lists
+    and the answer allows, never in a cookie; so ``"*"`` is valid (browsers refuse ``*`` only with
+    credentials) and every origin is treated alike. A page on a public origin that calls a server on
+    this machine or network gets Chrome's private-network preflight allowed, as its origin was named.
+    """
+    from starlette.middleware.cors import CORSMiddleware
+
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=["*"] if "*" in origins else list(origins),
+        allow_methods=["*"],
+        allow_headers=["*"],  # mirrors the preflight's list, so Authorization is allowed by name
+        allow_credentials=False,
+        allow_private_network=True,
+        expose_headers=["Retry-After"],
+    )
 
 
 class Guard:

@@ -2,32 +2,53 @@
 
 Only the protocol lives here: field names, types and ranges as OpenAI documents them. The routes
 (:mod:`inference4py.serve.app`) turn a request into library options; nothing here runs a model.
+
+A field is honoured, ignored with a warning, or refused (docs/serving.md, "Fields"): OpenAI's and
+the vLLM / llama.cpp fields the library can do are honoured; a field name the server does not know,
+or another server's field it cannot honour (:data:`IGNORED_FIELDS`), is logged once and ignored;
+an OpenAI field whose answer a text model cannot give (``echo``, ``functions``, audio output) is a
+400. Values are strict: a string where a number or a boolean belongs is a 400, never coerced.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
-    "EXTRA_FIELDS",
+    "IGNORED_FIELDS",
     "ApiError",
     "ChatCompletionRequest",
     "ChatMessage",
     "CompletionRequest",
     "EmbeddingRequest",
+    "FieldWarnings",
     "StreamOptions",
     "error_body",
     "new_id",
+    "template_messages",
     "unknown_model",
 ]
 
-# Library options accepted as extra body fields, as vLLM does; any other unknown field is a 400.
-EXTRA_FIELDS = frozenset({"top_k", "min_p", "repetition_penalty"})
+_log = logging.getLogger("inference4py.serve")
+
+# Fields other servers' clients send that this server accepts without doing what they ask: the
+# reason goes into the warning logged the first time one is seen (only when its value asks for
+# something: ``skip_special_tokens: true`` is what the server does anyway). Every field not
+# declared below is ignored the same way, with a warning; none is a 400 for its name alone.
+IGNORED_FIELDS = {
+    "id_slot": "llama.cpp's slot choice: the scheduler places each request itself",
+    "n_probs": "llama.cpp's token probabilities: ask with logprobs and top_logprobs",
+    "samplers": "llama.cpp's sampler order: the order is transformers' (penalties, temperature, top-k, top-p, min-p)",
+    "skip_special_tokens": "vLLM's skip_special_tokens false: special tokens are always left out of the text",
+    "include_stop_str_in_output": "vLLM's include_stop_str_in_output: a stop string never reaches the text",
+}
 
 
 class ApiError(Exception):
@@ -52,12 +73,32 @@ def unknown_model(name: str, served: Iterable[str]) -> ApiError:
     )
 
 
+class FieldWarnings:
+    """Logs, once per field name, that a request sent a field the server ignores (logger ``inference4py.serve``)."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def warn(self, route: str, fields: Mapping[str, str]) -> None:
+        """Warn about each of ``fields`` (name -> why it is ignored) not warned about before."""
+        for name, why in fields.items():
+            with self._lock:
+                if name in self._seen:
+                    continue
+                self._seen.add(name)
+            _log.warning("%s: ignored the field %r (%s); this is logged once per field name.", route, name, why)
+
+
+# Strict: a string where a number or a boolean belongs is a 400, as OpenAI answers, never coerced.
 class StreamOptions(BaseModel):
+    model_config = ConfigDict(strict=True)
+
     include_usage: bool = False
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: str
     max_tokens: int | None = Field(default=None, ge=1)
@@ -72,13 +113,54 @@ class _Request(BaseModel):
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = None
+    # vLLM's sampling fields (honoured); top_k -1 means off, as in vLLM
+    top_k: int | None = Field(default=None, ge=-1)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0)
+    ignore_eos: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+    # llama.cpp's: n_predict is max_tokens when that is absent (-1, -2: no limit); the prefix cache is always on
+    n_predict: int | None = Field(default=None, ge=-2)
+    cache_prompt: bool | None = None
+    # accepted, not honoured (IGNORED_FIELDS): a warning when the value asks for something
+    id_slot: int | None = None
+    n_probs: int | None = None
+    samplers: Any = None
+    skip_special_tokens: bool | None = None
+    include_stop_str_in_output: bool | None = None
 
-    def unknown_fields(self) -> list[str]:
-        return sorted(k for k in (self.model_extra or {}) if k not in EXTRA_FIELDS)
+    def ignored_fields(self) -> dict[str, str]:
+        """The fields this request sets that the server ignores: name -> why (for :class:`FieldWarnings`)."""
+        asked = {
+            "id_slot": self.id_slot is not None and self.id_slot >= 0,
+            "n_probs": bool(self.n_probs),
+            "samplers": self.samplers is not None,
+            "skip_special_tokens": self.skip_special_tokens is False,
+            "include_stop_str_in_output": bool(self.include_stop_str_in_output),
+        }
+        out = {name: IGNORED_FIELDS[name] for name, on in asked.items() if on}
+        for name in sorted(self.model_extra or {}):
+            out[name] = "not a field this server knows"
+        return out
+
+    def generation_limit(self, max_completion_tokens: int | None = None) -> int | None:
+        """max_completion_tokens, else max_tokens, else llama.cpp's n_predict (negative: no limit)."""
+        for value in (max_completion_tokens, self.max_tokens):
+            if value is not None:
+                return value
+        if self.n_predict == 0:
+            raise ApiError(
+                400, "n_predict 0 asks for no tokens: give a positive count, or -1 for no limit.", "n_predict"
+            )
+        return self.n_predict if self.n_predict is not None and self.n_predict > 0 else None
+
+
+# OpenAI's content part types that carry something other than text (a text-only model refuses them)
+_MEDIA_PARTS = frozenset({"image_url", "image", "input_image", "input_audio", "audio", "file", "input_file"})
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[dict[str, Any]] | None = None
@@ -86,11 +168,21 @@ class ChatMessage(BaseModel):
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
 
-    def for_template(self) -> dict[str, Any]:
-        """The message as chat templates read it (text parts joined; OpenAI's developer role as system)."""
+    def for_template(self, index: int = 0) -> dict[str, Any]:
+        """The message as chat templates read it (text parts joined; OpenAI's developer role as system).
+
+        Raises:
+            ApiError: 400 naming ``messages[index].content`` for null content (but an assistant's
+                with tool calls), a content part of an unknown type, or a part that is not text
+                (an image, audio or a file: the chat models served here read text only).
+        """
+        where = f"messages[{index}].content"
         content = self.content
+        if content is None and not (self.role == "assistant" and self.tool_calls):
+            needs = "content or tool_calls" if self.role == "assistant" else "content (a string or text parts)"
+            raise ApiError(400, f"{where}: a {self.role} message needs {needs}, got null.", where)
         if isinstance(content, list):
-            content = "".join(str(part.get("text", "")) for part in content if part.get("type") == "text")
+            content = "".join(_part_text(part, f"{where}[{j}]", self.role) for j, part in enumerate(content))
         out: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role, "content": content or ""}
         if self.tool_calls:
             out["tool_calls"] = self.tool_calls
@@ -99,6 +191,33 @@ class ChatMessage(BaseModel):
         if self.name:
             out["name"] = self.name
         return out
+
+
+def _part_text(part: dict[str, Any], where: str, role: str) -> str:
+    """The text of one content part; anything but text (an assistant's refusal counts) is a 400."""
+    kind = part.get("type")
+    field = "refusal" if kind == "refusal" and role == "assistant" else "text" if kind == "text" else None
+    if field is not None:
+        text = part.get(field)
+        if not isinstance(text, str):
+            raise ApiError(400, f"{where}.{field}: a {kind} part needs its {field} as a string.", f"{where}.{field}")
+        return text
+    if kind in _MEDIA_PARTS:
+        raise ApiError(
+            400,
+            f"{where}: this is a text-only model: it takes no {kind} parts. Send the content as text.",
+            where,
+        )
+    raise ApiError(
+        400,
+        f"{where}.type: unknown content part type {kind!r}. Send text parts: {{'type': 'text', 'text': '...'}}.",
+        f"{where}.type",
+    )
+
+
+def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """The request's messages as chat templates read them (:meth:`ChatMessage.for_template`)."""
+    return [m.for_template(i) for i, m in enumerate(messages)]
 
 
 class ChatCompletionRequest(_Request):
@@ -113,16 +232,47 @@ class ChatCompletionRequest(_Request):
     # llama-server's switch: "none" (or "inline") leaves a reasoning model's thinking in the content;
     # "auto", "deepseek" or "split" (the default) send it apart, as reasoning_content
     reasoning_format: Literal["none", "inline", "auto", "deepseek", "split"] | None = None
+    # OpenAI's, refused when they ask for what a text model cannot give (:meth:`refusal`)
+    functions: list[dict[str, Any]] | None = None
+    function_call: str | dict[str, Any] | None = None
+    modalities: list[str] | None = None
+    audio: dict[str, Any] | None = None
+
+    def refusal(self) -> ApiError | None:
+        """The 400 for an OpenAI field whose answer this server cannot give, or None."""
+        if self.functions is not None or self.function_call is not None:
+            name = "functions" if self.functions is not None else "function_call"
+            return ApiError(
+                400, f"{name} is OpenAI's deprecated form of tools: send tools and tool_choice instead.", name
+            )
+        if self.audio is not None or any(m != "text" for m in self.modalities or ()):
+            name = "audio" if self.audio is not None else "modalities"
+            return ApiError(400, f"{name}: the models served here answer in text only; leave it out.", name)
+        return None
 
 
 class CompletionRequest(_Request):
     prompt: str | list[int]
     logprobs: int | None = Field(default=None, ge=0, le=20)
     echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = Field(default=None, ge=1)
+
+    def refusal(self) -> ApiError | None:
+        """The 400 for an OpenAI field whose answer this server cannot give, or None."""
+        if self.echo:
+            return ApiError(400, "echo is not supported yet: leave it false.", "echo")
+        if self.suffix:
+            return ApiError(400, "suffix (text after the completion) is not supported: leave it out.", "suffix")
+        if self.best_of is not None and self.best_of != self.n:
+            return ApiError(
+                400, f"best_of {self.best_of} is not supported: leave it out, or equal to n ({self.n}).", "best_of"
+            )
+        return None
 
 
 class EmbeddingRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: str
     # token-id inputs parse, so that the route can refuse them with a message instead of a type error

@@ -25,7 +25,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
 from inference4py.serve.dispatch import open_all, text_worker
-from inference4py.serve.protocol import ApiError, now
+from inference4py.serve.protocol import ApiError, FieldWarnings, now
 from inference4py.serve.response_output import TurnOutput, new_id
 from inference4py.serve.response_store import ResponseStore, StoredResponse
 from inference4py.serve.responses_protocol import (
@@ -137,13 +137,16 @@ def _check_fields(body: ResponseRequest) -> None:
         )
     extra = body.extra_fields()
     unknown = sorted(k for k in extra if k not in IGNORED_FIELDS and k not in LIBRARY_FIELDS)
-    if unknown:
-        raise ApiError(400, f"Unsupported field(s): {', '.join(unknown)}. Remove them.", unknown[0])
+    if unknown:  # an unknown name is no bad value: ignored, and said once in the log (as on the other routes)
+        _UNKNOWN.warn("/v1/responses", {name: "not a Responses API field this server reads" for name in unknown})
     ignored = sorted(k for k in extra if k in IGNORED_FIELDS and extra[k] is not None)
     if body.text is not None and body.text.verbosity is not None:
         ignored.append("text.verbosity")
     if ignored:
         _log.warning("/v1/responses: ignoring %s (OpenAI service settings with no effect here)", ", ".join(ignored))
+
+
+_UNKNOWN = FieldWarnings()
 
 
 def _options(body: ResponseRequest) -> RequestOptions:

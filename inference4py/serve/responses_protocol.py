@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from inference4py.serve.protocol import EXTRA_FIELDS, ApiError
+from inference4py.serve.protocol import ApiError
 
 __all__ = [
     "IGNORED_FIELDS",
@@ -47,7 +47,7 @@ IGNORED_FIELDS = frozenset(
 )
 
 #: The library's own sampling fields, accepted as extra body fields (as on /v1/chat/completions), and seed.
-LIBRARY_FIELDS = EXTRA_FIELDS | {"seed"}
+LIBRARY_FIELDS = frozenset({"top_k", "min_p", "repetition_penalty", "seed"})
 
 
 class TextConfig(BaseModel):

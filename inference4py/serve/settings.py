@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,7 +23,9 @@ class ServerSettings:
         prefix_cache_mb: Memory per text generator for the automatic prefix cache (0: off).
         timeout: Seconds a request may run before it is stopped (408); None: no limit.
         api_key: When set, every route but /health and the chat page needs ``Authorization: Bearer KEY``.
-        cors_origins: Origins browsers may call the API from (none: CORS headers are never sent).
+        cors_origins: Origins browsers may call the API from, as ``scheme://host[:port]`` (none: CORS
+            headers are never sent); ``"*"`` lets any page call it (the API key, when one is set,
+            still guards it: it travels in a header, never as a cookie).
         max_body_mb: Larger request bodies are answered 413.
         responses_store: Finished /v1/responses answers kept in memory, for ``previous_response_id``
             and ``GET /v1/responses/{id}`` (least recently used forgotten first; 0 keeps none).
@@ -42,7 +45,11 @@ class ServerSettings:
     responses_store: int = 256
 
     def __post_init__(self) -> None:
+        if isinstance(self.cors_origins, str):  # one origin, not its characters
+            object.__setattr__(self, "cors_origins", (self.cors_origins,))
         object.__setattr__(self, "cors_origins", tuple(self.cors_origins))
+        for origin in self.cors_origins:
+            _check_origin(origin)
         if self.max_queue < 0 or self.max_concurrent < 1:
             raise ConfigurationError(
                 f"max_queue must be >= 0 and max_concurrent >= 1, got {self.max_queue} and {self.max_concurrent}."
@@ -51,3 +58,20 @@ class ServerSettings:
             raise ConfigurationError("prefix_cache_mb must be >= 0 and max_body_mb > 0.")
         if self.responses_store < 0:
             raise ConfigurationError(f"responses_store must be >= 0 (0 keeps none), got {self.responses_store}.")
+
+
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/?#\s]+")
+
+
+def _check_origin(origin: object) -> None:
+    """An origin as browsers send it (scheme://host[:port]: no path, no trailing slash), or "*"."""
+    if origin == "*" or (isinstance(origin, str) and _ORIGIN.fullmatch(origin)):
+        return
+    example = "http://localhost:3000"
+    if isinstance(origin, str) and "://" in origin:
+        scheme, rest = origin.split("://", 1)
+        example = f"{scheme.lower()}://{rest.split('/', 1)[0]}"
+    raise ConfigurationError(
+        f"CORS origin {origin!r} is not an origin: give scheme://host[:port] as browsers send it (no path, no "
+        f"trailing slash), e.g. {example}, or '*' for any origin."
+    )

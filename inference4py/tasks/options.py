@@ -50,6 +50,8 @@ class RequestOptions:
     :class:`~inference4py.generation.speculative.PromptLookup` / ``DraftModel``, ``"off"``, or None
     for the builder's setting.  ``reasoning`` says where a reasoning model's thinking goes:
     ``"split"`` (None: apart from the answer, in ``result.reasoning``) or ``"inline"`` (in the text).
+    ``chat_template_kwargs`` are more variables for the chat template
+    (e.g. ``{"enable_thinking": False}``), as transformers' ``apply_chat_template`` takes them.
 
     Raises:
         ConfigurationError: a value outside its range (named with the valid one).
@@ -95,6 +97,7 @@ class RequestOptions:
     parallel_tool_calls: bool | None = None
     speculative: Speculation | Literal["off"] | None = None
     reasoning: Literal["split", "inline"] | None = None
+    chat_template_kwargs: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.reasoning not in (None, "split", "inline"):
@@ -102,6 +105,7 @@ class RequestOptions:
                 f"reasoning must be 'split' (the thinking apart from the answer, the default) or 'inline' "
                 f"(left in the text), got {self.reasoning!r}."
             )
+        _check_template_kwargs(self.chat_template_kwargs)
         for name in _SEQUENCE_FIELDS:  # the JSON / keyword world's lists (or one value) as frozen tuples
             value = getattr(self, name)
             if value is not None:
@@ -195,6 +199,25 @@ class RequestOptions:
 
 #: The generation fields: GenerationConfig's names (tests check RequestOptions declares each).
 GENERATION_FIELDS = tuple(f.name for f in fields(GenerationConfig))
+
+
+# the chat template's own arguments: a variable of the same name could not be passed beside them
+_TEMPLATE_ARGUMENTS = frozenset({"messages", "tools", "add_generation_prompt", "template", "special_tokens"})
+
+
+def _check_template_kwargs(value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ConfigurationError(
+            'chat_template_kwargs must map template variable names to values, e.g. {"enable_thinking": false}.'
+        )
+    taken = sorted(_TEMPLATE_ARGUMENTS.intersection(value))
+    if taken:
+        raise ConfigurationError(
+            f"chat_template_kwargs cannot set {', '.join(taken)}: the request itself gives "
+            f"{'it' if len(taken) == 1 else 'them'} to the template. Drop {'it' if len(taken) == 1 else 'them'}."
+        )
 
 
 _SEQUENCE_FIELDS = ("eos_token_id", "suppress_tokens", "begin_suppress_tokens", "stop_sequences", "bad_words_ids")

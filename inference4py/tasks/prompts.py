@@ -76,8 +76,16 @@ class PromptEncoder:
                 "tokenizer_config.json, no chat_template.jinja). Pass one: .chat_template('{% for m in messages %}...')."
             )
 
-    def encode(self, prompt: Prompt, *, tools: list[dict[str, Any]] | None = None) -> list[int]:
+    def encode(
+        self,
+        prompt: Prompt,
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
+    ) -> list[int]:
         """The token ids of ``prompt``; ``tools`` (checked ones) are rendered by the chat template.
+
+        ``template_kwargs`` are more variables for the chat template, when one applies.
 
         Raises:
             InvalidInputError: empty prompt, malformed messages, ids outside the vocabulary,
@@ -87,7 +95,7 @@ class PromptEncoder:
             if not prompt:
                 raise InvalidInputError("The prompt is empty. Pass some text, a list of chat messages or token ids.")
             if self.use_template or tools is not None:
-                return self.render([{"role": "user", "content": prompt}], tools=tools)
+                return self.render([{"role": "user", "content": prompt}], tools=tools, template_kwargs=template_kwargs)
             ids = self.tokenizer.encode(prompt)
             if not ids:
                 raise InvalidInputError("The prompt encodes to no tokens. Pass some text.")
@@ -109,7 +117,7 @@ class PromptEncoder:
                 return list(prompt)
             if all(isinstance(m, Mapping) for m in prompt):
                 _refuse_images(prompt)
-                return self.render(list(prompt), tools=tools)
+                return self.render(list(prompt), tools=tools, template_kwargs=template_kwargs)
         raise InvalidInputError(
             f"Unsupported prompt of type {type(prompt).__name__}: pass a str, a list of "
             "{'role': ..., 'content': ...} messages, or a list of token ids."
@@ -134,13 +142,28 @@ class PromptEncoder:
         tail = self.tokenizer.decode(list(ids[-8:]), skip_special_tokens=False)
         return _THINK, tail.rstrip().endswith(_THINK[0])
 
-    def render(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None) -> list[int]:
+    def render(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
+    ) -> list[int]:
         """Chat messages through the template, then tokenized without added special tokens."""
         # transformers tokenizes rendered templates without adding special tokens: the template has them.
-        return self.tokenizer.encode(self.render_text(messages, tools=tools), add_special_tokens=False)
+        text = self.render_text(messages, tools=tools, template_kwargs=template_kwargs)
+        return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def render_text(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None) -> str:
+    def render_text(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
+    ) -> str:
         """Chat messages through the template (with the system prompt when they have none).
+
+        ``template_kwargs``: more template variables (e.g. ``enable_thinking``).
 
         Assistant ``tool_calls`` and ``role: "tool"`` results are normalised the way the
         templates expect them (see :func:`inference4py.tasks.tools.messages_for_template`).
@@ -158,7 +181,9 @@ class PromptEncoder:
 
             rendered = messages_for_template(messages)
         template = self.tool_template if tools is not None else self.template
-        return self.tokenizer.apply_chat_template(rendered, add_generation_prompt=True, template=template, tools=tools)
+        return self.tokenizer.apply_chat_template(
+            rendered, add_generation_prompt=True, template=template, tools=tools, **(template_kwargs or {})
+        )
 
 
 def _refuse_images(messages: Sequence[Message]) -> None:

@@ -318,7 +318,7 @@ class OnnxTextGenerator(ClosableTask):
         """
         self._check_open()
         control = self._control(options)
-        ids = self._prompts.encode(prompt, tools=control.tools)
+        ids = self._prompts.encode(prompt, tools=control.tools, template_kwargs=options.chat_template_kwargs)
         reasoning = self._prompts.reasoning(prompt, ids, tools=control.tools) if options.reasoning != "inline" else None
         if reasoning is not None:
             markers, opened = reasoning

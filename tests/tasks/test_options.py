@@ -20,7 +20,7 @@ def test_every_generation_field_is_a_typed_field():
     declared = {f.name for f in dataclasses.fields(RequestOptions)}
     assert set(GENERATION_FIELDS) == {f.name for f in dataclasses.fields(GenerationConfig)}
     assert set(GENERATION_FIELDS) <= declared
-    assert declared == {*GENERATION_FIELDS, *OUTPUT_FIELDS, "speculative"}
+    assert declared == {*GENERATION_FIELDS, *OUTPUT_FIELDS, "speculative", "reasoning", "chat_template_kwargs"}
 
 
 def test_bad_values_and_unknown_names_are_refused_at_the_edge():
