@@ -111,6 +111,10 @@ async def _answer(workers: Mapping[str, ModelWorker], request: Request, task: st
     form = await _read_form(request)
     try:
         fields = _fields(form, task)
+        ignored = _unknown(form, task)
+        if ignored:  # an unknown name is no bad value: ignored, and said once in the log
+            why = f"not a field {_ROUTES[task]} reads (accepted: {', '.join(sorted(_FIELDS[task]))})"
+            request.app.state.field_warnings.warn(_ROUTES[task], {name: why for name in ignored})
         worker = _speech_worker(workers, fields["model"], task)
         model: WhisperSpeechModel = worker.model
         language = _language(model, fields.get("language"), fields["model"])
@@ -172,19 +176,16 @@ async def _read_form(request: Request) -> FormData:
         raise ApiError(400, f"The multipart body cannot be read ({reason}). Send a well-formed form.") from exc
 
 
-def _fields(form: FormData, task: str) -> dict[str, Any]:
-    """The form's fields, checked: unknown or unsupported ones are a 400, never ignored."""
+def _unknown(form: FormData, task: str) -> list[str]:
+    """The form's field names this route does not read."""
     names = {name for name, _ in form.multi_items()}
     if "timestamp_granularities" in names:  # clients that send the list without brackets
         names = (names - {"timestamp_granularities"}) | {"timestamp_granularities[]"}
-    unknown = sorted(names - _FIELDS[task])
-    if unknown:
-        raise ApiError(
-            400,
-            f"Unsupported field(s) for {_ROUTES[task]}: {', '.join(unknown)}. "
-            f"Accepted: {', '.join(sorted(_FIELDS[task]))}.",
-            unknown[0],
-        )
+    return sorted(names - _FIELDS[task])
+
+
+def _fields(form: FormData, task: str) -> dict[str, Any]:
+    """The form's known fields, checked: a bad value is a 400 (unknown names are ignored by the caller)."""
     out: dict[str, Any] = {}
     for name in ("model", "language", "prompt", "response_format", "temperature", "stream"):
         value = form.get(name)

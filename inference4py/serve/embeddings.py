@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 
 from inference4py.serve.protocol import ApiError, EmbeddingRequest, unknown_model
 from inference4py.serve.worker import ModelWorker
@@ -35,10 +35,11 @@ def add_embedding_routes(app: FastAPI, workers: Mapping[str, ModelWorker]) -> No
     """Add ``POST /v1/embeddings`` to ``app``."""
 
     @app.post("/v1/embeddings")
-    async def embeddings(body: EmbeddingRequest) -> dict[str, Any]:
+    async def embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]:
         unknown = body.unknown_fields()
-        if unknown:
-            raise ApiError(400, f"Unsupported field(s): {', '.join(unknown)}. Remove them.", unknown[0])
+        if unknown:  # an unknown name is no bad value: ignored, and said once in the log
+            why = "not a field /v1/embeddings reads (model, input, encoding_format, dimensions, user)"
+            request.app.state.field_warnings.warn("/v1/embeddings", {name: why for name in unknown})
         worker = _embedding_worker(workers, body.model)
         texts = _texts(body.input)
         model: OnnxEmbedder = worker.model

@@ -108,7 +108,6 @@ def test_models_lists_the_embedder(client):
         ({"input": "hi", "dimensions": 64}, "dimensions", "dimensions=64 is more than this model's 32"),
         ({"input": "hi", "dimensions": 0}, "dimensions", "greater than or equal to 1"),
         ({"input": "hi", "encoding_format": "int8"}, "encoding_format", "encoding_format"),
-        ({"input": "hi", "truncate": True}, "truncate", "Unsupported field(s): truncate"),
         ({"input": {"text": "hi"}}, "input", "input"),
         ({}, "input", "input"),
     ],
@@ -157,3 +156,14 @@ def test_no_embedder_served_says_how_to_serve_one(tmp_path):
     with running(create_app(load_models([str(QWEN)]))) as url:
         status, _, payload = request(url, "/v1/embeddings", json.dumps({"model": "qwen2", "input": "hi"}))
     assert status == 400 and "No embedding model is served" in payload["error"]["message"]
+
+
+def test_an_unknown_field_name_is_ignored_with_a_warning(server, caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="inference4py.serve"):
+        status, _, payload = request(
+            server, "/v1/embeddings", json.dumps({"model": "sentence-bert", "input": "hi", "truncate": True})
+        )
+    assert status == 200 and len(payload["data"]) == 1
+    assert any("truncate" in m for m in caplog.messages)
