@@ -52,7 +52,8 @@ def long_context_copy(root: Path, kind: str = "qwen2", positions: int = 1024) ->
 
 THINKING_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% if opened %}<think>\n{% endif %}{% endif %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% if opened %}<think>\n{% endif %}"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
     "{# a reasoning model writes <think>...</think> before its answer #}"
 )
 

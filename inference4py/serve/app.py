@@ -23,7 +23,7 @@ from inference4py.errors import Inference4pyError, PromptTooLongError, QueueFull
 from inference4py.generation.logprobs import TokenLogprob
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.serve.audio import add_audio_routes
-from inference4py.serve.dispatch import collect_all, open_all, text_worker
+from inference4py.serve.dispatch import collect_all, open_all, text_worker, with_thinking
 from inference4py.serve.embeddings import add_embedding_routes
 from inference4py.serve.errors import error_payload
 from inference4py.serve.guard import Guard, add_cors
@@ -173,6 +173,7 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
             options = options.replace(logprobs=True, top_logprobs=body.top_logprobs or 0)
         if body.reasoning_format is not None:
             options = options.replace(reasoning="inline" if body.reasoning_format in ("none", "inline") else "split")
+        options = with_thinking(options, body.reasoning_effort)
         if body.stream:
             streams = await open_all(worker, messages, options, body.n)
             return _sse(_chat_stream(body, streams), request)

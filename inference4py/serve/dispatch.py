@@ -15,7 +15,10 @@ from inference4py.serve.protocol import ApiError, unknown_model
 from inference4py.serve.worker import ChunkStream, ModelWorker
 from inference4py.tasks.options import RequestOptions
 
-__all__ = ["collect_all", "open_all", "text_worker"]
+__all__ = ["collect_all", "open_all", "text_worker", "with_thinking"]
+
+# OpenAI's reasoning_effort (chat) / reasoning.effort (Responses) as a thinking switch
+_EFFORT_THINKS = {"none": False, "minimal": False, "low": True, "medium": True, "high": True}
 
 
 def text_worker(workers: Mapping[str, ModelWorker], name: str, route: str) -> ModelWorker:
@@ -77,3 +80,29 @@ async def collect_all(worker: ModelWorker, prompt: Any, options: RequestOptions,
     finally:
         for stream in streams:
             await stream.aclose()
+
+
+def with_thinking(options: RequestOptions, switch: bool | str | None) -> RequestOptions:
+    """``options`` with a reasoning template's thinking switched on or off, as each API asks for it.
+
+    ``switch`` is a bool (Anthropic's ``thinking.type`` enabled / disabled) or an OpenAI effort
+    (``"none"`` and ``"minimal"`` switch thinking off; ``"low"``..``"high"`` on); None leaves the
+    template's default. It reaches the chat template as ``enable_thinking`` (the variable Qwen3's and
+    SmolLM3's templates read); a template without such a switch ignores it. The request's own
+    ``chat_template_kwargs`` win.
+
+    Raises:
+        ApiError: an effort that is none of OpenAI's.
+    """
+    if switch is None:
+        return options
+    if isinstance(switch, str):
+        if switch not in _EFFORT_THINKS:
+            raise ApiError(
+                400,
+                f"reasoning effort {switch!r} is none of {', '.join(_EFFORT_THINKS)}.",
+                "reasoning_effort",
+            )
+        switch = _EFFORT_THINKS[switch]
+    kwargs = {"enable_thinking": switch, **(options.chat_template_kwargs or {})}
+    return options.replace(chat_template_kwargs=kwargs)

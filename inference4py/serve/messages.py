@@ -30,7 +30,7 @@ from fastapi.responses import StreamingResponse
 
 from inference4py.errors import RequestTimeoutError
 from inference4py.generation.result import FinishReason, GenerationResult
-from inference4py.serve.dispatch import collect_all, open_all, text_worker
+from inference4py.serve.dispatch import collect_all, open_all, text_worker, with_thinking
 from inference4py.serve.errors import ANTHROPIC_PREFIX, error_payload
 from inference4py.serve.messages_protocol import (
     CountTokensRequest,
@@ -98,6 +98,8 @@ def _warn_ignored(body: CountTokensRequest | MessagesRequest, request: Request) 
     ignored = body.ignored_fields()
     if body.output_config is not None:
         ignored += [f"output_config.{k}" for k in body.output_config if k != "format"]
+    if body.thinking is not None and "budget_tokens" in body.thinking:
+        ignored.append("thinking.budget_tokens")  # the switch is honoured (enable_thinking), not a budget
     if ignored:
         _log.warning("%s ignores field(s) it does not act on: %s", request.url.path, ", ".join(ignored))
 
@@ -261,12 +263,23 @@ def _output_options(body: CountTokensRequest | MessagesRequest) -> RequestOption
         for t in tools
     ]
     schema = _output_schema(body.output_config)
-    return RequestOptions(
+    options = RequestOptions(
         tools=openai_tools or None,
         tool_choice=tool_choice if tools else None,
         parallel_tool_calls=parallel if tools else None,
         json_schema=schema,
     )
+    return with_thinking(options, _thinking(body.thinking))
+
+
+def _thinking(thinking: dict[str, Any] | None) -> bool | None:
+    """Anthropic's ``thinking`` as a switch (``budget_tokens`` is not a bound here: the model thinks as it will)."""
+    if thinking is None:
+        return None
+    kind = thinking.get("type")
+    if kind not in ("enabled", "disabled", "adaptive"):
+        raise ApiError(400, 'thinking.type must be "enabled", "disabled" or "adaptive".', "thinking.type")
+    return kind != "disabled"
 
 
 def _output_schema(config: dict[str, Any] | None) -> dict[str, Any] | None:

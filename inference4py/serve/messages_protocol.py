@@ -120,6 +120,7 @@ class _Conversation(BaseModel):
     tools: list[dict[str, Any]] | None = None
     tool_choice: ToolChoice | None = None
     output_config: dict[str, Any] | None = None
+    thinking: dict[str, Any] | None = None  # {"type": "enabled", "budget_tokens": N} or {"type": "disabled"}
 
     def ignored_fields(self) -> list[str]:
         """Fields sent that this server does not act on (metadata, service_tier, thinking...)."""

@@ -232,6 +232,8 @@ class ChatCompletionRequest(_Request):
     # llama-server's switch: "none" (or "inline") leaves a reasoning model's thinking in the content;
     # "auto", "deepseek" or "split" (the default) send it apart, as reasoning_content
     reasoning_format: Literal["none", "inline", "auto", "deepseek", "split"] | None = None
+    # OpenAI's: "none" / "minimal" switch a reasoning template's thinking off, "low".."high" on
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
     # OpenAI's, refused when they ask for what a text model cannot give (:meth:`refusal`)
     functions: list[dict[str, Any]] | None = None
     function_call: str | dict[str, Any] | None = None

@@ -24,7 +24,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from inference4py.serve.dispatch import open_all, text_worker
+from inference4py.serve.dispatch import open_all, text_worker, with_thinking
 from inference4py.serve.protocol import ApiError, FieldWarnings, now
 from inference4py.serve.response_output import TurnOutput, new_id
 from inference4py.serve.response_store import ResponseStore, StoredResponse
@@ -136,7 +136,7 @@ def _check_fields(body: ResponseRequest) -> None:
             400, "prompt (a stored prompt template) is not supported here: send instructions and input.", "prompt"
         )
     extra = body.extra_fields()
-    unknown = sorted(k for k in extra if k not in IGNORED_FIELDS and k not in LIBRARY_FIELDS)
+    unknown = sorted(k for k in extra if k not in IGNORED_FIELDS and k not in LIBRARY_FIELDS and k != "reasoning")
     if unknown:  # an unknown name is no bad value: ignored, and said once in the log (as on the other routes)
         _UNKNOWN.warn("/v1/responses", {name: "not a Responses API field this server reads" for name in unknown})
     ignored = sorted(k for k in extra if k in IGNORED_FIELDS and extra[k] is not None)
@@ -150,8 +150,11 @@ _UNKNOWN = FieldWarnings()
 
 
 def _options(body: ResponseRequest) -> RequestOptions:
-    library = {k: v for k, v in body.extra_fields().items() if k in LIBRARY_FIELDS and v is not None}
-    return RequestOptions(
+    extra = body.extra_fields()
+    library = {k: v for k, v in extra.items() if k in LIBRARY_FIELDS and v is not None}
+    reasoning = extra.get("reasoning")
+    effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
+    options = RequestOptions(
         max_new_tokens=body.max_output_tokens,
         temperature=body.temperature,
         top_p=body.top_p,
@@ -161,6 +164,7 @@ def _options(body: ResponseRequest) -> RequestOptions:
         response_format=_response_format(body.text.format if body.text is not None else None),
         **library,
     )
+    return with_thinking(options, effort)  # reasoning.effort: "none"/"minimal" switch thinking off
 
 
 def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:

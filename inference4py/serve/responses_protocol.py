@@ -29,7 +29,6 @@ __all__ = [
 IGNORED_FIELDS = frozenset(
     {
         "include",
-        "reasoning",
         "truncation",
         "service_tier",
         "safety_identifier",

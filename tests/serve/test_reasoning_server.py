@@ -85,3 +85,22 @@ def test_responses_give_a_reasoning_item_streamed_and_not(client):
     with client.responses.stream(model="thinker", input=ASK, max_output_tokens=80) as stream:
         final = stream.get_final_response()
     assert final.output_text == ANSWER and final.output[0].content[0].text == THOUGHT
+
+
+def test_thinking_switched_off_in_each_api(server, client):
+    """reasoning_effort / reasoning.effort / thinking reach the template as enable_thinking (as Qwen3's reads it)."""
+    anthropic = pytest.importorskip("anthropic")
+
+    def chat(**kw):
+        return client.chat.completions.create(model="thinker", messages=ASK, max_tokens=80, **kw).usage.prompt_tokens
+
+    on, off = chat(), chat(reasoning_effort="none")
+    assert off > on  # the template wrote an empty <think></think> block: thinking is off
+    assert chat(reasoning_effort="high") == on
+    resp = client.responses.create(model="thinker", input=ASK, max_output_tokens=80, reasoning={"effort": "minimal"})
+    assert resp.usage.input_tokens == off
+    claude = anthropic.Anthropic(base_url=server, api_key="none", max_retries=0)
+    m = claude.messages.create(model="thinker", max_tokens=80, messages=ASK, thinking={"type": "disabled"})
+    assert m.usage.input_tokens == off
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="thinker", messages=ASK, max_tokens=8, reasoning_effort="extreme")
