@@ -25,7 +25,7 @@ from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.serve.audio import add_audio_routes
 from inference4py.serve.dispatch import collect_all, open_all, text_worker, with_thinking
 from inference4py.serve.embeddings import add_embedding_routes
-from inference4py.serve.errors import error_payload
+from inference4py.serve.errors import InternalErrors, error_payload
 from inference4py.serve.guard import Guard, add_cors
 from inference4py.serve.messages import add_messages_routes
 from inference4py.serve.metrics import prometheus
@@ -85,6 +85,7 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
     app = FastAPI(title="inference4py", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.workers = workers
     app.state.field_warnings = FieldWarnings()
+    app.add_middleware(InternalErrors)  # innermost: a 500 keeps the connection open
     app.add_middleware(Guard, api_key=s.api_key, max_body=int(s.max_body_mb * (1 << 20)))
     if s.cors_origins:
         add_cors(app, s.cors_origins)
@@ -118,13 +119,6 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
     async def _library_error(request: Request, exc: Inference4pyError) -> JSONResponse:
         code = "context_length_exceeded" if isinstance(exc, PromptTooLongError) else None
         return JSONResponse(_error(request, str(exc), code=code), status_code=400)
-
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, exc: Exception) -> JSONResponse:
-        _log.exception("internal error while serving %s", request.url.path)
-        return JSONResponse(
-            _error(request, "Internal server error; see the server log.", "server_error"), status_code=500
-        )
 
     @app.exception_handler(RequestTimeoutError)
     async def _timeout(request: Request, exc: RequestTimeoutError) -> JSONResponse:

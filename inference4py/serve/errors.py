@@ -6,11 +6,16 @@ here, from the request's path, so a client always gets the error object its own 
 
 from __future__ import annotations
 
+import json
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from inference4py.serve.protocol import error_body
 
-__all__ = ["ANTHROPIC_PREFIX", "error_payload"]
+__all__ = ["ANTHROPIC_PREFIX", "InternalErrors", "error_payload"]
+
+_log = logging.getLogger("inference4py.serve")
 
 ANTHROPIC_PREFIX = "/v1/messages"
 
@@ -39,3 +44,46 @@ def error_payload(
             kind = "request_too_large"
         return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(kind, kind), "message": message}}
     return error_body(message, kind, param, code)
+
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
+
+
+class InternalErrors:
+    """A failure no route expected becomes a 500 error object, and the connection stays open.
+
+    Starlette's own last-resort handler answers and then raises again, so uvicorn closes the
+    connection and a client's pooled connection fails its next request. Here the exception is
+    logged (with its traceback, for the server's owner) and answered once; a response already
+    started (a stream) just ends: its routes send their own error event first.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(
+        self, scope: Scope, receive: Callable[[], Awaitable[Message]], send: Callable[[Message], Awaitable[None]]
+    ) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception:
+            _log.exception("internal error while serving %s", scope.get("path"))
+            if started:
+                return
+            payload = error_payload(scope.get("path", ""), "Internal server error; see the server log.", "server_error")
+            body = json.dumps(payload).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": 500, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
