@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inference4py.errors import Inference4pyError, PromptTooLongError, QueueFullError, RequestTimeoutError
@@ -42,6 +41,7 @@ from inference4py.serve.protocol import (
 )
 from inference4py.serve.responses import add_responses_routes
 from inference4py.serve.settings import ServerSettings
+from inference4py.serve.sse import sse
 from inference4py.serve.tokenize import add_tokenize_routes
 from inference4py.serve.turns import turn_steps
 from inference4py.serve.worker import ChunkStream, ModelWorker
@@ -170,7 +170,7 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
         options = with_thinking(options, body.reasoning_effort)
         if body.stream:
             streams = await open_all(worker, messages, options, body.n)
-            return _sse(_chat_stream(body, streams), request)
+            return sse(_unnamed(_chat_stream(body, streams)), request, done="[DONE]")
         return _chat_response(body.model, await collect_all(worker, messages, options, body.n))
 
     @app.post("/v1/completions", response_model=None)
@@ -182,7 +182,7 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
         prompt = body.prompt
         if body.stream:
             streams = await open_all(worker, prompt, options, body.n)
-            return _sse(_completion_stream(body, streams), request)
+            return sse(_unnamed(_completion_stream(body, streams)), request, done="[DONE]")
         return _completion_response(body.model, await collect_all(worker, prompt, options, body.n))
 
     return app
@@ -302,18 +302,11 @@ def _completion_response(model: str, results: list[GenerationResult]) -> dict[st
 
 
 # ------------------------------------------------------------------------------- streaming
-def _sse(events: AsyncGenerator[dict[str, Any], None], request: Request) -> StreamingResponse:
-    """Server-sent events; a client that went away is noticed between two events and its request stopped."""
-
-    async def body() -> AsyncIterator[str]:
-        async with contextlib.aclosing(events):
-            async for event in events:
-                if await request.is_disconnected():
-                    return  # closing `events` closes the model's stream: the engine stops
-                yield f"data: {json.dumps(event, ensure_ascii=False)}\n\n"
-        yield "data: [DONE]\n\n"
-
-    return StreamingResponse(body(), media_type="text/event-stream")
+async def _unnamed(events: AsyncGenerator[dict[str, Any], None]) -> AsyncGenerator[tuple[None, Any], None]:
+    """OpenAI's chat and completion events: ``data:`` lines without an event name."""
+    async with contextlib.aclosing(events):
+        async for event in events:
+            yield None, event
 
 
 async def _chat_stream(body: ChatCompletionRequest, streams: list[ChunkStream]) -> AsyncGenerator[dict[str, Any], None]:

@@ -18,15 +18,12 @@ request's turn events (:mod:`inference4py.serve.turns`). Errors are Anthropic's 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import StreamingResponse
 
 from inference4py.errors import RequestTimeoutError
 from inference4py.generation.result import FinishReason, GenerationResult
@@ -45,6 +42,7 @@ from inference4py.serve.messages_protocol import (
     parse_tool,
 )
 from inference4py.serve.protocol import ApiError
+from inference4py.serve.sse import sse
 from inference4py.serve.turns import turn_steps
 from inference4py.serve.worker import ChunkStream, ModelWorker
 from inference4py.tasks.options import RequestOptions
@@ -80,7 +78,7 @@ def add_messages_routes(app: FastAPI, workers: Mapping[str, ModelWorker]) -> Non
         )
         if body.stream:
             streams = await open_all(worker, conversation, options)
-            return _sse(_message_events(body.model, streams[0]), request)
+            return sse(_message_events(body.model, streams[0]), request)
         (result,) = await collect_all(worker, conversation, options)
         return _message(body.model, result)
 
@@ -323,19 +321,6 @@ def _message(model: str, result: GenerationResult) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------- streaming
 Event = tuple[str, dict[str, Any]]
-
-
-def _sse(events: AsyncGenerator[Event, None], request: Request) -> StreamingResponse:
-    """Anthropic's server-sent events (``event:`` and ``data:`` lines); a client gone stops its request."""
-
-    async def body() -> AsyncIterator[str]:
-        async with contextlib.aclosing(events):
-            async for name, data in events:
-                if await request.is_disconnected():
-                    return  # closing `events` closes the model's stream: the engine stops
-                yield f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
-
-    return StreamingResponse(body(), media_type="text/event-stream")
 
 
 class _Blocks:

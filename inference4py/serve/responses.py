@@ -17,12 +17,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import StreamingResponse
 
 from inference4py.serve.dispatch import open_all, text_worker, with_thinking
 from inference4py.serve.protocol import ApiError, FieldWarnings, now
@@ -38,6 +37,7 @@ from inference4py.serve.responses_protocol import (
     ResponseRequest,
     parse_input,
 )
+from inference4py.serve.sse import sse
 from inference4py.serve.turns import turn_steps
 from inference4py.serve.worker import ChunkStream, ModelWorker
 from inference4py.tasks.options import RequestOptions
@@ -68,7 +68,7 @@ def add_responses_routes(app: FastAPI, workers: Mapping[str, ModelWorker], *, st
         streams = await open_all(worker, messages, _options(body))
         run = _Run(body, streams[0], store, conversation)
         if body.stream:
-            return StreamingResponse(_sse(run.events(), request), media_type="text/event-stream")
+            return sse(_named(run.events()), request)
         return await run.collect()
 
     @app.get("/v1/responses/{response_id}")
@@ -418,14 +418,8 @@ class _Run:
         }
 
 
-def _sse(events: AsyncGenerator[dict[str, Any], None], request: Request) -> AsyncIterator[str]:
-    """Server-sent events (``event: <type>`` and its JSON); a client that left stops the generation."""
-
-    async def body() -> AsyncIterator[str]:
-        async with contextlib.aclosing(events):
-            async for event in events:
-                if await request.is_disconnected():
-                    return  # closing `events` closes the model's stream: the engine stops
-                yield f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
-
-    return body()
+async def _named(events: AsyncGenerator[dict[str, Any], None]) -> AsyncGenerator[tuple[str, Any], None]:
+    """The Responses events, each named by its ``type``."""
+    async with contextlib.aclosing(events):
+        async for event in events:
+            yield event["type"], event

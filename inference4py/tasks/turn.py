@@ -488,6 +488,15 @@ class TurnSplitter:
             self._calls.append(_Call(index=len(self._calls), start=start))
         return self._calls[-1]
 
+    def _object_step(self, start: int) -> tuple[_Call, int | None, list[TurnEvent]]:
+        """The call object at ``start`` scanned as far as written: ``(call, where the object ends once it
+        is complete, else None, events)``; an object that is no call gives the region up."""
+        call = self._current(start)
+        scan = _scan_call_object(self._buf or "", call.start)
+        if scan.broken:
+            return call, None, self._give_up()
+        return call, scan.end, self._call_events(call, scan)
+
     def _scan_hermes(self, *, final: bool) -> list[TurnEvent]:
         buf = self._buf or ""
         events: list[TurnEvent] = []
@@ -496,23 +505,20 @@ class TurnSplitter:
                 start = _skip(buf, 0)
                 if start >= len(buf):
                     return events
-                call = self._current(start)
-                scan = _scan_call_object(buf, call.start)
-                if scan.broken:
-                    return events + self._give_up()
-                events += self._call_events(call, scan)
-                if scan.end is None:
+                call, end, step = self._object_step(start)
+                events += step
+                if end is None:
                     return events
-                close_at = _skip(buf, scan.end)
+                close_at = _skip(buf, end)
                 if not buf.startswith(_HERMES_CLOSE, close_at):
                     if len(buf) - close_at >= len(_HERMES_CLOSE) or final:
                         if final:  # an unclosed last block is still a call, as the parser reads it
-                            events += self._finish_call(call, buf[call.start : scan.end])
+                            events += self._finish_call(call, buf[call.start : end])
                             self._buf, self._pos = "", 0
                             return events
                         return events + self._give_up()
                     return events
-                events += self._finish_call(call, buf[call.start : scan.end])
+                events += self._finish_call(call, buf[call.start : end])
                 if not call.done:
                     return events + self._give_up()
                 buf = buf[close_at + len(_HERMES_CLOSE) :]
@@ -560,17 +566,14 @@ class TurnSplitter:
                     return events  # may be an end token
                 self._pos = j
                 return events + self._give_up()
-            call = self._current(j)
-            scan = _scan_call_object(buf, call.start)
-            if scan.broken:
-                return events + self._give_up()
-            events += self._call_events(call, scan)
-            if scan.end is None:
+            call, end, step = self._object_step(j)
+            events += step
+            if end is None:
                 return events
-            events += self._finish_call(call, buf[call.start : scan.end])
+            events += self._finish_call(call, buf[call.start : end])
             if not call.done:
                 return events + self._give_up()
-            self._pos, self._after_call = scan.end, True
+            self._pos, self._after_call = end, True
 
     def _scan_mistral_args(self, *, final: bool) -> list[TurnEvent]:
         """``name[ARGS]{...}`` calls, each after ``[TOOL_CALLS]``."""
