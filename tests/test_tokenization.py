@@ -648,3 +648,45 @@ def test_prompts_and_outputs_of_generation_references(folder, case):
     detok = IncrementalDetokenizer(tok)
     pieces = [detok.add(i) for i in case["output_ids"]] + [detok.finish()]
     assert "".join(pieces) == case["text"]
+
+
+def test_long_texts_encode_to_the_same_ids_without_holding_the_interpreter(folders):
+    """Past 8192 characters FastTokenizer encodes through tokenizers' batch call, which releases the
+    interpreter lock (a server's other threads run meanwhile): the ids must be the one-text call's."""
+    import threading
+    import time
+
+    for name in ("byte_level", "metaspace"):
+        tok = load_tokenizer(folders[name])
+        for text in TRICKY:
+            long = (text + " ") * (9000 // len(text) + 1)
+            assert len(long) > 8192
+            assert tok.encode(long) == tok.backend.encode(long, add_special_tokens=True).ids
+            assert tok.encode(long, add_special_tokens=False) == tok.backend.encode(long, add_special_tokens=False).ids
+    tok = load_tokenizer(folders["byte_level"])
+    big = "hello world, this is text. " * 40_000  # ~1 MB: long enough that a held lock shows
+    ticks = []
+    done = threading.Event()
+
+    def tick():
+        while not done.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=tick)
+    thread.start()
+    before = len(ticks)
+    tok.encode(big)
+    during = len(ticks) - before
+    done.set()
+    thread.join()
+    assert during > 5, "another thread could not run while a long text was encoded"
+
+
+def test_max_token_chars_bounds_every_token(folders):
+    for name in ("byte_level", "metaspace", "t5_spm"):
+        tok = load_tokenizer(folders[name])
+        most = tok.max_token_chars
+        for text in TRICKY:
+            for token_id in tok.encode(text, add_special_tokens=False):
+                assert len(tok.decode([token_id], skip_special_tokens=False)) <= most

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from inference4py.errors import ConfigurationError, InvalidInputError
+from inference4py.errors import ConfigurationError, InvalidInputError, PromptTooLongError
 from inference4py.tokenization import Tokenizer
 
 __all__ = ["ChatOptions", "PromptEncoder", "Prompt"]
@@ -60,8 +60,17 @@ class PromptEncoder:
     messages always do; token ids are checked against the vocabulary and used as-is.
     """
 
-    def __init__(self, tokenizer: Tokenizer, folder: Path, options: ChatOptions, vocab_size: int | None) -> None:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        folder: Path,
+        options: ChatOptions,
+        vocab_size: int | None,
+        *,
+        context: int | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
+        self.context = context
         self.folder = folder
         self.vocab_size = vocab_size
         self.system_prompt = options._system_prompt
@@ -96,7 +105,7 @@ class PromptEncoder:
                 raise InvalidInputError("The prompt is empty. Pass some text, a list of chat messages or token ids.")
             if self.use_template or tools is not None:
                 return self.render([{"role": "user", "content": prompt}], tools=tools, template_kwargs=template_kwargs)
-            ids = self.tokenizer.encode(prompt)
+            ids = self.tokenize(prompt)
             if not ids:
                 raise InvalidInputError("The prompt encodes to no tokens. Pass some text.")
             return ids
@@ -122,6 +131,34 @@ class PromptEncoder:
             f"Unsupported prompt of type {type(prompt).__name__}: pass a str, a list of "
             "{'role': ..., 'content': ...} messages, or a list of token ids."
         )
+
+    def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        """``text``'s token ids, refused before any tokenizing when it cannot fit the context.
+
+        A token stands for at most ``tokenizer.max_token_chars`` characters, so a text with more
+        non-whitespace characters than the context times that cannot fit (whitespace is not counted:
+        some tokenizers fold runs of it). Refusing it here costs a count, not the seconds a
+        multi-megabyte text takes to tokenize.
+
+        Raises:
+            PromptTooLongError: the text cannot fit the model's context.
+        """
+        self._refuse_unfit([text])
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+
+    def _refuse_unfit(self, texts: Sequence[str]) -> None:
+        """Raise PromptTooLongError when ``texts`` together surely hold more tokens than the context."""
+        size = sum(len(t) for t in texts)
+        if self.context is None or size <= self.context:
+            return
+        visible = size - sum(t.count(c) for t in texts for c in " \t\n\r")
+        most = self.context * self.tokenizer.max_token_chars
+        if visible > most:
+            raise PromptTooLongError(
+                f"The prompt has {size} characters: more tokens than the model's context of {self.context} "
+                f"tokens can hold (a token is at most {self.tokenizer.max_token_chars} characters here). "
+                "Shorten the prompt."
+            )
 
     def reasoning(
         self, prompt: Prompt, ids: Sequence[int], *, tools: list[dict[str, Any]] | None = None
@@ -150,9 +187,13 @@ class PromptEncoder:
         template_kwargs: Mapping[str, Any] | None = None,
     ) -> list[int]:
         """Chat messages through the template, then tokenized without added special tokens."""
+        # a conversation that cannot fit is refused before the template copies its text
+        self._refuse_unfit(
+            [m["content"] for m in messages if isinstance(m, Mapping) and isinstance(m.get("content"), str)]
+        )
         # transformers tokenizes rendered templates without adding special tokens: the template has them.
         text = self.render_text(messages, tools=tools, template_kwargs=template_kwargs)
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        return self.tokenize(text, add_special_tokens=False)
 
     def render_text(
         self,

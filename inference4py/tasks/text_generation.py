@@ -269,7 +269,9 @@ class OnnxTextGenerator(ClosableTask):
         )
         self._processors = tuple(builder._processors)
         self._speculative = builder._speculative
-        self._prompts = PromptEncoder(self.tokenizer, self.folder, builder, self._runtime.vocab_size)
+        self._prompts = PromptEncoder(
+            self.tokenizer, self.folder, builder, self._runtime.vocab_size, context=self._runtime.max_positions
+        )
 
     @property
     def generation_config(self) -> GenerationConfig:

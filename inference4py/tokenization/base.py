@@ -102,6 +102,17 @@ class Tokenizer(ABC):
 
     # -- shared ----------------------------------------------------------------- #
 
+    @property
+    def max_token_chars(self) -> int:
+        """The most characters one token's text has (its vocabulary string: byte-level characters are
+        bytes, a byte-fallback piece is longer than its byte), cached: no token stands for more text.
+        """
+        cached = getattr(self, "_max_token_chars", None)
+        if cached is None:
+            cached = max((len(self.id_to_token(i) or "") for i in range(self.vocab_size)), default=1) or 1
+            self._max_token_chars: int | None = cached
+        return cached
+
     def encode_batch(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list[list[int]]:
         """:meth:`encode` for several texts."""
         return [self.encode(t, add_special_tokens=add_special_tokens) for t in texts]

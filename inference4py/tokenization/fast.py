@@ -21,6 +21,8 @@ from ..errors import ConfigurationError, InvalidInputError, ModelLoadError
 from .base import _SPECIAL_ATTRS, Tokenizer
 from .settings import _read_json, _Settings
 
+_LONG_TEXT = 8192  # characters: past this, encoding releases the interpreter lock
+
 
 class FastTokenizer(Tokenizer):
     """A ``tokenizers.Tokenizer`` set up like transformers' ``PreTrainedTokenizerFast``."""
@@ -37,6 +39,11 @@ class FastTokenizer(Tokenizer):
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         if not isinstance(text, str):
             raise InvalidInputError(f"text must be a str, got {type(text).__name__}.")
+        if len(text) > _LONG_TEXT:
+            # tokenizers' batch call releases the interpreter lock (its one-text call holds it, freezing
+            # every other thread: a server's event loop and decode loop); same ids
+            batch = getattr(self._backend, "encode_batch_fast", self._backend.encode_batch)
+            return batch([text], add_special_tokens=add_special_tokens)[0].ids
         return self._backend.encode(text, add_special_tokens=add_special_tokens).ids
 
     def encode_batch(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list[list[int]]:

@@ -274,3 +274,12 @@ def test_a_full_queue_answers_429_and_nothing_else_fails():
         m = metrics(base)
         assert m['inference4py_rejected_total{model="qwen2"}'] == codes.count(429)
         assert m['inference4py_requests_waiting{model="qwen2"}'] == 0
+
+
+def test_a_ten_megabyte_prompt_is_refused_by_its_length(server, client):
+    """Refused by counting characters (no tokenizing: it would hold a core for seconds), as OpenAI's 400."""
+    body = json.dumps({"model": "qwen2", "messages": [{"role": "user", "content": "word " * 2_000_000}]})
+    status, payload = _post(server, "/v1/chat/completions", body)
+    assert status == 400 and payload["error"]["code"] == "context_length_exceeded"
+    assert "characters" in payload["error"]["message"]
+    assert client.chat.completions.create(model="qwen2", messages=[{"role": "user", "content": "ok"}], max_tokens=2)

@@ -211,6 +211,27 @@ def test_prompt_longer_than_context():
     assert result.generated_tokens <= 5
 
 
+def test_a_text_that_cannot_fit_is_refused_before_it_is_tokenized(monkeypatch):
+    """A multi-megabyte prompt is refused by counting its characters, not by tokenizing it (seconds of
+    CPU): a token holds at most tokenizer.max_token_chars characters."""
+    gen = generator("gpt2")
+    context, most = gen._runtime.max_positions, gen.tokenizer.max_token_chars
+    too_long = "x" * (context * most + 1)
+    fits_by_count = "x y " * (context * most // 4)  # whitespace is not counted: it goes to the tokenizer
+    calls = []
+    real = gen.tokenizer.encode
+    monkeypatch.setattr(gen.tokenizer, "encode", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for prompt in (too_long, [{"role": "user", "content": too_long}]):
+        if isinstance(prompt, list) and not gen.tokenizer.chat_template:
+            continue
+        with pytest.raises(PromptTooLongError, match="characters"):
+            gen.generate(prompt, max_new_tokens=1)
+    assert calls == []
+    with pytest.raises(PromptTooLongError, match="tokens"):
+        gen.generate(fits_by_count, max_new_tokens=1)
+    assert calls == [1]
+
+
 def test_call_settings_plan_a_call_before_any_model_work():
     gen = generator("gpt2")
     context = gen._runtime.max_positions
