@@ -193,6 +193,16 @@ class Scheduler:
         return len(self._rows)
 
     @property
+    def kv_usage(self) -> float:
+        """How full the KV cache is, 0 to 1: positions the running requests reserve (prompt and
+        max_new_tokens) over what the batch may hold (the KV budget, else every row at the context)."""
+        capacity = self.kv_budget or self.max_rows * (self.runtime.max_positions or 0)
+        if not capacity:
+            return 0.0
+        reserved = sum(t.reserve for t in list(self._slots) if t is not None)  # read from another thread: a copy
+        return min(1.0, reserved / capacity)
+
+    @property
     def _rows(self) -> list[Ticket]:
         """The requests in the batch (the ballast row left out)."""
         return [t for t in self._slots if t is not None]

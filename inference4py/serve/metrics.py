@@ -65,6 +65,19 @@ _COUNTERS = (
         "prefix_reused_tokens",
     ),
     ("prefix_cache_bytes", "gauge", "memory held by the prefix cache", "prefix_bytes"),
+    (
+        "prefix_cache_hit_rate",
+        "gauge",
+        "requests that started from a cached prefix, over requests admitted (0 to 1)",
+        "prefix_hit_rate",
+    ),
+    (
+        "kv_cache_usage_ratio",
+        "gauge",
+        "KV-cache utilization (0 to 1): positions the running requests reserve over what the batch may hold "
+        "(vLLM's kv_cache_usage_perc; routers read it)",
+        "kv_usage",
+    ),
     ("decode_steps_total", "counter", "batched decode steps", "steps"),
     ("decode_step_rows_total", "counter", "rows summed over decode steps (over steps: the mean batch)", "step_rows"),
 )

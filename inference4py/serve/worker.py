@@ -226,6 +226,15 @@ class ModelWorker:
         return int(self.batched.prefix_cache.reused_tokens) if self.batched is not None else 0
 
     @property
+    def kv_usage(self) -> float:
+        return float(self.batched.kv_usage) if self.batched is not None else 0.0
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        """Requests that started from a cached prefix, over requests admitted."""
+        return self.prefix_hits / self.requests if self.requests else 0.0
+
+    @property
     def prefix_bytes(self) -> int:
         return int(self.batched.prefix_cache.nbytes) if self.batched is not None else 0
 

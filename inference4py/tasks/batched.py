@@ -134,6 +134,11 @@ class BatchedTextGenerator:
         return self._scheduler.running
 
     @property
+    def kv_usage(self) -> float:
+        """How full the KV cache is, 0 to 1 (see ``Scheduler.kv_usage``)."""
+        return self._scheduler.kv_usage
+
+    @property
     def prefix_cache(self) -> Any:
         """The :class:`~inference4py.generation.prefix_cache.PrefixCache` (hits, reused tokens, size)."""
         return self._scheduler.cache
