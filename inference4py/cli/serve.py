@@ -66,6 +66,13 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="stop a request after this long (default: none)",
     )
     parser.add_argument(
+        "--shutdown-timeout",
+        type=_non_negative,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM or Ctrl-C: take no new requests and let running ones finish this long (default: 30)",
+    )
+    parser.add_argument(
         "--api-key",
         default=None,
         metavar="KEY",
@@ -133,6 +140,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         cors_origins=args.cors_origin or (),
         max_body_mb=args.max_body_mb,
         responses_store=args.responses_store,
+        shutdown_timeout=args.shutdown_timeout,
     )
     serve(
         args.model,

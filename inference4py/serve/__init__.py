@@ -22,7 +22,7 @@ from inference4py.serve.settings import ServerSettings
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-__all__ = ["ServerSettings", "create_app", "load_models", "serve", "served_name"]
+__all__ = ["ServerSettings", "create_app", "load_models", "serve", "serve_app", "served_name"]
 
 _INSTALL = 'pip install "inference4py[serve]"'
 
@@ -117,12 +117,42 @@ def serve(
     _require()
     import dataclasses
 
-    import uvicorn
-
     from inference4py import env
 
     settings = settings if settings is not None else ServerSettings()
     if settings.api_key is None:
         settings = dataclasses.replace(settings, api_key=env.serve_api_key())
-    app = create_app(load_models(models, names), settings)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    serve_app(create_app(load_models(models, names), settings), settings, host=host, port=port, log_level=log_level)
+
+
+def serve_app(
+    app: Any,
+    settings: ServerSettings | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "info",
+) -> None:
+    """Serve an app made by :func:`create_app` until SIGTERM or Ctrl-C, then stop gracefully.
+
+    On the signal the server takes no new connections, lets the running requests (streams
+    included) finish within ``settings.shutdown_timeout`` seconds, closes the models' threads and
+    returns: a process manager sees a clean exit.
+    """
+    import math
+    import signal
+    import threading
+
+    import uvicorn
+
+    grace = (settings if settings is not None else ServerSettings()).shutdown_timeout
+    main = threading.current_thread() is threading.main_thread()
+    # uvicorn stops gracefully on SIGTERM, then raises the signal again for the handler it found:
+    # with the default one the process would die of it (-15) after a clean stop. A no-op handler
+    # makes that last raise harmless, so the clean stop ends in exit status 0.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None) if main else None
+    try:
+        uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=math.ceil(grace))
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

@@ -29,6 +29,8 @@ class ServerSettings:
         max_body_mb: Larger request bodies are answered 413.
         responses_store: Finished /v1/responses answers kept in memory, for ``previous_response_id``
             and ``GET /v1/responses/{id}`` (least recently used forgotten first; 0 keeps none).
+        shutdown_timeout: On SIGTERM (or Ctrl-C) the server takes no new connections and gives the
+            running requests this many seconds to finish before it stops (streams included).
 
     Raises:
         ConfigurationError: a limit below its minimum.
@@ -43,8 +45,11 @@ class ServerSettings:
     cors_origins: Sequence[str] = ()
     max_body_mb: float = 32
     responses_store: int = 256
+    shutdown_timeout: float = 30.0
 
     def __post_init__(self) -> None:
+        if not self.shutdown_timeout >= 0:
+            raise ConfigurationError(f"shutdown_timeout must be >= 0 seconds, got {self.shutdown_timeout}.")
         if isinstance(self.cors_origins, str):  # one origin, not its characters
             object.__setattr__(self, "cors_origins", (self.cors_origins,))
         object.__setattr__(self, "cors_origins", tuple(self.cors_origins))
