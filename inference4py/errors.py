@@ -24,6 +24,7 @@ __all__ = [
     "InferenceError",
     "AudioError",
     "QueueFullError",
+    "MemoryBudgetError",
     "RequestTimeoutError",
     "GeneratorClosedError",
 ]
@@ -83,6 +84,10 @@ class AudioError(Inference4pyError, ValueError):
 
 class QueueFullError(Inference4pyError, RuntimeError):
     """More requests wait for a model than its queue holds; retry shortly (a server answers 429)."""
+
+
+class MemoryBudgetError(Inference4pyError, MemoryError):
+    """What was asked needs more memory than the server's budget can ever give it (a server answers 503)."""
 
 
 class RequestTimeoutError(Inference4pyError, TimeoutError):

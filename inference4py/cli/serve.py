@@ -66,6 +66,14 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="stop a request after this long (default: none)",
     )
     parser.add_argument(
+        "--memory-gb",
+        type=_positive,
+        default=None,
+        metavar="GB",
+        help="one budget for every model's weights, KV caches and prefix caches (GiB): requests wait until "
+        "their KV cache fits (default: none)",
+    )
+    parser.add_argument(
         "--shutdown-timeout",
         type=_non_negative,
         default=30.0,
@@ -141,6 +149,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         max_body_mb=args.max_body_mb,
         responses_store=args.responses_store,
         shutdown_timeout=args.shutdown_timeout,
+        memory_gb=args.memory_gb,
     )
     serve(
         args.model,

@@ -215,6 +215,17 @@ class KVLayout:
     def dtype(self) -> Any:
         return self.entries[0].dtype if self.entries else np.float32
 
+    @functools.cached_property
+    def position_bytes(self) -> int:
+        """Bytes one position of one sequence takes in the self-attention cache (keys and values, every layer)."""
+        total = 0
+        for entry in self.self_entries:
+            off = 1 if entry.kind == "combined" else 0
+            heads = _static(entry.shape, 1 + off) or self.num_kv_heads
+            head_dim = _static(entry.shape, 3 + off) or self.head_dim
+            total += (2 if entry.kind == "combined" else 1) * heads * head_dim * np.dtype(entry.dtype).itemsize
+        return total
+
     def empty(self, entry: CacheEntry, batch: int) -> np.ndarray:
         """A zero-length past for ``entry`` (the first step sees no history)."""
         off = 1 if entry.kind == "combined" else 0

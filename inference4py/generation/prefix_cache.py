@@ -11,12 +11,17 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from inference4py.engine.rows import KVPrefix
 
 __all__ = ["PrefixCache"]
+
+
+if TYPE_CHECKING:
+    from inference4py.generation.memory import MemoryBudget
 
 
 class PrefixCache:
@@ -27,8 +32,9 @@ class PrefixCache:
         min_tokens: Shorter shared prefixes are prefilled again rather than copied.
     """
 
-    def __init__(self, max_bytes: int, *, min_tokens: int = 4) -> None:
+    def __init__(self, max_bytes: int, *, min_tokens: int = 4, memory: MemoryBudget | None = None) -> None:
         self.max_bytes = max(0, int(max_bytes))
+        self.memory = memory  # a server's budget: entries are kept only while it has room
         self.min_tokens = max(1, int(min_tokens))
         self._entries: OrderedDict[tuple[int, ...], KVPrefix] = OrderedDict()
         self._bytes = 0
@@ -78,19 +84,38 @@ class PrefixCache:
         with self._lock:
             # an entry this one extends is redundant: the new one answers every lookup it would
             for old in [k for k in self._entries if len(k) <= len(key) and key[: len(k)] == k]:
-                self._bytes -= self._entries.pop(old).nbytes
+                self._drop(old)
             if any(len(k) > len(key) and k[: len(key)] == key for k in self._entries):
                 return  # a longer entry already holds this prefix
+            while self.memory is not None and not self.memory.reserve(prefix.nbytes):
+                if not self._entries:
+                    return  # no room in the server's budget: not kept
+                self._drop(next(iter(self._entries)))
             self._entries[key] = prefix
             self._bytes += prefix.nbytes
             while self._bytes > self.max_bytes and self._entries:
-                _, evicted = self._entries.popitem(last=False)
-                self._bytes -= evicted.nbytes
+                self._drop(next(iter(self._entries)))
+
+    def shrink(self, nbytes: int) -> int:
+        """Evict least recently used entries until ``nbytes`` are freed (or none is left); the bytes freed."""
+        freed = 0
+        with self._lock:
+            while freed < nbytes and self._entries:
+                freed += self._drop(next(iter(self._entries)))
+        return freed
 
     def clear(self) -> None:
         with self._lock:
-            self._entries.clear()
-            self._bytes = 0
+            while self._entries:
+                self._drop(next(iter(self._entries)))
+
+    def _drop(self, key: tuple[int, ...]) -> int:
+        """Forget one entry (the lock held); its bytes go back to the budget."""
+        nbytes = self._entries.pop(key).nbytes
+        self._bytes -= nbytes
+        if self.memory is not None:
+            self.memory.release(nbytes)
+        return nbytes
 
 
 def _common(key: tuple[int, ...], want: np.ndarray) -> int:

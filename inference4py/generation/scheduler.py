@@ -43,6 +43,7 @@ from inference4py.engine.rows import RowBatch
 from inference4py.errors import GeneratorClosedError, InferenceError, QueueFullError, RequestTimeoutError
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.generate import stream_generate
+from inference4py.generation.memory import MemoryBudget
 from inference4py.generation.prefix_cache import PrefixCache
 from inference4py.generation.result import GenerationChunk
 from inference4py.generation.search import TokenChooser
@@ -99,6 +100,7 @@ class Ticket:
     submitted: float = field(default_factory=time.perf_counter)
     cached_tokens: int = 0
     cancelled: bool = False
+    held_bytes: int = 0  # KV bytes reserved in the server's memory budget while it runs
     _chunks: Iterator[GenerationChunk] | None = None
     _mailbox: _Mailbox = field(default_factory=_Mailbox)
     _wake: Callable[[], None] | None = None
@@ -160,6 +162,7 @@ class Scheduler:
         timeout: float | None = None,
         batch_invariant: bool | None = None,
         name: str = "model",
+        memory: MemoryBudget | None = None,
     ) -> None:
         self.runtime = runtime
         self.tokenizer = tokenizer
@@ -168,8 +171,14 @@ class Scheduler:
         self.kv_budget = kv_budget
         self.timeout = timeout
         self.name = name
-        self.cache = PrefixCache(prefix_cache_bytes)
+        self.memory = memory
+        self.position_bytes = runtime.layout.position_bytes  # KV bytes of one position of one sequence
+        self.cache = PrefixCache(prefix_cache_bytes, memory=memory)
         self.stats = SchedulerStats()
+        self._starved = False  # the head of the queue waits for memory another model holds
+        # set when the budget gets memory back: an Event, a leaf lock, because the budget calls it from
+        # whichever thread releases (another model's scheduler, which may hold its own locks)
+        self._room = threading.Event()
         if not RowBatch.mixes_lengths(runtime) and self.max_rows > 1:
             _log.info("%s takes no position ids: its requests are decoded one at a time", name)
             self.max_rows = 1
@@ -182,6 +191,8 @@ class Scheduler:
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name=f"inference4py-scheduler-{name}", daemon=True)
         self._thread.start()
+        if memory is not None:
+            memory.listen(self._room.set)
 
     # ------------------------------------------------------------------ callers' side
     @property
@@ -230,6 +241,11 @@ class Scheduler:
             GeneratorClosedError: the scheduler was closed.
         """
         limit = timeout if timeout is not None else self.timeout
+        if self.memory is not None:
+            self.memory.check(
+                f"This request ({len(prompt)} prompt tokens + {config.max_new_tokens} new tokens)",
+                (len(prompt) + config.max_new_tokens) * self.position_bytes,
+            )
         ticket = Ticket(
             prompt=[int(t) for t in prompt],
             chooser=chooser,
@@ -260,6 +276,9 @@ class Scheduler:
             self._closed = True
             self._cond.notify()
         self._thread.join()
+        if self.memory is not None:
+            self.memory.forget(self._room.set)
+            self.cache.clear()  # its bytes go back to the budget
 
     def _wake(self) -> None:
         with self._cond:
@@ -271,8 +290,15 @@ class Scheduler:
             with self._cond:
                 while not (self._waiting or self._rows or self._closed):
                     self._cond.wait()
+                starved = self._starved and not self._rows
+                self._starved = False
                 if self._closed:
                     break
+            if starved:
+                # the next request waits for memory another model holds: until some is given back (the
+                # budget sets _room), or a moment passes (deadlines and cancellations are checked)
+                self._room.wait(0.2)
+                self._room.clear()
             try:
                 self._drop_stopped()
                 self._admit()
@@ -329,11 +355,31 @@ class Scheduler:
                 ticket = self._waiting[0]
                 if self._rows and not self._fits(ticket):
                     return
+                if not ticket.cancelled and not self._hold_memory(ticket):
+                    self._starved = True
+                    return
                 self._waiting.popleft()
             if ticket.cancelled:
                 self.stats.cancelled += 1
                 continue
             self._start(ticket)
+
+    def _hold_memory(self, ticket: Ticket) -> bool:
+        """Reserve the request's KV bytes in the server's memory budget (the prefix cache gives room first)."""
+        if self.memory is None:
+            return True
+        need = ticket.reserve * self.position_bytes
+        if not self.memory.reserve(need):
+            self.cache.shrink(need - self.memory.free)
+            if not self.memory.reserve(need):
+                return False
+        ticket.held_bytes = need
+        return True
+
+    def _free_memory(self, ticket: Ticket) -> None:
+        if self.memory is not None and ticket.held_bytes:
+            self.memory.release(ticket.held_bytes)
+            ticket.held_bytes = 0
 
     def _fits(self, ticket: Ticket) -> bool:
         if self.kv_budget is None:
@@ -357,6 +403,7 @@ class Scheduler:
                 ticket.chooser.recorder.record_prompt(ticket.prompt, everything[0])
         except Exception as exc:  # this request fails alone
             self.stats.failed += 1
+            self._free_memory(ticket)
             ticket.deliver(exc)
             return
         ticket.cached_tokens = prefix.length if prefix is not None else 0
@@ -442,6 +489,7 @@ class Scheduler:
         for i in rows:
             ticket = self._slots[i]
             assert ticket is not None
+            self._free_memory(ticket)  # first: the room it held may keep its cache
             if keep_cache and self.cache.enabled:
                 held = self._batch.row_length(i)
                 self.cache.store(ticket.chooser.sequence()[:held], self._batch.row_cache(i))
@@ -463,6 +511,7 @@ class Scheduler:
     def _fail_all(self, error: BaseException) -> None:
         for ticket in self._rows:
             self.stats.failed += 1
+            self._free_memory(ticket)
             ticket.deliver(error)
         self._slots = []
         self._batch = self._new_batch()

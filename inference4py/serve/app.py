@@ -18,8 +18,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from inference4py.errors import Inference4pyError, PromptTooLongError, QueueFullError, RequestTimeoutError
+from inference4py.errors import (
+    Inference4pyError,
+    MemoryBudgetError,
+    PromptTooLongError,
+    QueueFullError,
+    RequestTimeoutError,
+)
 from inference4py.generation.logprobs import TokenLogprob
+from inference4py.generation.memory import MemoryBudget
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.serve.audio import add_audio_routes
 from inference4py.serve.dispatch import collect_all, open_all, text_worker, with_thinking
@@ -44,7 +51,7 @@ from inference4py.serve.settings import ServerSettings
 from inference4py.serve.sse import sse
 from inference4py.serve.tokenize import add_tokenize_routes
 from inference4py.serve.turns import turn_steps
-from inference4py.serve.worker import ChunkStream, ModelWorker
+from inference4py.serve.worker import ChunkStream, ModelWorker, weights_bytes
 from inference4py.tasks.options import RequestOptions
 from inference4py.tasks.turn import CallArguments, CallStart, ReasoningDelta, TextDelta
 
@@ -63,6 +70,10 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
         settings: Queue, batch, memory, time and access limits (:class:`ServerSettings`; its defaults when None).
     """
     s = settings if settings is not None else ServerSettings()
+    memory = MemoryBudget(int(s.memory_gb * (1 << 30))) if s.memory_gb is not None else None
+    if memory is not None:  # the weights first: a model that does not fit is refused before anything starts
+        for name, model in models.items():
+            memory.hold(name, weights_bytes(model))
     workers = {
         name: ModelWorker(
             name,
@@ -72,6 +83,7 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
             kv_budget=s.kv_budget,
             prefix_cache_mb=s.prefix_cache_mb,
             timeout=s.timeout,
+            memory=memory,
         )
         for name, model in models.items()
     }
@@ -123,6 +135,11 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
     @app.exception_handler(RequestTimeoutError)
     async def _timeout(request: Request, exc: RequestTimeoutError) -> JSONResponse:
         return JSONResponse(_error(request, str(exc), "timeout_error", code="request_timeout"), status_code=408)
+
+    @app.exception_handler(MemoryBudgetError)
+    async def _no_memory(request: Request, exc: MemoryBudgetError) -> JSONResponse:
+        # the server's limit, not a malformed request: it could never run here as asked (no Retry-After)
+        return JSONResponse(_error(request, str(exc), "server_error", code="insufficient_memory"), status_code=503)
 
     @app.exception_handler(QueueFullError)
     async def _busy(request: Request, exc: QueueFullError) -> JSONResponse:

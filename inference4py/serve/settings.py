@@ -29,6 +29,9 @@ class ServerSettings:
         max_body_mb: Larger request bodies are answered 413.
         responses_store: Finished /v1/responses answers kept in memory, for ``previous_response_id``
             and ``GET /v1/responses/{id}`` (least recently used forgotten first; 0 keeps none).
+        memory_gb: A budget for every model's weights, KV caches and prefix caches together (GiB): a
+            request waits until its KV cache (prompt + max_tokens positions) fits, one that could never fit
+            is answered 503, and a model that does not fit is refused at start. None: no byte budget.
         shutdown_timeout: On SIGTERM (or Ctrl-C) the server takes no new connections and gives the
             running requests this many seconds to finish before it stops (streams included).
 
@@ -46,8 +49,11 @@ class ServerSettings:
     max_body_mb: float = 32
     responses_store: int = 256
     shutdown_timeout: float = 30.0
+    memory_gb: float | None = None
 
     def __post_init__(self) -> None:
+        if self.memory_gb is not None and not self.memory_gb > 0:
+            raise ConfigurationError(f"memory_gb must be a positive number of GiB, got {self.memory_gb}.")
         if not self.shutdown_timeout >= 0:
             raise ConfigurationError(f"shutdown_timeout must be >= 0 seconds, got {self.shutdown_timeout}.")
         if isinstance(self.cors_origins, str):  # one origin, not its characters

@@ -20,12 +20,13 @@ from typing import Any, TypeVar
 
 from inference4py.errors import QueueFullError, RequestTimeoutError
 from inference4py.generation.generate import collect
+from inference4py.generation.memory import MemoryBudget
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.serve.metrics import Histogram
 from inference4py.tasks.options import RequestOptions
 from inference4py.tasks.turn import TurnSplitter
 
-__all__ = ["ChunkStream", "ModelWorker"]
+__all__ = ["ChunkStream", "ModelWorker", "weights_bytes"]
 
 T = TypeVar("T")
 _END = object()
@@ -143,6 +144,7 @@ class ModelWorker:
         kv_budget: Positions a text generator's running requests may reserve together (None: no limit).
         prefix_cache_mb: Memory for a text generator's prefix cache (0: off).
         timeout: Seconds a request may run (None: no limit).
+        memory: The server's byte budget, shared by its models (None: none).
     """
 
     def __init__(
@@ -155,6 +157,7 @@ class ModelWorker:
         kv_budget: int | None = None,
         prefix_cache_mb: float = 256,
         timeout: float | None = None,
+        memory: MemoryBudget | None = None,
     ) -> None:
         from inference4py.tasks.text_generation import OnnxTextGenerator
 
@@ -170,6 +173,7 @@ class ModelWorker:
                 prefix_cache_mb=prefix_cache_mb,
                 timeout=timeout,
                 name=name,
+                memory=memory,
             )
             if isinstance(model, OnnxTextGenerator)
             else None
@@ -373,3 +377,20 @@ class ModelWorker:
         closer = getattr(self.model, "close", None)
         if closer is not None:
             closer()
+
+
+_WEIGHT_FILES = (".onnx", ".onnx_data", ".data", ".bin", ".safetensors")
+
+
+def weights_bytes(model: Any) -> int:
+    """What a loaded model's weights take: the size of its folder's graph and weight files.
+
+    onnxruntime holds each initializer once, so the files' size is what a session keeps resident
+    (within a few percent: a memory budget's estimate, not a measurement).
+    """
+    from pathlib import Path
+
+    folder = getattr(model, "folder", None)
+    if folder is None:
+        return 0
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file() and p.suffix in _WEIGHT_FILES)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from inference4py.errors import ConfigurationError, InvalidInputError
 from inference4py.generation.beam import returns_several
 from inference4py.generation.generate import collect
+from inference4py.generation.memory import MemoryBudget
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.generation.scheduler import Deliver, Scheduler, SchedulerStats, Ticket
 from inference4py.tasks.options import RequestOptions
@@ -86,6 +87,9 @@ class BatchedTextGenerator:
             batch (None: on graphs whose kernels round a one-row product differently, i.e. int4
             MatMulNBits; see docs/serving.md).
         name: Names the scheduler's thread.
+        memory: A server's :class:`~inference4py.generation.memory.MemoryBudget`, shared with its other
+            models: each request's KV bytes (prompt + max_new_tokens positions) are reserved in it while it
+            runs, and the prefix cache keeps entries only while it has room. None: no byte budget.
 
     Greedy search and sampling are batched; beam search and several sequences per call are not
     (``generate()`` on the model runs them).
@@ -102,6 +106,7 @@ class BatchedTextGenerator:
         timeout: float | None = None,
         batch_invariant: bool | None = None,
         name: str = "model",
+        memory: MemoryBudget | None = None,
     ) -> None:
         if max_concurrent < 1:
             raise ConfigurationError(f"max_concurrent must be >= 1, got {max_concurrent}.")
@@ -118,6 +123,7 @@ class BatchedTextGenerator:
             timeout=timeout,
             batch_invariant=batch_invariant,
             name=name,
+            memory=memory,
         )
 
     # ------------------------------------------------------------------ state
