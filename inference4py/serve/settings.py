@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +30,12 @@ class ServerSettings:
         max_body_mb: Larger request bodies are answered 413.
         responses_store: Finished /v1/responses answers kept in memory, for ``previous_response_id``
             and ``GET /v1/responses/{id}`` (least recently used forgotten first; 0 keeps none).
+        models_dir: A folder whose models (``*.gguf`` files, ONNX and genai model folders) are listed
+            and loaded when a request names one (:mod:`~inference4py.serve.registry`); None: none.
+        max_loaded_models: Models kept loaded at once, the ones given loaded counted; loading one
+            more unloads the least recently used idle one. None: no bound.
+        idle_unload: Seconds after its last request that a model loaded on demand is unloaded
+            (ollama's ``keep_alive``); None: it stays until it makes room for another.
 
     Raises:
         ConfigurationError: a limit below its minimum.
@@ -43,6 +50,9 @@ class ServerSettings:
     cors_origins: Sequence[str] = ()
     max_body_mb: float = 32
     responses_store: int = 256
+    models_dir: str | os.PathLike[str] | None = None
+    max_loaded_models: int | None = None
+    idle_unload: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.cors_origins, str):  # one origin, not its characters
@@ -58,6 +68,10 @@ class ServerSettings:
             raise ConfigurationError("prefix_cache_mb must be >= 0 and max_body_mb > 0.")
         if self.responses_store < 0:
             raise ConfigurationError(f"responses_store must be >= 0 (0 keeps none), got {self.responses_store}.")
+        if self.max_loaded_models is not None and self.max_loaded_models < 1:
+            raise ConfigurationError(f"max_loaded_models must be >= 1 (None: no bound), got {self.max_loaded_models}.")
+        if self.idle_unload is not None and not self.idle_unload > 0:
+            raise ConfigurationError(f"idle_unload must be > 0 seconds (None: never), got {self.idle_unload}.")
 
 
 _ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/?#\s]+")
