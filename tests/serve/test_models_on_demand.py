@@ -296,7 +296,7 @@ def test_a_broken_model_file_fails_its_requests_and_the_others_keep_answering(mo
 
 
 def test_concurrent_first_requests_load_the_model_once(models_dir, monkeypatch):
-    loads = _slow_loads(monkeypatch, 0.5)
+    loads = _slow_loads(monkeypatch, 1.5)
     with running(create_app({}, ServerSettings(models_dir=models_dir))) as url:
         answers: list[str] = []
 
