@@ -15,9 +15,32 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         "-m",
         action="append",
-        required=True,
+        default=[],
         metavar="FOLDER_OR_REPO",
-        help="a model folder, Hugging Face repo id, GGUF file or pip:PACKAGE holding a GGUF to serve (repeatable)",
+        help="a model folder, Hugging Face repo id, GGUF file or pip:PACKAGE holding a GGUF to serve, loaded at "
+        "start and kept loaded (repeatable; needed unless --models-dir is given)",
+    )
+    parser.add_argument(
+        "--models-dir",
+        default=None,
+        metavar="DIR",
+        help="serve every model in DIR (*.gguf files, ONNX and genai model folders), each loaded when a request "
+        "names it; GET /v1/models lists them with their status",
+    )
+    parser.add_argument(
+        "--max-loaded-models",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="models kept loaded at once, --model ones included; loading one more unloads the least recently used "
+        "idle one (default: no limit)",
+    )
+    parser.add_argument(
+        "--idle-unload",
+        type=_positive,
+        default=None,
+        metavar="SECONDS",
+        help="unload a model loaded from --models-dir when no request has used it for this long (default: never)",
     )
     parser.add_argument(
         "--served-model-name",
@@ -136,7 +159,11 @@ def _non_negative(text: str) -> float:
 
 
 def _run_serve(args: argparse.Namespace) -> int:
+    from inference4py.errors import ConfigurationError
     from inference4py.serve import ServerSettings, serve
+
+    if not args.model and args.models_dir is None:
+        raise ConfigurationError("Give a model to serve: --model FOLDER_OR_REPO_ID, or --models-dir DIR.")
 
     settings = ServerSettings(
         max_concurrent=args.max_concurrent,
@@ -150,6 +177,9 @@ def _run_serve(args: argparse.Namespace) -> int:
         responses_store=args.responses_store,
         shutdown_timeout=args.shutdown_timeout,
         memory_gb=args.memory_gb,
+        models_dir=args.models_dir,
+        max_loaded_models=args.max_loaded_models,
+        idle_unload=args.idle_unload,
     )
     serve(
         args.model,

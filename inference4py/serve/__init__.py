@@ -4,6 +4,8 @@
 - :func:`load_models` loads ``--model`` arguments (folders or hub ids) under their served names.
 - :func:`serve` loads the models and runs uvicorn. It binds 127.0.0.1 unless told otherwise.
 
+The models of ``ServerSettings.models_dir`` are loaded on demand (:mod:`~inference4py.serve.registry`).
+
 Routes live in :mod:`~inference4py.serve.app`, the OpenAI request models in
 :mod:`~inference4py.serve.protocol`, Anthropic's Messages API in :mod:`~inference4py.serve.messages`
 (its request models in :mod:`~inference4py.serve.messages_protocol`), and each model's single owner
@@ -68,6 +70,8 @@ def load_models(models: Sequence[str], names: Sequence[str] = ()) -> dict[str, A
     ``Seq2SeqTask`` (``/v1/completions``), a sentence encoder an ``OnnxEmbedder`` (``/v1/embeddings``),
     anything else an ``OnnxTextGenerator``.
     """
+    from inference4py.serve.loading import load_model
+
     if not models:
         raise ConfigurationError("Give at least one model to serve: --model FOLDER_OR_REPO_ID.")
     if names and len(names) != len(models):
@@ -77,28 +81,8 @@ def load_models(models: Sequence[str], names: Sequence[str] = ()) -> dict[str, A
         name = names[i] if names else served_name(model)
         if name in loaded:
             raise ConfigurationError(f"Two models are served as {name!r}: give each one --served-model-name.")
-        loaded[name] = _load_model(model)
+        loaded[name] = load_model(model)
     return loaded
-
-
-def _load_model(model: str) -> Any:
-    """The task object of one ``--model``, by the kind :func:`~inference4py.tasks.kinds.model_kind` finds."""
-    from inference4py import OnnxTextGenerator
-    from inference4py.serve.audio import speech_model
-    from inference4py.tasks.embedding import OnnxEmbedder
-    from inference4py.tasks.kinds import model_kind
-    from inference4py.tasks.seq2seq_base import Seq2SeqTask
-
-    found = model_kind(model)
-    if found.folder is None:  # a GGUF source, converted by the text generator's load
-        return OnnxTextGenerator.builder().model_path(model).build()
-    if found.kind == "embedding":
-        return OnnxEmbedder.builder().model_path(found.folder).build()
-    if found.kind == "speech" and found.spec is not None:
-        return speech_model(model, found.folder, found.spec)
-    if found.kind == "encoder-decoder":
-        return Seq2SeqTask.builder().model_path(found.folder).build()
-    return OnnxTextGenerator.builder().model_path(found.folder).build()
 
 
 def serve(
@@ -112,7 +96,8 @@ def serve(
 ) -> None:
     """Load ``models`` and serve them until interrupted (uvicorn; ``host`` defaults to loopback only).
 
-    Without an ``api_key`` in ``settings``, ``INFERENCE4PY_API_KEY`` is used when set.
+    With ``settings.models_dir``, its models are served too, loaded when asked for; ``models`` may
+    then be empty. Without an ``api_key`` in ``settings``, ``INFERENCE4PY_API_KEY`` is used when set.
     """
     _require()
     import dataclasses
@@ -122,7 +107,8 @@ def serve(
     settings = settings if settings is not None else ServerSettings()
     if settings.api_key is None:
         settings = dataclasses.replace(settings, api_key=env.serve_api_key())
-    serve_app(create_app(load_models(models, names), settings), settings, host=host, port=port, log_level=log_level)
+    loaded = load_models(models, names) if models or settings.models_dir is None else {}
+    serve_app(create_app(loaded, settings), settings, host=host, port=port, log_level=log_level)
 
 
 def serve_app(

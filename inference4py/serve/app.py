@@ -26,8 +26,8 @@ from inference4py.errors import (
     RequestTimeoutError,
 )
 from inference4py.generation.logprobs import TokenLogprob
-from inference4py.generation.memory import MemoryBudget
 from inference4py.generation.result import GenerationChunk, GenerationResult
+from inference4py.serve.admin import add_admin_routes
 from inference4py.serve.audio import add_audio_routes
 from inference4py.serve.dispatch import collect_all, open_all, text_worker, with_thinking
 from inference4py.serve.embeddings import add_embedding_routes
@@ -46,12 +46,13 @@ from inference4py.serve.protocol import (
     now,
     template_messages,
 )
+from inference4py.serve.registry import ModelLeases, ModelRegistry
 from inference4py.serve.responses import add_responses_routes
 from inference4py.serve.settings import ServerSettings
 from inference4py.serve.sse import sse
 from inference4py.serve.tokenize import add_tokenize_routes
 from inference4py.serve.turns import turn_steps
-from inference4py.serve.worker import ChunkStream, ModelWorker, weights_bytes
+from inference4py.serve.worker import ChunkStream
 from inference4py.tasks.options import RequestOptions
 from inference4py.tasks.turn import CallArguments, CallStart, ReasoningDelta, TextDelta
 
@@ -66,45 +67,38 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
     """An ASGI app serving ``models`` (served name -> loaded task object) over the OpenAI API.
 
     Args:
-        models: Served name -> loaded model (``OnnxTextGenerator``, ``WhisperSpeechModel``...).
-        settings: Queue, batch, memory, time and access limits (:class:`ServerSettings`; its defaults when None).
+        models: Served name -> loaded model (``OnnxTextGenerator``, ``WhisperSpeechModel``...); these
+            stay loaded.
+        settings: Queue, batch, memory, time and access limits (:class:`ServerSettings`; its defaults
+            when None), and the models loaded on demand (``models_dir``, ``max_loaded_models``,
+            ``idle_unload``: :mod:`~inference4py.serve.registry`).
+
+    Raises:
+        ConfigurationError: as :class:`~inference4py.serve.registry.ModelRegistry`.
     """
     s = settings if settings is not None else ServerSettings()
-    memory = MemoryBudget(int(s.memory_gb * (1 << 30))) if s.memory_gb is not None else None
-    if memory is not None:  # the weights first: a model that does not fit is refused before anything starts
-        for name, model in models.items():
-            memory.hold(name, weights_bytes(model))
-    workers = {
-        name: ModelWorker(
-            name,
-            model,
-            max_queue=s.max_queue,
-            max_concurrent=s.max_concurrent,
-            kv_budget=s.kv_budget,
-            prefix_cache_mb=s.prefix_cache_mb,
-            timeout=s.timeout,
-            memory=memory,
-        )
-        for name, model in models.items()
-    }
+    registry = ModelRegistry(models, s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        registry.start()
         yield
-        for worker in workers.values():  # the models' threads and sessions end with the server
-            worker.close()
+        await registry.close()  # the models' threads and sessions end with the server
 
     app = FastAPI(title="inference4py", docs_url=None, redoc_url=None, lifespan=lifespan)
-    app.state.workers = workers
+    app.state.models = registry
     app.state.field_warnings = FieldWarnings()
     app.add_middleware(InternalErrors)  # innermost: a 500 keeps the connection open
+    app.add_middleware(ModelLeases, models=registry)  # a model is held until its request is answered
     app.add_middleware(Guard, api_key=s.api_key, max_body=int(s.max_body_mb * (1 << 20)))
     if s.cors_origins:
         add_cors(app, s.cors_origins)
 
     @app.exception_handler(ApiError)
     async def _http_error(request: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(_error(request, exc.message, exc.kind, exc.param, exc.code), status_code=exc.status)
+        return JSONResponse(
+            _error(request, exc.message, exc.kind, exc.param, exc.code), status_code=exc.status, headers=exc.headers
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -123,7 +117,7 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
 
     @app.exception_handler(StarletteHTTPException)
     async def _not_found(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        message = f"{request.method} {request.url.path}: {exc.detail}. Routes: /v1/models, /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens, /v1/embeddings, /v1/audio/transcriptions, /v1/audio/translations, /health, /metrics and the chat page at /."
+        message = f"{request.method} {request.url.path}: {exc.detail}. Routes: /v1/models, /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens, /v1/embeddings, /v1/audio/transcriptions, /v1/audio/translations, /tokenize, /detokenize, /admin/models/{{name}}/load and /unload, /health, /metrics and the chat page at /."
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return JSONResponse(_error(request, message, kind), status_code=exc.status_code)
 
@@ -151,7 +145,9 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(prometheus(workers), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(
+            prometheus(registry.workers(), registry.states()), media_type="text/plain; version=0.0.4"
+        )
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -159,20 +155,19 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
 
     @app.get("/v1/models")
     async def list_models() -> dict[str, Any]:
-        created = now()
-        data = [{"id": name, "object": "model", "created": created, "owned_by": "inference4py"} for name in workers]
-        return {"object": "list", "data": data}
+        return {"object": "list", "data": registry.cards()}
 
-    add_audio_routes(app, workers)
-    add_embedding_routes(app, workers)
-    add_messages_routes(app, workers)
-    add_responses_routes(app, workers, stored=s.responses_store)
+    add_admin_routes(app, registry)
+    add_audio_routes(app, registry)
+    add_embedding_routes(app, registry)
+    add_messages_routes(app, registry)
+    add_responses_routes(app, registry, stored=s.responses_store)
     add_page_route(app)
-    add_tokenize_routes(app, workers)
+    add_tokenize_routes(app, registry)
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(body: ChatCompletionRequest, request: Request) -> Any:
-        worker = text_worker(workers, body.model, "chat")
+        worker = await text_worker(registry, body.model, "chat", request)
         messages = template_messages(body.messages)
         options = _options(body, request).replace(
             response_format=body.response_format,
@@ -192,7 +187,7 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
 
     @app.post("/v1/completions", response_model=None)
     async def completions(body: CompletionRequest, request: Request) -> Any:
-        worker = text_worker(workers, body.model, "completions")
+        worker = await text_worker(registry, body.model, "completions", request)
         options = _options(body, request)
         if body.logprobs is not None:
             options = options.replace(logprobs=True, top_logprobs=body.logprobs)

@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,10 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inference4py import audio as _audio
-from inference4py.engine.pipeline import GENAI_CONFIG, PipelineSpec, load_pipeline
-from inference4py.errors import AudioError, ConfigurationError, Inference4pyError
-from inference4py.serve.protocol import ApiError, unknown_model
+from inference4py.errors import AudioError, ConfigurationError
+from inference4py.serve.loading import load_speech_model, speech_model
+from inference4py.serve.protocol import ApiError
+from inference4py.serve.registry import ModelRegistry
 from inference4py.serve.worker import ModelWorker
 from inference4py.tasks.whisper import WHISPER_LANGUAGES, Transcription, WhisperSpeechModel, language_code
 
@@ -58,56 +58,19 @@ _ROUTES = {"transcribe": "/v1/audio/transcriptions", "translate": "/v1/audio/tra
 _SUFFIX = re.compile(r"^\.[A-Za-z0-9]{1,8}$")
 
 
-def load_speech_model(model: str) -> WhisperSpeechModel | None:
-    """A ``--model`` argument built as a :class:`WhisperSpeechModel` when it is a Whisper model, else None.
-
-    The folder (or the hub repo, downloaded as the text loader would download it) is a Whisper
-    model when the library's pipeline detection finds a speech encoder-decoder: an encoder that
-    takes log-mel features. Only the folder's files and graph headers are read for that check;
-    the model is built only when it passes.
-
-    Raises:
-        ModelNotFoundError, HubError: as :func:`inference4py.hub.resolve_model_folder`.
-        ConfigurationError: an onnxruntime-genai Whisper export, which the native engine does not run.
-    """
-    from inference4py.hub import resolve_model_folder
-
-    folder = resolve_model_folder(model)
-    try:
-        spec = load_pipeline(folder)
-    except Inference4pyError:
-        return None  # not a layout the pipeline knows: the text loader says what is wrong with it
-    return speech_model(model, folder, spec) if spec.preset == "speech-seq2seq" else None
-
-
-def speech_model(model: str, folder: Path, spec: PipelineSpec) -> WhisperSpeechModel:
-    """The :class:`WhisperSpeechModel` of a folder whose pipeline is a speech encoder-decoder.
-
-    Raises:
-        ConfigurationError: an onnxruntime-genai Whisper export, which the native engine does not run.
-    """
-    if spec.source == GENAI_CONFIG:
-        raise ConfigurationError(
-            f"{model} is an onnxruntime-genai Whisper export; the server runs Whisper on the native engine. "
-            "Serve an optimum export (e.g. onnx-community/whisper-base), or run this folder with "
-            "inference4py_genai.WhisperSpeechModel in your own app."
-        )
-    return WhisperSpeechModel.builder().model_path(folder).build()
-
-
-def add_audio_routes(app: FastAPI, workers: Mapping[str, ModelWorker]) -> None:
+def add_audio_routes(app: FastAPI, models: ModelRegistry) -> None:
     """Add ``POST /v1/audio/transcriptions`` and ``POST /v1/audio/translations`` to ``app``."""
 
     @app.post(_ROUTES["transcribe"], response_model=None)
     async def transcriptions(request: Request) -> Response:
-        return await _answer(workers, request, "transcribe")
+        return await _answer(models, request, "transcribe")
 
     @app.post(_ROUTES["translate"], response_model=None)
     async def translations(request: Request) -> Response:
-        return await _answer(workers, request, "translate")
+        return await _answer(models, request, "translate")
 
 
-async def _answer(workers: Mapping[str, ModelWorker], request: Request, task: str) -> Response:
+async def _answer(models: ModelRegistry, request: Request, task: str) -> Response:
     form = await _read_form(request)
     try:
         fields = _fields(form, task)
@@ -115,7 +78,7 @@ async def _answer(workers: Mapping[str, ModelWorker], request: Request, task: st
         if ignored:  # an unknown name is no bad value: ignored, and said once in the log
             why = f"not a field {_ROUTES[task]} reads (accepted: {', '.join(sorted(_FIELDS[task]))})"
             request.app.state.field_warnings.warn(_ROUTES[task], {name: why for name in ignored})
-        worker = _speech_worker(workers, fields["model"], task)
+        worker = await _speech_worker(models, fields["model"], task, request)
         model: WhisperSpeechModel = worker.model
         language = _language(model, fields.get("language"), fields["model"])
         if task == "translate" and not model.is_multilingual:
@@ -240,12 +203,9 @@ def _check_granularities(granularities: list[str], response_format: str) -> None
         )
 
 
-def _speech_worker(workers: Mapping[str, ModelWorker], name: str, task: str) -> ModelWorker:
-    worker = workers.get(name)
-    if worker is None:
-        raise unknown_model(name, workers)
-    if not isinstance(worker.model, WhisperSpeechModel):
-        speech = [n for n, w in workers.items() if isinstance(w.model, WhisperSpeechModel)]
+async def _speech_worker(models: ModelRegistry, name: str, task: str, request: Request) -> ModelWorker:
+    if models.kind(name) != "speech":
+        speech = models.names("speech")
         served = (
             f"Served speech models: {', '.join(speech)}."
             if speech
@@ -254,7 +214,7 @@ def _speech_worker(workers: Mapping[str, ModelWorker], name: str, task: str) -> 
         raise ApiError(
             400, f"The model {name!r} is not a speech model: {_ROUTES[task]} needs Whisper. {served}", "model"
         )
-    return worker
+    return await models.worker(name, request)
 
 
 def _language(model: WhisperSpeechModel, value: str | None, name: str) -> str | None:

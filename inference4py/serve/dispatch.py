@@ -6,47 +6,54 @@ routes differ in their protocol, not in how a model is chosen or a request start
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inference4py.generation.result import GenerationResult
-from inference4py.serve.embeddings import is_embedder
-from inference4py.serve.protocol import ApiError, unknown_model
+from inference4py.serve.protocol import ApiError
+from inference4py.serve.registry import ModelRegistry
 from inference4py.serve.worker import ChunkStream, ModelWorker
+from inference4py.tasks.kinds import Kind
 from inference4py.tasks.options import RequestOptions
 
-__all__ = ["collect_all", "open_all", "text_worker", "with_thinking"]
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+__all__ = ["CHAT_KINDS", "TEXT_KINDS", "collect_all", "open_all", "text_worker", "with_thinking"]
+
+CHAT_KINDS: tuple[Kind, ...] = ("decoder", "gguf")  # the kinds of model a chat request can go to
+TEXT_KINDS: tuple[Kind, ...] = (*CHAT_KINDS, "encoder-decoder")  # ... and a completion
 
 # OpenAI's reasoning_effort (chat) / reasoning.effort (Responses) as a thinking switch
 _EFFORT_THINKS = {"none": False, "minimal": False, "low": True, "medium": True, "high": True}
 
 
-def text_worker(workers: Mapping[str, ModelWorker], name: str, route: str) -> ModelWorker:
-    """The worker of model ``name``, when it can answer ``route`` ("chat" or "completions").
+async def text_worker(models: ModelRegistry, name: str, route: str, request: Request) -> ModelWorker:
+    """The worker of model ``name`` (loaded first when it is not), when it can answer ``route`` ("chat" or "completions").
+
+    The model's kind is checked before it is loaded; it is then held until ``request`` is answered.
 
     Raises:
-        ApiError: 404 for a model not served, 400 for one that cannot answer this route.
+        ApiError: 404 for a model not served, 400 for one that cannot answer this route, and as
+            :meth:`ModelRegistry.worker` (500 a load that fails, 503 no room to load).
     """
-    worker = workers.get(name)
-    if worker is None:
-        raise unknown_model(name, workers)
-    if is_embedder(worker.model):
+    kind = models.kind(name)
+    if kind == "embedding":
         raise ApiError(400, f"{name!r} is an embedding model: send its input to /v1/embeddings.", "model")
-    if not hasattr(worker.model, "stream_chunks"):  # a speech model
+    if kind == "speech":
         raise ApiError(
             400,
             f"{name!r} is a speech model: send audio to /v1/audio/transcriptions or /v1/audio/translations.",
             "model",
         )
-    if route == "chat" and worker.batched is None:
-        texts = [n for n, w in workers.items() if w.batched is not None]
+    if route == "chat" and kind == "encoder-decoder":
+        texts = models.names(*CHAT_KINDS)
         raise ApiError(
             400,
             f"{name!r} is an encoder-decoder model without a chat template: send its input as the prompt of "
             f"/v1/completions. Chat models served here: {', '.join(texts) or 'none'}.",
             "model",
         )
-    return worker
+    return await models.worker(name, request)
 
 
 def _per_choice(n: int, options: RequestOptions) -> list[RequestOptions]:

@@ -13,25 +13,20 @@ counts the tokens embedded, special tokens included.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from fastapi import FastAPI, Request
 
-from inference4py.serve.protocol import ApiError, EmbeddingRequest, unknown_model
+from inference4py.serve.protocol import ApiError, EmbeddingRequest
+from inference4py.serve.registry import ModelRegistry
 from inference4py.serve.worker import ModelWorker
 from inference4py.tasks.embedding import OnnxEmbedder
 
-__all__ = ["add_embedding_routes", "is_embedder"]
+__all__ = ["add_embedding_routes"]
 
 
-def is_embedder(model: Any) -> bool:
-    """Whether a served model answers /v1/embeddings (and only that)."""
-    return isinstance(model, OnnxEmbedder)
-
-
-def add_embedding_routes(app: FastAPI, workers: Mapping[str, ModelWorker]) -> None:
+def add_embedding_routes(app: FastAPI, models: ModelRegistry) -> None:
     """Add ``POST /v1/embeddings`` to ``app``."""
 
     @app.post("/v1/embeddings")
@@ -40,7 +35,7 @@ def add_embedding_routes(app: FastAPI, workers: Mapping[str, ModelWorker]) -> No
         if unknown:  # an unknown name is no bad value: ignored, and said once in the log
             why = "not a field /v1/embeddings reads (model, input, encoding_format, dimensions, user)"
             request.app.state.field_warnings.warn("/v1/embeddings", {name: why for name in unknown})
-        worker = _embedding_worker(workers, body.model)
+        worker = await _embedding_worker(models, body.model, request)
         texts = _texts(body.input)
         model: OnnxEmbedder = worker.model
         dimensions = body.dimensions
@@ -71,19 +66,16 @@ def add_embedding_routes(app: FastAPI, workers: Mapping[str, ModelWorker]) -> No
         }
 
 
-def _embedding_worker(workers: Mapping[str, ModelWorker], name: str) -> ModelWorker:
-    worker = workers.get(name)
-    if worker is None:
-        raise unknown_model(name, workers)
-    if not is_embedder(worker.model):
-        served = [n for n, w in workers.items() if is_embedder(w.model)]
+async def _embedding_worker(models: ModelRegistry, name: str, request: Request) -> ModelWorker:
+    if models.kind(name) != "embedding":
+        served = models.names("embedding")
         hint = (
             f"Embedding models served here: {', '.join(served)}."
             if served
             else "No embedding model is served: start the server with a sentence-transformers ONNX folder as --model."
         )
         raise ApiError(400, f"The model {name!r} is not an embedding model. {hint}", "model")
-    return worker
+    return await models.worker(name, request)
 
 
 def _texts(value: str | list[str] | list[int] | list[list[int]]) -> list[str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -42,9 +42,10 @@ from inference4py.serve.messages_protocol import (
     parse_tool,
 )
 from inference4py.serve.protocol import ApiError
+from inference4py.serve.registry import ModelRegistry
 from inference4py.serve.sse import sse
 from inference4py.serve.turns import turn_steps
-from inference4py.serve.worker import ChunkStream, ModelWorker
+from inference4py.serve.worker import ChunkStream
 from inference4py.tasks.options import RequestOptions
 from inference4py.tasks.turn import CallArguments, CallEnd, CallStart, ReasoningDelta, TextDelta, TurnEvent
 
@@ -60,13 +61,13 @@ _STOP_REASONS: dict[FinishReason, str] = {
 _TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 
 
-def add_messages_routes(app: FastAPI, workers: Mapping[str, ModelWorker]) -> None:
+def add_messages_routes(app: FastAPI, models: ModelRegistry) -> None:
     """Add ``POST /v1/messages`` and ``POST /v1/messages/count_tokens`` to ``app``."""
 
     @app.post("/v1/messages", response_model=None)
     async def messages(body: MessagesRequest, request: Request) -> Any:
         _warn_ignored(body, request)
-        worker = text_worker(workers, body.model, "chat")
+        worker = await text_worker(models, body.model, "chat", request)
         conversation = _conversation(body, body.model)
         options = _output_options(body).replace(
             max_new_tokens=body.max_tokens,
@@ -85,7 +86,7 @@ def add_messages_routes(app: FastAPI, workers: Mapping[str, ModelWorker]) -> Non
     @app.post("/v1/messages/count_tokens")
     async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, int]:
         _warn_ignored(body, request)
-        worker = text_worker(workers, body.model, "chat")
+        worker = await text_worker(models, body.model, "chat", request)
         conversation = _conversation(body, body.model)
         # the ids the model would be prompted with: template, tools and all (prepare is what a request runs)
         prepared = await asyncio.to_thread(worker.model.prepare, conversation, _output_options(body))

@@ -88,12 +88,23 @@ _HISTOGRAMS = (
 )
 
 
-def prometheus(workers: Mapping[str, object]) -> str:
+# every served model's, loaded or not (a registry entry's numbers)
+_MODEL_STATES = (
+    ("model_loaded", "gauge", "1 when the model is loaded, 0 when not", "loaded"),
+    ("model_loads_total", "counter", "loads of the model on demand", "loads"),
+    ("model_unloads_total", "counter", "unloads of the model (idle, least recently used, or asked for)", "unloads"),
+    ("model_load_failures_total", "counter", "loads of the model that failed", "load_failures"),
+)
+
+
+def prometheus(workers: Mapping[str, object], models: Mapping[str, object] | None = None) -> str:
     """Every model's counters and histograms.
 
     Args:
         workers: Model name -> its worker (a ``ModelWorker``): any object with the attributes
             that ``_COUNTERS`` (numbers) and ``_HISTOGRAMS`` (:class:`Histogram`) name.
+        models: Every served model's name -> an object with the attributes ``_MODEL_STATES`` names
+            (the registry's entries: loaded or not).
     """
     lines = []
     for metric, kind, help_text, attr in _COUNTERS:
@@ -105,4 +116,8 @@ def prometheus(workers: Mapping[str, object]) -> str:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
         for model, w in workers.items():
             lines += getattr(w, attr).lines(name, f'model="{model}"')
+    for metric, kind, help_text, attr in _MODEL_STATES if models is not None else ():
+        name = f"inference4py_{metric}"
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        lines += [f'{name}{{model="{model}"}} {getattr(m, attr)}' for model, m in (models or {}).items()]
     return "\n".join(lines) + "\n"

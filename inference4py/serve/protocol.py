@@ -61,9 +61,11 @@ class ApiError(Exception):
         param: str | None = None,
         kind: str = "invalid_request_error",
         code: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.kind, self.code = status, message, param, kind, code
+        self.headers = dict(headers) if headers else None  # e.g. Retry-After on a 503
 
 
 def unknown_model(name: str, served: Iterable[str]) -> ApiError:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from fastapi import FastAPI, Request
 
 from inference4py.serve.dispatch import open_all, text_worker, with_thinking
 from inference4py.serve.protocol import ApiError, FieldWarnings, now
+from inference4py.serve.registry import ModelRegistry
 from inference4py.serve.response_output import TurnOutput, new_id
 from inference4py.serve.response_store import ResponseStore, StoredResponse
 from inference4py.serve.responses_protocol import (
@@ -39,7 +40,7 @@ from inference4py.serve.responses_protocol import (
 )
 from inference4py.serve.sse import sse
 from inference4py.serve.turns import turn_steps
-from inference4py.serve.worker import ChunkStream, ModelWorker
+from inference4py.serve.worker import ChunkStream
 from inference4py.tasks.options import RequestOptions
 from inference4py.tasks.turn import ReasoningDelta
 
@@ -49,12 +50,12 @@ _log = logging.getLogger("inference4py.serve")
 _TOOL_MODES = ("none", "auto", "required")
 
 
-def add_responses_routes(app: FastAPI, workers: Mapping[str, ModelWorker], *, stored: int = 256) -> None:
+def add_responses_routes(app: FastAPI, models: ModelRegistry, *, stored: int = 256) -> None:
     """Add ``POST /v1/responses`` and ``GET`` / ``DELETE /v1/responses/{response_id}`` to ``app``.
 
     Args:
         app: The server's app.
-        workers: Served name -> the model's worker.
+        models: The served models.
         stored: How many finished responses are kept for ``previous_response_id`` and ``GET``
             (least recently used forgotten first; 0 keeps none).
     """
@@ -63,7 +64,7 @@ def add_responses_routes(app: FastAPI, workers: Mapping[str, ModelWorker], *, st
     @app.post("/v1/responses", response_model=None)
     async def create(body: ResponseRequest, request: Request) -> Any:
         _check_fields(body)
-        worker = text_worker(workers, body.model, "chat")
+        worker = await text_worker(models, body.model, "chat", request)
         conversation, messages = _conversation(body, store)
         streams = await open_all(worker, messages, _options(body))
         run = _Run(body, streams[0], store, conversation)

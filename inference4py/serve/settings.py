@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +35,12 @@ class ServerSettings:
             is answered 503, and a model that does not fit is refused at start. None: no byte budget.
         shutdown_timeout: On SIGTERM (or Ctrl-C) the server takes no new connections and gives the
             running requests this many seconds to finish before it stops (streams included).
+        models_dir: A folder whose models (``*.gguf`` files, ONNX and genai model folders) are listed
+            and loaded when a request names one (:mod:`~inference4py.serve.registry`); None: none.
+        max_loaded_models: Models kept loaded at once, the ones given loaded counted; loading one
+            more unloads the least recently used idle one. None: no bound.
+        idle_unload: Seconds after its last request that a model loaded on demand is unloaded
+            (ollama's ``keep_alive``); None: it stays until it makes room for another.
 
     Raises:
         ConfigurationError: a limit below its minimum.
@@ -50,6 +57,9 @@ class ServerSettings:
     responses_store: int = 256
     shutdown_timeout: float = 30.0
     memory_gb: float | None = None
+    models_dir: str | os.PathLike[str] | None = None
+    max_loaded_models: int | None = None
+    idle_unload: float | None = None
 
     def __post_init__(self) -> None:
         if self.memory_gb is not None and not self.memory_gb > 0:
@@ -69,6 +79,10 @@ class ServerSettings:
             raise ConfigurationError("prefix_cache_mb must be >= 0 and max_body_mb > 0.")
         if self.responses_store < 0:
             raise ConfigurationError(f"responses_store must be >= 0 (0 keeps none), got {self.responses_store}.")
+        if self.max_loaded_models is not None and self.max_loaded_models < 1:
+            raise ConfigurationError(f"max_loaded_models must be >= 1 (None: no bound), got {self.max_loaded_models}.")
+        if self.idle_unload is not None and not self.idle_unload > 0:
+            raise ConfigurationError(f"idle_unload must be > 0 seconds (None: never), got {self.idle_unload}.")
 
 
 _ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/?#\s]+")

@@ -23,9 +23,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict
 
-from inference4py.serve.embeddings import is_embedder
-from inference4py.serve.protocol import ApiError, unknown_model
-from inference4py.serve.worker import ModelWorker
+from inference4py.serve.dispatch import TEXT_KINDS
+from inference4py.serve.protocol import ApiError
+from inference4py.serve.registry import ModelRegistry
 from inference4py.tokenization import Tokenizer
 
 __all__ = ["DetokenizeRequest", "TokenizeRequest", "add_tokenize_routes"]
@@ -50,13 +50,13 @@ class DetokenizeRequest(BaseModel):
     model: str | None = None
 
 
-def add_tokenize_routes(app: FastAPI, workers: Mapping[str, ModelWorker]) -> None:
+def add_tokenize_routes(app: FastAPI, models: ModelRegistry) -> None:
     """Add ``POST /tokenize`` and ``POST /detokenize`` (llama-server's routes, at the root) to ``app``."""
 
     @app.post("/tokenize")
     async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
         _warn(request, body, {"parse_special": "special-token text is always read as the special token"})
-        tokenizer = _tokenizer(workers, body.model)
+        tokenizer = await _tokenizer(models, body.model, request)
         ids = await asyncio.to_thread(tokenizer.encode, body.content, add_special_tokens=body.add_special)
         if not body.with_pieces:
             return {"tokens": ids}
@@ -65,7 +65,7 @@ def add_tokenize_routes(app: FastAPI, workers: Mapping[str, ModelWorker]) -> Non
     @app.post("/detokenize")
     async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any]:
         _warn(request, body, {})
-        tokenizer = _tokenizer(workers, body.model)
+        tokenizer = await _tokenizer(models, body.model, request)
         size = tokenizer.vocab_size
         for i, token in enumerate(body.tokens):
             if not 0 <= token < size:
@@ -83,26 +83,23 @@ def _warn(request: Request, body: BaseModel, asked: Mapping[str, str]) -> None:
     request.app.state.field_warnings.warn(request.url.path, ignored)
 
 
-def _is_text(model: Any) -> bool:
-    return hasattr(model, "stream_chunks") and not is_embedder(model)
-
-
-def _tokenizer(workers: Mapping[str, ModelWorker], name: str | None) -> Tokenizer:
-    """The tokenizer of model ``name``; without a name, of the one text model served.
+async def _tokenizer(models: ModelRegistry, name: str | None, request: Request) -> Tokenizer:
+    """The tokenizer of model ``name`` (loaded first when it is not); without a name, of the one text model served.
 
     Raises:
         ApiError: 400 when no name is given and there is not exactly one text model, or the model
-            has no tokenizer; 404 for a model not served.
+            has no tokenizer; 404 for a model not served; as :meth:`ModelRegistry.worker`.
     """
     if name is None:
-        texts = [n for n, w in workers.items() if _is_text(w.model)]
+        texts = models.names(*TEXT_KINDS)
         if len(texts) != 1:
-            which = f"one of: {', '.join(texts)}" if texts else f"a model with a tokenizer ({', '.join(workers)})"
+            which = (
+                f"one of: {', '.join(texts)}" if texts else f"a model with a tokenizer ({', '.join(models.names())})"
+            )
             raise ApiError(400, f"model is needed: this server serves {len(texts)} text models. Name {which}.", "model")
         name = texts[0]
-    worker = workers.get(name)
-    if worker is None:
-        raise unknown_model(name, workers)
+    models.kind(name)  # a 404 for a name not served, before anything is loaded
+    worker = await models.worker(name, request)
     tokenizer = getattr(worker.model, "tokenizer", None)
     if not isinstance(tokenizer, Tokenizer):
         raise ApiError(400, f"{name!r} has no text tokenizer to use here.", "model")

@@ -26,7 +26,7 @@ from inference4py.serve.metrics import Histogram
 from inference4py.tasks.options import RequestOptions
 from inference4py.tasks.turn import TurnSplitter
 
-__all__ = ["ChunkStream", "ModelWorker", "weights_bytes"]
+__all__ = ["ChunkStream", "ModelWorker", "source_bytes", "weights_bytes"]
 
 T = TypeVar("T")
 _END = object()
@@ -388,9 +388,17 @@ def weights_bytes(model: Any) -> int:
     onnxruntime holds each initializer once, so the files' size is what a session keeps resident
     (within a few percent: a memory budget's estimate, not a measurement).
     """
+    folder = getattr(model, "folder", None)
+    return source_bytes(folder) if folder is not None else 0
+
+
+def source_bytes(source: Any) -> int:
+    """The weight files' size of a model folder, or a model file's (a GGUF file converts to about its size)."""
     from pathlib import Path
 
-    folder = getattr(model, "folder", None)
-    if folder is None:
+    path = Path(source)
+    if path.is_file():
+        return path.stat().st_size
+    if not path.is_dir():
         return 0
-    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file() and p.suffix in _WEIGHT_FILES)
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and p.suffix in _WEIGHT_FILES)
