@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from inference4py.serve.asgi import ASGIApp, Message, Receive, Scope, Send
 from inference4py.serve.protocol import error_body
 
 __all__ = ["ANTHROPIC_PREFIX", "InternalErrors", "error_payload"]
@@ -46,11 +46,6 @@ def error_payload(
     return error_body(message, kind, param, code)
 
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
-
-
 class InternalErrors:
     """A failure no route expected becomes a 500 error object, and the connection stays open.
 
@@ -63,9 +58,7 @@ class InternalErrors:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(
-        self, scope: Scope, receive: Callable[[], Awaitable[Message]], send: Callable[[Message], Awaitable[None]]
-    ) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from inference4py.serve.asgi import ASGIApp, Message, Receive, Scope, Send
 from inference4py.serve.errors import error_payload
 
 if TYPE_CHECKING:
@@ -21,11 +22,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Guard", "add_cors"]
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _OPEN_PATHS = frozenset({"/health", "/"})  # the page itself holds no secret: it asks for the key
 

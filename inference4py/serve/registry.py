@@ -27,12 +27,13 @@ import asyncio
 import gc
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, MutableMapping
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from inference4py.errors import ConfigurationError, Inference4pyError
 from inference4py.generation.memory import MemoryBudget
+from inference4py.serve.asgi import ASGIApp, Receive, Scope, Send
 from inference4py.serve.loading import kind_of, load_model, scan_models_dir
 from inference4py.serve.protocol import ApiError, now, unknown_model
 from inference4py.serve.settings import ServerSettings
@@ -424,11 +425,6 @@ def _close_worker(held: list[ModelWorker]) -> None:
     gc.collect()  # finished requests' closures may hold the model in reference cycles
 
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
-
-
 class ModelLeases:
     """Holds each model a request asked for (:meth:`ModelRegistry.worker`) until the request has been answered.
 
@@ -440,9 +436,7 @@ class ModelLeases:
         self.app = app
         self.models = models
 
-    async def __call__(
-        self, scope: Scope, receive: Callable[[], Awaitable[Message]], send: Callable[[Message], Awaitable[None]]
-    ) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
