@@ -29,6 +29,8 @@ larger than the rest (the outlier channels KIVI and KVQuant describe); one scale
 most of int8's 255 levels on them and leaves the small channels a handful of levels.  A scale per
 ``(kv head, channel)`` gives each its own range for ``kv_heads * head_size`` floats per layer.  The
 kernel has no per-token mode (what KIVI uses for values), so values are per channel as well.
+Measured on SmolLM2-135M (Q4_1 GGUF, 8 chunks of 512 tokens, ``benchmarks/kv_quality.py``): perplexity
+9.979 with the float32 cache, 10.032 per channel, 10.067 per tensor.
 """
 
 from __future__ import annotations
