@@ -97,7 +97,8 @@ def our_perplexity(folder: Path, tokens: list[int], ctx: int, chunks: int, bos: 
             feeds["num_logits_to_keep"] = np.array(0, np.int64)
         for name, info in inputs.items():
             if name.startswith("past_key_values."):
-                feeds[name] = np.zeros((1, info.shape[1], 0, info.shape[3]), np.float32)
+                kind = np.int8 if info.type == "tensor(int8)" else np.float32  # an int8 KV cache (kv_cache("int8"))
+                feeds[name] = np.zeros((1, info.shape[1], 0, info.shape[3]), kind)
         logits = session.run(["logits"], feeds)[0][0].astype(np.float64)  # [ctx, vocab]
         scored = logits[first : ctx - 1]
         top = scored.max(axis=-1, keepdims=True)

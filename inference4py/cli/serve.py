@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from inference4py.cli.base import EXIT_OK
+from inference4py.optimize.kv_int8 import KV_CACHE_TYPES  # numpy only: --help stays light
 
 
 def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +42,13 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="SECONDS",
         help="unload a model loaded from --models-dir when no request has used it for this long (default: never)",
+    )
+    parser.add_argument(
+        "--kv-cache",
+        choices=KV_CACHE_TYPES,
+        default="float",
+        help="how text generators keep their KV cache: float (the graph's type, default) or int8 (a quarter of "
+        "float32's memory, scales calibrated once per model; GroupQueryAttention graphs: fused, GGUF, genai)",
     )
     parser.add_argument(
         "--served-model-name",
@@ -180,6 +188,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         models_dir=args.models_dir,
         max_loaded_models=args.max_loaded_models,
         idle_unload=args.idle_unload,
+        kv_cache=args.kv_cache,
     )
     serve(
         args.model,

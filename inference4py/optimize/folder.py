@@ -223,7 +223,11 @@ def _entry_key(src: Path, level: str, cache_dir: str | os.PathLike[str] | None) 
     from inference4py import env
 
     root = Path(cache_dir).expanduser() if cache_dir is not None else env.inference4py_cache() / "fused"
-    _decoder_graph(src) if level != _SLICE_LEVEL else _genai_graph(src)  # raises for a folder without one
+    # raises for a folder without one (a genai folder names its graph; other levels than the slice may read either)
+    if level == _SLICE_LEVEL or (level.startswith("kv-") and (src / "genai_config.json").is_file()):
+        _genai_graph(src)
+    else:
+        _decoder_graph(src)
     # Every file of the folder: the copy carries them all (tokenizer, chat template, a description,
     # other sessions), so an edit to any of them must give another copy.
     inputs = sorted(p for p in src.rglob("*") if p.is_file() and not _hidden(p.relative_to(src)))

@@ -91,23 +91,24 @@ def _folder_kind(folder: Path) -> tuple[Kind | None, str]:
     return None, "no pipeline was found"
 
 
-def load_model(model: str) -> Any:
+def load_model(model: str, *, kv_cache: str = "float") -> Any:
     """The task object of one model source (a folder, a hub id, a GGUF file or ``pip:NAME``), by its kind.
 
     Whisper becomes a ``WhisperSpeechModel`` (the audio routes), another encoder-decoder model a
     ``Seq2SeqTask`` (``/v1/completions``), a sentence encoder an ``OnnxEmbedder`` (``/v1/embeddings``),
-    anything else an ``OnnxTextGenerator`` (a GGUF source is converted once into the cache).
+    anything else an ``OnnxTextGenerator`` (a GGUF source is converted once into the cache), whose KV
+    cache is ``kv_cache`` (``"float"`` or ``"int8"``: ``TextGeneratorBuilder.kv_cache``).
     """
     found = model_kind(model)
     if found.folder is None:  # a GGUF source, converted by the text generator's load
-        return OnnxTextGenerator.builder().model_path(model).build()
+        return OnnxTextGenerator.builder().model_path(model).kv_cache(kv_cache).build()
     if found.kind == "embedding":
         return OnnxEmbedder.builder().model_path(found.folder).build()
     if found.kind == "speech" and found.spec is not None:
         return speech_model(model, found.folder, found.spec)
     if found.kind == "encoder-decoder":
         return Seq2SeqTask.builder().model_path(found.folder).build()
-    return OnnxTextGenerator.builder().model_path(found.folder).build()
+    return OnnxTextGenerator.builder().model_path(found.folder).kv_cache(kv_cache).build()
 
 
 def load_speech_model(model: str) -> WhisperSpeechModel | None:

@@ -294,7 +294,7 @@ class ModelRegistry:
 
     def _open(self, name: str, source: str) -> ModelWorker:
         """Load the model and start its worker (on a loading thread); its weights are charged to the budget."""
-        model = load_model(source)
+        model = load_model(source, kv_cache=self._settings.kv_cache)
         try:
             if self._memory is not None:
                 self._memory.hold(name, weights_bytes(model))

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from inference4py.errors import ConfigurationError
+from inference4py.optimize.kv_int8 import KV_CACHE_TYPES
 
 __all__ = ["ServerSettings"]
 
@@ -41,6 +42,9 @@ class ServerSettings:
             more unloads the least recently used idle one. None: no bound.
         idle_unload: Seconds after its last request that a model loaded on demand is unloaded
             (ollama's ``keep_alive``); None: it stays until it makes room for another.
+        kv_cache: How the text generators keep their KV cache: ``"float"`` (the graph's type) or
+            ``"int8"`` (a quarter of float32's bytes, so ``memory_gb`` holds four times the positions;
+            GroupQueryAttention graphs only: ``OnnxTextGenerator.builder().kv_cache``).
 
     Raises:
         ConfigurationError: a limit below its minimum.
@@ -60,6 +64,7 @@ class ServerSettings:
     models_dir: str | os.PathLike[str] | None = None
     max_loaded_models: int | None = None
     idle_unload: float | None = None
+    kv_cache: str = "float"
 
     def __post_init__(self) -> None:
         if self.memory_gb is not None and not self.memory_gb > 0:
@@ -83,6 +88,8 @@ class ServerSettings:
             raise ConfigurationError(f"max_loaded_models must be >= 1 (None: no bound), got {self.max_loaded_models}.")
         if self.idle_unload is not None and not self.idle_unload > 0:
             raise ConfigurationError(f"idle_unload must be > 0 seconds (None: never), got {self.idle_unload}.")
+        if self.kv_cache not in KV_CACHE_TYPES:
+            raise ConfigurationError(f"kv_cache must be one of {', '.join(KV_CACHE_TYPES)}, got {self.kv_cache!r}.")
 
 
 _ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/?#\s]+")

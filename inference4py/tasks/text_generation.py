@@ -49,6 +49,7 @@ class TextGeneratorBuilder(ChatOptions, GenerationBuilder["OnnxTextGenerator"]):
         self._speculative: Speculation | None = None
         self._gguf_file: str | None = None
         self._gguf_bits: int | None = None
+        self._kv_cache = "float"
 
     def gguf_file(self, filename: str) -> TextGeneratorBuilder:
         """With ``model_id``: the GGUF file of that Hub repo to run (transformers' ``gguf_file``).
@@ -116,6 +117,27 @@ class TextGeneratorBuilder(ChatOptions, GenerationBuilder["OnnxTextGenerator"]):
         output is the same as without it (docs/speculative.md); a call can pass ``speculative=None``.
         """
         self._speculative = resolve_speculative(value)
+        return self
+
+    def kv_cache(self, kind: str) -> TextGeneratorBuilder:
+        """How the KV cache keeps keys and values: ``"float"`` (the graph's type, the default) or ``"int8"``.
+
+        ``"int8"`` stores one byte per element (a quarter of float32), so a memory budget holds four
+        times the positions; each attention layer's keys and values are quantized per channel with
+        scales calibrated once on the model's float graph (:mod:`inference4py.optimize.kv_int8`).
+        The graph must use GroupQueryAttention: a fused folder, a GGUF conversion or an
+        onnxruntime-genai folder.  The first load calibrates and rewrites the graph (kept in
+        ``INFERENCE4PY_CACHE``, keyed by the folder's hashes); outputs may differ slightly from
+        the float cache's.
+
+        Raises:
+            ConfigurationError: an unknown kind; at build time, a graph without GroupQueryAttention.
+        """
+        from inference4py.optimize.kv_int8 import KV_CACHE_TYPES
+
+        if kind not in KV_CACHE_TYPES:
+            raise ConfigurationError(f"kv_cache takes one of {', '.join(KV_CACHE_TYPES)}, got {kind!r}.")
+        self._kv_cache = kind
         return self
 
     def fuse_attention(self, value: bool = True) -> TextGeneratorBuilder:
@@ -247,6 +269,10 @@ class OnnxTextGenerator(ClosableTask):
             from inference4py.optimize import fused_model_folder
 
             folder = fused_model_folder(folder)
+        if b._kv_cache == "int8":
+            from inference4py.optimize.kv_int8 import int8_kv_folder
+
+            folder = int8_kv_folder(folder)
         return cls(folder, b)
 
     def __init__(self, folder: Path, builder: TextGeneratorBuilder) -> None:
