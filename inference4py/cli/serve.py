@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from inference4py.cli.base import EXIT_OK
-from inference4py.optimize.kv_int8 import KV_CACHE_TYPES  # numpy only: --help stays light
+from inference4py.tasks.kv_cache import KV_CACHE_TYPES  # no imports: --help stays light
 
 
 def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from inference4py.errors import ConfigurationError, ModelLoadError, UnsupportedModelError
+from inference4py.tasks.kv_cache import KV_CACHE_TYPES  # what kv_cache() / --kv-cache accept
 
 __all__ = [
     "CALIBRATION_TEXT",
@@ -54,8 +55,6 @@ __all__ = [
     "quantize_kv_graph",
 ]
 
-#: What ``kv_cache(...)`` / ``--kv-cache`` accept.
-KV_CACHE_TYPES = ("float", "int8")
 #: onnxruntime's names of the two granularities, by ours.
 GRANULARITIES = {"channel": "PER_CHANNEL", "tensor": "PER_TENSOR"}
 #: The calibrated absolute maximum is widened by this factor before it becomes the scale.

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from inference4py.errors import ConfigurationError
-from inference4py.optimize.kv_int8 import KV_CACHE_TYPES
+from inference4py.tasks.kv_cache import KV_CACHE_TYPES
 
 __all__ = ["ServerSettings"]
 

@@ -80,10 +80,10 @@ def _slow_loads(monkeypatch, seconds: float) -> list[str]:
     """Loads that take ``seconds`` longer (in the loading thread); returns the list of sources loaded."""
     loaded: list[str] = []
 
-    def slow(source: str):
+    def slow(source: str, **options):
         loaded.append(source)
         time.sleep(seconds)
-        return load_model(source)
+        return load_model(source, **options)
 
     monkeypatch.setattr(registry_module, "load_model", slow)
     return loaded
@@ -96,7 +96,7 @@ def _slow_generation(monkeypatch) -> None:
         time.sleep(0.02)
         return scores
 
-    def slow(source: str):
+    def slow(source: str, **options):  # (the float KV cache: the options' default)
         return OnnxTextGenerator.builder().model_path(source).logits_processor(pace).build()
 
     monkeypatch.setattr(registry_module, "load_model", slow)
