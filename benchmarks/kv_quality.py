@@ -36,7 +36,8 @@ PROMPTS = [
 
 def agreement(float_gen, int8_gen, prompt: str, new: int) -> tuple[float, int, int]:
     """(teacher-forced agreement, common prefix of the free-running answers, tokens compared)."""
-    messages = [{"role": "user", "content": prompt}]
+    # a chat when the model has a template; the text itself otherwise (a GGUF may carry none)
+    messages = [{"role": "user", "content": prompt}] if float_gen.tokenizer.chat_template else prompt
     ids = float_gen.encode_prompt(messages)
     ref = list(float_gen.generate(messages, max_new_tokens=new, do_sample=False).token_ids)
     mine = list(int8_gen.generate(messages, max_new_tokens=new, do_sample=False).token_ids)
