@@ -171,16 +171,7 @@ def sliced_genai_folder(folder: str | os.PathLike[str], *, cache_dir: str | os.P
         model = onnx.load(str(graph), load_external_data=False)
         if not slice_logits(model):
             raise UnsupportedModelError("its logits are not made by a MatMul head, or it slices them already")
-        tmp.mkdir(parents=True)
-        for path in source.rglob("*"):
-            if path.is_dir() or path == graph:
-                continue
-            target = tmp / path.relative_to(source)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.link(path, target)
-            except OSError:
-                shutil.copy2(path, target)
+        _link_folder(source, tmp, skip=graph)
         onnx.save(model, str(tmp / graph.relative_to(source)))
         return "the head computes only the positions asked for (num_logits_to_keep)"
 
@@ -194,6 +185,21 @@ def sliced_genai_folder(folder: str | os.PathLike[str], *, cache_dir: str | os.P
         except OSError:
             pass
         return src
+
+
+def _link_folder(source: Path, tmp: Path, *, skip: Path) -> None:
+    """``tmp``, a new folder holding ``source``'s files as hard links (copies across file systems), but for
+    ``skip`` (the graph the entry writes itself) and cache markers (written anew, never through a link)."""
+    tmp.mkdir(parents=True)
+    for path in source.rglob("*"):
+        if path.is_dir() or path == skip or path.name.startswith(".inference4py"):
+            continue
+        target = tmp / path.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(path, target)
+        except OSError:
+            shutil.copy2(path, target)
 
 
 def _lookup(src: Path, root: Path, key: str, source_hash: str) -> tuple[Path, Path, Path | None]:

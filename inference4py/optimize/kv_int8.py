@@ -246,7 +246,7 @@ def int8_kv_folder(
     """
     from inference4py.engine.graph_io import has_op
 
-    from .folder import _build_entry, _entry_key, _lookup
+    from .folder import _build_entry, _entry_key, _link_folder, _lookup
     from .onnx_io import import_onnx
 
     src = Path(folder).expanduser()
@@ -282,18 +282,3 @@ def _graph_of(folder: Path) -> Path:
     if (folder / "genai_config.json").is_file():
         return _genai_graph(folder)
     return _decoder_graph(folder)
-
-
-def _link_folder(source: Path, tmp: Path, *, skip: Path) -> None:
-    import shutil
-
-    tmp.mkdir(parents=True)
-    for path in source.rglob("*"):
-        if path.is_dir() or path == skip or path.name.startswith(".inference4py"):
-            continue  # a cache entry's marker is written anew, and must not be written through a link
-        target = tmp / path.relative_to(source)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(path, target)
-        except OSError:
-            shutil.copy2(path, target)
