@@ -111,10 +111,9 @@ def main() -> int:
             c = run["contexts"][str(n)] if str(n) in run["contexts"] else run["contexts"][n]
             cells += [f"{c['ttft_ms']:.0f}", f"{c['decode_ms_per_token']:.1f}"]
         print(f"| {run['kv_cache']} | {run['position_bytes']} | " + " | ".join(cells) + f" | {run['peak_rss_mb']} |")
-    out = Path(__file__).parent / "results" / f"kv-speed-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
-    print(f"wrote {out}", file=sys.stderr)
+    from benchmarks.run import save_json
+
+    save_json(Path(__file__).parent / "results" / f"kv-speed-{time.strftime('%Y%m%d-%H%M%S')}.json", results)
     return 0
 
 

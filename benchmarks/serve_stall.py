@@ -36,7 +36,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.quality import cpu_flags  # noqa: E402
-from benchmarks.run import machine  # noqa: E402
+from benchmarks.run import machine, save_json  # noqa: E402
 from benchmarks.serve import inference4py_server, percentile, running  # noqa: E402
 
 PROMPT = "Write a long story about a lighthouse keeper and the sea."
@@ -154,10 +154,7 @@ def main() -> int:
             f"| {name} | {p['itl_ms']['p50']:.1f} | {p['itl_ms']['p95']:.1f} | {p['itl_ms']['p95'] / alone:.2f} | "
             f"{p['itl_ms']['max']:.1f} | {p['health_ms']['p50']:.1f} | {p['health_ms']['max']:.1f} | {what} |"
         )
-    out = args.out or Path(__file__).parent / "results" / f"stall-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
-    print(f"wrote {out}", file=sys.stderr)
+    save_json(args.out or Path(__file__).parent / "results" / f"stall-{time.strftime('%Y%m%d-%H%M%S')}.json", results)
     return 0
 
 

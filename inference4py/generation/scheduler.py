@@ -210,8 +210,7 @@ class Scheduler:
         capacity = self.kv_budget or self.max_rows * (self.runtime.max_positions or 0)
         if not capacity:
             return 0.0
-        reserved = sum(t.reserve for t in list(self._slots) if t is not None)  # read from another thread: a copy
-        return min(1.0, reserved / capacity)
+        return min(1.0, self._reserved() / capacity)
 
     @property
     def _rows(self) -> list[Ticket]:
@@ -241,16 +240,17 @@ class Scheduler:
             GeneratorClosedError: the scheduler was closed.
         """
         limit = timeout if timeout is not None else self.timeout
+        reserve = len(prompt) + config.max_new_tokens  # positions it may reach
         if self.memory is not None:
             self.memory.check(
                 f"This request ({len(prompt)} prompt tokens + {config.max_new_tokens} new tokens)",
-                (len(prompt) + config.max_new_tokens) * self.position_bytes,
+                reserve * self.position_bytes,
             )
         ticket = Ticket(
             prompt=[int(t) for t in prompt],
             chooser=chooser,
             deliver=deliver,
-            reserve=len(prompt) + config.max_new_tokens,
+            reserve=reserve,
             all_logits=all_logits,
             deadline=time.perf_counter() + limit if limit else None,
         )
@@ -384,7 +384,11 @@ class Scheduler:
     def _fits(self, ticket: Ticket) -> bool:
         if self.kv_budget is None:
             return True
-        return sum(t.reserve for t in self._rows) + ticket.reserve <= self.kv_budget
+        return self._reserved() + ticket.reserve <= self.kv_budget
+
+    def _reserved(self) -> int:
+        """Positions the running requests reserve (read from other threads too: ``_rows`` is a fresh list)."""
+        return sum(t.reserve for t in self._rows)
 
     def _start(self, ticket: Ticket) -> None:
         """Prefill ``ticket`` into a new row and choose its first token."""
