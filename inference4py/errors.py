@@ -83,7 +83,7 @@ class AudioError(Inference4pyError, ValueError):
 
 
 class QueueFullError(Inference4pyError, RuntimeError):
-    """More requests wait for a model than its queue holds; retry shortly (a server answers 429)."""
+    """More requests wait for a model than its queue holds; retry shortly (a server answers 503 with Retry-After)."""
 
 
 class MemoryBudgetError(Inference4pyError, MemoryError):

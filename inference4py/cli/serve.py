@@ -45,10 +45,13 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--kv-cache",
-        choices=KV_CACHE_TYPES,
-        default="float",
+        type=_kv_cache_choice,
+        action="append",
+        default=[],
+        metavar="[NAME=]TYPE",
         help="how text generators keep their KV cache: float (the graph's type, default) or int8 (a quarter of "
-        "float32's memory, scales calibrated once per model; GroupQueryAttention graphs: fused, GGUF, genai)",
+        "float32's memory, scales calibrated once per model; GroupQueryAttention graphs: fused, GGUF, genai); "
+        "TYPE sets every model's, NAME=TYPE one served model's (repeatable)",
     )
     parser.add_argument(
         "--served-model-name",
@@ -159,6 +162,15 @@ def _positive(text: str) -> float:
     return value
 
 
+def _kv_cache_choice(text: str) -> tuple[str | None, str]:
+    name, _, kind = text.rpartition("=")
+    if kind not in KV_CACHE_TYPES or (_ and not name):
+        raise argparse.ArgumentTypeError(
+            f"give TYPE or NAME=TYPE with TYPE one of {', '.join(KV_CACHE_TYPES)}, got {text!r}"
+        )
+    return (name or None), kind
+
+
 def _non_negative(text: str) -> float:
     value = float(text)
     if not value >= 0:
@@ -188,7 +200,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         models_dir=args.models_dir,
         max_loaded_models=args.max_loaded_models,
         idle_unload=args.idle_unload,
-        kv_cache=args.kv_cache,
+        kv_cache=next((kind for name, kind in reversed(args.kv_cache) if name is None), "float"),
+        model_kv_cache={name: kind for name, kind in args.kv_cache if name is not None},
     )
     serve(
         args.model,

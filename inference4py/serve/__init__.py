@@ -14,7 +14,7 @@ thread in :mod:`~inference4py.serve.worker`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,14 +61,17 @@ def served_name(model: str) -> str:
     return name[: -len(".gguf")] if name.lower().endswith(".gguf") and len(name) > 5 else name
 
 
-def load_models(models: Sequence[str], names: Sequence[str] = (), *, kv_cache: str = "float") -> dict[str, Any]:
+def load_models(
+    models: Sequence[str], names: Sequence[str] = (), *, kv_cache: str | Callable[[str], str] = "float"
+) -> dict[str, Any]:
     """Load each model (a folder, a hub id, a GGUF file or ``pip:NAME``), keyed by its served name.
 
     A GGUF source is converted once (cached, docs/gguf.md) and served as a text generator.
 
     Whisper becomes a ``WhisperSpeechModel`` (the audio routes), another encoder-decoder model a
     ``Seq2SeqTask`` (``/v1/completions``), a sentence encoder an ``OnnxEmbedder`` (``/v1/embeddings``),
-    anything else an ``OnnxTextGenerator``, whose KV cache is ``kv_cache`` (``"float"`` or ``"int8"``).
+    anything else an ``OnnxTextGenerator``, whose KV cache is ``kv_cache`` (``"float"`` or ``"int8"``,
+    or a function of the served name giving one: ``ServerSettings.kv_cache_for``).
     """
     from inference4py.serve.loading import load_model
 
@@ -81,7 +84,7 @@ def load_models(models: Sequence[str], names: Sequence[str] = (), *, kv_cache: s
         name = names[i] if names else served_name(model)
         if name in loaded:
             raise ConfigurationError(f"Two models are served as {name!r}: give each one --served-model-name.")
-        loaded[name] = load_model(model, kv_cache=kv_cache)
+        loaded[name] = load_model(model, kv_cache=kv_cache if isinstance(kv_cache, str) else kv_cache(name))
     return loaded
 
 
@@ -107,7 +110,7 @@ def serve(
     settings = settings if settings is not None else ServerSettings()
     if settings.api_key is None:
         settings = dataclasses.replace(settings, api_key=env.serve_api_key())
-    loaded = load_models(models, names, kv_cache=settings.kv_cache) if models or settings.models_dir is None else {}
+    loaded = load_models(models, names, kv_cache=settings.kv_cache_for) if models or settings.models_dir is None else {}
     serve_app(create_app(loaded, settings), settings, host=host, port=port, log_level=log_level)
 
 

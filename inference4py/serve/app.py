@@ -137,9 +137,10 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
 
     @app.exception_handler(QueueFullError)
     async def _busy(request: Request, exc: QueueFullError) -> JSONResponse:
+        # overloaded, not rate-limited: this client sent nothing wrong; its SDK retries after Retry-After
         return JSONResponse(
-            _error(request, str(exc), "rate_limit_error", code="queue_full"),
-            status_code=429,
+            _error(request, str(exc), "server_error", code="queue_full"),
+            status_code=503,
             headers={"Retry-After": "1"},
         )
 

@@ -40,8 +40,8 @@ def error_payload(
 ) -> dict[str, Any]:
     """The error object for a request to ``path``: Anthropic's under /v1/messages, OpenAI's elsewhere."""
     if path.startswith(ANTHROPIC_PREFIX):
-        if code == "request_too_large":
-            kind = "request_too_large"
+        if code in ("request_too_large", "queue_full"):
+            kind = "request_too_large" if code == "request_too_large" else "overloaded_error"
         return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(kind, kind), "message": message}}
     return error_body(message, kind, param, code)
 

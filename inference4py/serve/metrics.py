@@ -43,7 +43,7 @@ class Histogram:
 
 _COUNTERS = (
     ("requests_total", "counter", "requests admitted", "requests"),
-    ("rejected_total", "counter", "requests answered 429 (queue full)", "rejected"),
+    ("rejected_total", "counter", "requests answered 503 (queue full)", "rejected"),
     ("requests_waiting", "gauge", "requests admitted and not started", "waiting"),
     ("requests_running", "gauge", "requests running (sequences in the batch)", "running"),
     ("requests_completed_total", "counter", "requests finished (any outcome)", "completed"),

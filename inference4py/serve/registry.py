@@ -105,6 +105,12 @@ class ModelRegistry:
                 f"and count{', leaving no room for the models of --models-dir' if on_demand else ''}. Raise "
                 "--max-loaded-models, or serve fewer models with --model."
             )
+        unknown = sorted(settings.model_kv_cache.keys() - pinned.keys() - on_demand.keys())
+        if unknown:
+            raise ConfigurationError(
+                f"--kv-cache names {', '.join(map(repr, unknown))}, which no model is served as; served: "
+                f"{', '.join(sorted(pinned.keys() | on_demand.keys()))}. Give NAME=TYPE with a served name."
+            )
         # one byte budget for every model: weights charged as each loads, the KV caches as requests run
         self._memory = MemoryBudget(int(settings.memory_gb * (1 << 30))) if settings.memory_gb is not None else None
         if self._memory is not None:  # the given models first: one that does not fit is refused at start
@@ -294,7 +300,7 @@ class ModelRegistry:
 
     def _open(self, name: str, source: str) -> ModelWorker:
         """Load the model and start its worker (on a loading thread); its weights are charged to the budget."""
-        model = load_model(source, kv_cache=self._settings.kv_cache)
+        model = load_model(source, kv_cache=self._settings.kv_cache_for(name))
         try:
             if self._memory is not None:
                 self._memory.hold(name, weights_bytes(model))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from inference4py.errors import ConfigurationError
 from inference4py.tasks.kv_cache import KV_CACHE_TYPES
@@ -18,7 +18,7 @@ class ServerSettings:
     """The settings of an ``inference4py serve`` app (:func:`inference4py.serve.create_app`).
 
     Attributes:
-        max_queue: Requests that may wait per model; one more is answered 429 with Retry-After.
+        max_queue: Requests that may wait per model; one more is answered 503 with Retry-After.
         max_concurrent: Sequences a text generator decodes together (continuous batching).
         kv_budget: Positions (prompt + max_tokens, summed over a model's running requests) its KV
             cache may reserve; a request that does not fit waits. None: only ``max_concurrent`` bounds it.
@@ -44,7 +44,9 @@ class ServerSettings:
             (ollama's ``keep_alive``); None: it stays until it makes room for another.
         kv_cache: How the text generators keep their KV cache: ``"float"`` (the graph's type) or
             ``"int8"`` (a quarter of float32's bytes, so ``memory_gb`` holds four times the positions;
-            GroupQueryAttention graphs only: ``OnnxTextGenerator.builder().kv_cache``).
+            GroupQueryAttention graphs only: ``OnnxTextGenerator.builder().kv_cache``), for every model
+            not named in ``model_kv_cache``.
+        model_kv_cache: Served name -> its KV cache type, where one model differs from ``kv_cache``.
 
     Raises:
         ConfigurationError: a limit below its minimum.
@@ -65,6 +67,11 @@ class ServerSettings:
     max_loaded_models: int | None = None
     idle_unload: float | None = None
     kv_cache: str = "float"
+    model_kv_cache: Mapping[str, str] = field(default_factory=dict)
+
+    def kv_cache_for(self, name: str) -> str:
+        """The KV cache type of the model served as ``name``."""
+        return self.model_kv_cache.get(name, self.kv_cache)
 
     def __post_init__(self) -> None:
         if self.memory_gb is not None and not self.memory_gb > 0:
@@ -88,8 +95,10 @@ class ServerSettings:
             raise ConfigurationError(f"max_loaded_models must be >= 1 (None: no bound), got {self.max_loaded_models}.")
         if self.idle_unload is not None and not self.idle_unload > 0:
             raise ConfigurationError(f"idle_unload must be > 0 seconds (None: never), got {self.idle_unload}.")
-        if self.kv_cache not in KV_CACHE_TYPES:
-            raise ConfigurationError(f"kv_cache must be one of {', '.join(KV_CACHE_TYPES)}, got {self.kv_cache!r}.")
+        object.__setattr__(self, "model_kv_cache", dict(self.model_kv_cache))
+        for kind in (self.kv_cache, *self.model_kv_cache.values()):
+            if kind not in KV_CACHE_TYPES:
+                raise ConfigurationError(f"kv_cache must be one of {', '.join(KV_CACHE_TYPES)}, got {kind!r}.")
 
 
 _ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/?#\s]+")

@@ -139,7 +139,7 @@ class ModelWorker:
     Args:
         name: The served model name.
         model: The loaded task object (``OnnxTextGenerator``, ``WhisperSpeechModel``...).
-        max_queue: Requests that may wait; one more is refused (:class:`QueueFullError`: a 429).
+        max_queue: Requests that may wait; one more is refused (:class:`QueueFullError`: a 503).
         max_concurrent: Sequences a text generator decodes together.
         kv_budget: Positions a text generator's running requests may reserve together (None: no limit).
         prefix_cache_mb: Memory for a text generator's prefix cache (0: off).

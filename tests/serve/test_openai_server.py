@@ -259,20 +259,27 @@ def test_a_dropped_stream_frees_the_model():
         assert ok.choices[0].finish_reason in ("length", "stop")
 
 
-def test_a_full_queue_answers_429_and_nothing_else_fails():
+def test_a_full_queue_answers_503_with_retry_after_and_nothing_else_fails():
+    """Overloaded, not the client's fault: 503 + Retry-After in each API's shape (OpenAI's, Anthropic's)."""
     import concurrent.futures
 
     with running(create_app(load_models([str(QWEN)]), ServerSettings(max_queue=2, max_concurrent=1))) as base:
-        body = json.dumps({"model": "qwen2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 40})
+        chat = json.dumps({"model": "qwen2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 40})
+        messages = json.dumps({"model": "qwen2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 40})
+        routes = [("/v1/chat/completions", chat), ("/v1/messages", messages)] * 6
         with concurrent.futures.ThreadPoolExecutor(12) as pool:
-            answers = list(pool.map(lambda _: _post(base, "/v1/chat/completions", body), range(12)))
-        codes = sorted(code for code, _ in answers)
-        assert set(codes) <= {200, 429} and 200 in codes and 429 in codes
-        for code, payload in answers:
-            if code == 429:
-                assert payload["error"]["type"] == "rate_limit_error"
+            answers = list(pool.map(lambda r: (r[0], *request(base, r[0], r[1])), routes))
+        codes = sorted(status for _, status, _, _ in answers)
+        assert set(codes) <= {200, 503} and 200 in codes and 503 in codes
+        for path, status, headers, payload in answers:
+            if status == 503:
+                assert {k.lower(): v for k, v in headers.items()}["retry-after"] == "1"
+                if path == "/v1/messages":
+                    assert payload["type"] == "error" and payload["error"]["type"] == "overloaded_error"
+                else:
+                    assert payload["error"]["type"] == "server_error" and payload["error"]["code"] == "queue_full"
         m = metrics(base)
-        assert m['inference4py_rejected_total{model="qwen2"}'] == codes.count(429)
+        assert m['inference4py_rejected_total{model="qwen2"}'] == codes.count(503)
         assert m['inference4py_requests_waiting{model="qwen2"}'] == 0
 
 
