@@ -5,7 +5,7 @@
 For each cache type, in a process of its own (so that peak memory is that type's alone):
 
 * time to first token (the prompt pass) and decode milliseconds per token after a prompt of each
-  ``--contexts`` length (greedy, ``min_new_tokens`` = ``max_new_tokens`` = ``--new``), the median
+  ``--contexts`` length (greedy, as OpenVINO's peer decodes, ``min_new_tokens`` = ``max_new_tokens`` = ``--new``), the median
   of ``--repeats`` runs after one warm-up;
 * peak resident memory (VmHWM) while ``--rows`` requests with the longest prompt run together on the
   continuous-batching scheduler (``batched()``), and that run's wall time.
@@ -51,10 +51,11 @@ def measure(gguf: str, kind: str, contexts: list[int], new: int, repeats: int, r
     base = gen.tokenizer.encode(TEXT * 400, add_special_tokens=False)
     out: dict[str, Any] = {"kv_cache": kind, "position_bytes": gen.runtime.layout.position_bytes, "contexts": {}}
     for n in contexts:
-        gen.generate(base[:n], max_new_tokens=4, min_new_tokens=4)  # warm-up at this length
+        gen.generate(base[:n], max_new_tokens=4, min_new_tokens=4, do_sample=False)  # warm-up at this length
         ttft, decode = [], []
         for run in range(repeats):  # each run its own window of the text, as OpenVINO's peer does
-            r = gen.generate(base[7 * (run + 1) : 7 * (run + 1) + n], max_new_tokens=new, min_new_tokens=new)
+            window = base[7 * (run + 1) : 7 * (run + 1) + n]
+            r = gen.generate(window, max_new_tokens=new, min_new_tokens=new, do_sample=False)  # greedy, as the peers
             ttft.append(r.time_to_first_token * 1000)
             decode.append((r.duration - r.time_to_first_token) * 1000 / max(1, r.generated_tokens - 1))
         out["contexts"][n] = {"ttft_ms": statistics.median(ttft), "decode_ms_per_token": statistics.median(decode)}
@@ -63,7 +64,10 @@ def measure(gguf: str, kind: str, contexts: list[int], new: int, repeats: int, r
     started = time.perf_counter()
     with ThreadPoolExecutor(rows) as pool:
         done = list(
-            pool.map(lambda i: batched.generate(longest[i:], max_new_tokens=32, min_new_tokens=32), range(rows))
+            pool.map(
+                lambda i: batched.generate(longest[i:], max_new_tokens=32, min_new_tokens=32, do_sample=False),
+                range(rows),
+            )
         )
     out["batch"] = {
         "rows": rows,

@@ -22,14 +22,15 @@ import numpy as np
 import onnxruntime as ort
 
 from inference4py.engine.decoder_base import _Graph
+from inference4py.engine.float_prompt import SCALES, FloatPrompt, find_float_prompt
 from inference4py.engine.flow import FlowRunner, open_session
 from inference4py.engine.graph_io import has_op, read_node_int_attributes
 from inference4py.engine.growing_kv import _GrowingCache
 from inference4py.engine.kv_cache import check_cache_names
 from inference4py.engine.pipeline import PipelineSpec, single_pass_refusal
-from inference4py.engine.sessions import SessionOptions
+from inference4py.engine.sessions import SessionOptions, create_session
 from inference4py.engine.shared_kv import _SharedBuffer
-from inference4py.errors import InvalidInputError, UnsupportedModelError
+from inference4py.errors import InvalidInputError, ModelLoadError, UnsupportedModelError
 
 __all__ = ["DecoderRuntime", "DecoderState", "context_length", "open_session"]
 
@@ -110,6 +111,36 @@ class DecoderRuntime:
         has_gqa = bool(gqa) if gqa is not None else has_op(path, b"GroupQueryAttention")  # unparsable: byte scan
         self.shared_kv = self._shares_buffer(spec, has_gqa)
         self.min_capacity = self._window(spec, gqa or [])
+        self.float_prompt = self._float_prompt(spec, config, options) if self.shared_kv else None
+
+    def _float_prompt(
+        self, spec: PipelineSpec, config: Mapping[str, Any], options: SessionOptions | None
+    ) -> FloatPrompt | None:
+        """An int8-cache folder's float twin for first prompts (:mod:`~inference4py.engine.float_prompt`), if it has one."""
+        found = find_float_prompt(spec.path("decoder").parent)
+        if found is None:
+            return None
+        path, scales = found
+        session = spec.session("decoder")
+        graph = _Graph(
+            create_session(
+                path,
+                options,
+                provider=session.provider,
+                provider_options=session.provider_options,
+                settings=session.options,
+            ),
+            config,
+            path.name,
+            spec,
+        )
+        names = [e.input for e in self.layout.self_entries]
+        if [e.input for e in graph.layout.self_entries] != names or any(n not in scales for n in names):
+            raise ModelLoadError(
+                f"{path} is not the float twin of {self.rest.name} (other cache inputs, or scales missing from "
+                f"{path.parent / SCALES}). Delete the folder {path.parent} so that it is made again."
+            )
+        return FloatPrompt(graph, scales)
 
     def _window(self, spec: PipelineSpec, gqa: list[dict[str, int]]) -> int:
         """The fewest positions a shared KV buffer may hold: the widest sliding window, 0 when none.

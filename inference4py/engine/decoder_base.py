@@ -11,7 +11,7 @@ together behind ``prefill`` and ``step``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import onnxruntime as ort
@@ -21,6 +21,9 @@ from inference4py.engine.kv_cache import KVLayout, discover_layout
 from inference4py.engine.pipeline import PipelineSpec
 from inference4py.engine.sessions import StepBinding, TensorInfo, graph_inputs, graph_outputs
 from inference4py.errors import PipelineSpecError, UnsupportedModelError
+
+if TYPE_CHECKING:  # float_prompt imports _Graph from here
+    from inference4py.engine.float_prompt import FloatPrompt
 
 _LOGITS_TO_KEEP = ("num_logits_to_keep", "logits_to_keep")
 _DEFAULT_EXTRA = 64  # capacity beyond the first prefill when the caller does not say
@@ -99,6 +102,9 @@ class _Runtime(Protocol):
 
     @property
     def max_positions(self) -> int | None: ...
+
+    @property
+    def float_prompt(self) -> FloatPrompt | None: ...
 
 
 class _StateCore:

@@ -114,6 +114,8 @@ class _SharedBuffer(_StateCore):
         """
         g = self.rt.rest
         n = ids.shape[1]
+        if self.rt.float_prompt is not None and n > 1 and not past.any():
+            return self._run_float_prompt(ids, chunk_mask, slot, keep_all=keep_all)
         fast = self._new_binding(g)
         fast.clear()
         binding = fast.binding
@@ -141,5 +143,27 @@ class _SharedBuffer(_StateCore):
             binding.bind_ortvalue_output(entry.output, value)
         fast.run(what=g.name)
         logits = binding.get_outputs()[0].numpy()
+        self._vocab = logits.shape[-1]
+        return logits
+
+    def _run_float_prompt(
+        self, ids: np.ndarray, chunk_mask: np.ndarray, slot: int | None, *, keep_all: bool
+    ) -> np.ndarray:
+        """A first prompt of an int8-cache graph on its float twin (:mod:`~inference4py.engine.float_prompt`)."""
+        prompt = self.rt.float_prompt
+        assert prompt is not None
+        g = prompt.graph
+        n = ids.shape[1]
+        feeds = {name: np.ascontiguousarray(v) for name, v in self._token_feeds(g, ids, prompt=True).items()}
+        feeds["attention_mask"] = chunk_mask
+        if g.has_positions:
+            feeds[g.position_name] = np.ascontiguousarray(
+                np.broadcast_to(np.arange(n), ids.shape).astype(self._pos_dtype)
+            )
+        if g.logits_to_keep:
+            feeds[g.logits_to_keep] = np.array(0 if keep_all else 1, dtype=g.inputs[g.logits_to_keep].dtype)
+        rows = slice(slot, slot + 1) if slot is not None else slice(0, ids.shape[0])
+        stores = {e.input: self._kv[e.input][0][rows] for e in self.rt.layout.self_entries}
+        logits = prompt.run(feeds, stores, n, max(n, self.rt.min_capacity))
         self._vocab = logits.shape[-1]
         return logits

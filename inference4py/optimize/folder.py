@@ -194,12 +194,16 @@ def _link_folder(source: Path, tmp: Path, *, skip: Path) -> None:
     for path in source.rglob("*"):
         if path.is_dir() or path == skip or path.name.startswith(".inference4py"):
             continue
-        target = tmp / path.relative_to(source)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(path, target)
-        except OSError:
-            shutil.copy2(path, target)
+        _link(path, tmp / path.relative_to(source))
+
+
+def _link(path: Path, target: Path) -> None:
+    """``target``, a hard link to ``path`` (a copy across file systems)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(path, target)
+    except OSError:
+        shutil.copy2(path, target)
 
 
 def _lookup(src: Path, root: Path, key: str, source_hash: str) -> tuple[Path, Path, Path | None]:

@@ -20,7 +20,9 @@ The scales come from a calibration pass (:func:`calibrate_kv`): the float graph 
 text and each cache tensor's absolute maximum is taken per ``(kv head, channel)``, widened by
 :data:`MARGIN` for values the text did not reach (beyond it values saturate at +-127).  The rewritten
 folder is kept in the cache like the fused copies (:func:`int8_kv_folder`), keyed by the hash of every
-file of the source folder.  onnxruntime-genai's builder has the same switch
+file of the source folder, with the source's float graph and the scales beside the int8 graph: a
+first prompt runs on that float twin (:mod:`inference4py.engine.float_prompt`), because the kernel
+reads a quantized cache slowly for many rows.  onnxruntime-genai's builder has the same switch
 (``--extra_options kv_cache_quant_type=int8_per_channel``), with scales from a calibration file or
 defaults; a folder it quantized runs here as it is.
 
@@ -60,7 +62,7 @@ GRANULARITIES = {"channel": "PER_CHANNEL", "tensor": "PER_TENSOR"}
 #: The calibrated absolute maximum is widened by this factor before it becomes the scale.
 MARGIN = 1.2
 #: Bumped whenever the rewrite or the calibration changes (cached copies of older ones are rebuilt).
-KV_INT8_VERSION = 1
+KV_INT8_VERSION = 2
 
 _GQA = "GroupQueryAttention"
 _K_SCALE, _V_SCALE = 12, 13  # the scales' input slots on GroupQueryAttention
@@ -244,9 +246,10 @@ def int8_kv_folder(
         ConfigurationError: the decoder has no GroupQueryAttention node.
         UnsupportedModelError, ModelLoadError: the graph cannot take an int8 cache / be read.
     """
+    from inference4py.engine.float_prompt import FLOAT_GRAPH, SCALES
     from inference4py.engine.graph_io import has_op
 
-    from .folder import _build_entry, _entry_key, _link_folder, _lookup
+    from .folder import _build_entry, _entry_key, _link, _link_folder, _lookup
     from .onnx_io import import_onnx
 
     src = Path(folder).expanduser()
@@ -270,7 +273,12 @@ def int8_kv_folder(
             raise ModelLoadError(f"Could not read {graph} as an ONNX graph: {exc}") from exc
         count = quantize_kv_graph(model, absmax, granularity=granularity)
         _link_folder(source, tmp, skip=graph)
-        onnx.save(model, str(tmp / graph.relative_to(source)))
+        written = tmp / graph.relative_to(source)
+        onnx.save(model, str(written))
+        # the float graph stays beside it for first prompts (inference4py.engine.float_prompt), with the scales
+        _link(graph, written.parent / FLOAT_GRAPH)
+        scales: dict[str, Any] = {name: _scale(top, granularity) for name, top in absmax.items()}
+        np.savez(written.parent / SCALES, **scales)
         return f"int8 KV cache ({GRANULARITIES[granularity]}) on {count} GroupQueryAttention nodes"
 
     return _build_entry(src, root, out, source_hash, level, make=make, what="calibrating an int8 KV cache for")

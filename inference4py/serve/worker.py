@@ -385,15 +385,24 @@ _WEIGHT_FILES = (".onnx", ".onnx_data", ".data", ".bin", ".safetensors")
 def weights_bytes(model: Any) -> int:
     """What a loaded model's weights take: the size of its folder's graph and weight files.
 
-    onnxruntime holds each initializer once, so the files' size is what a session keeps resident
-    (within a few percent: a memory budget's estimate, not a measurement).
+    onnxruntime holds each initializer once per session, so the files' size is what a session keeps
+    resident (within a few percent: a memory budget's estimate, not a measurement).  An int8-cache
+    model runs its first prompts on a float twin (:mod:`inference4py.engine.float_prompt`), a second
+    session: its weights count twice.
     """
+    from inference4py.engine.float_prompt import FLOAT_GRAPH
+
     folder = getattr(model, "folder", None)
-    return source_bytes(folder) if folder is not None else 0
+    if folder is None:
+        return 0
+    if getattr(getattr(model, "runtime", None), "float_prompt", None) is not None:
+        return 2 * source_bytes(folder, skip=FLOAT_GRAPH)
+    return source_bytes(folder)
 
 
-def source_bytes(source: Any) -> int:
-    """The weight files' size of a model folder, or a model file's (a GGUF file converts to about its size)."""
+def source_bytes(source: Any, *, skip: str | None = None) -> int:
+    """The weight files' size of a model folder (but for the file named ``skip``), or a model file's (a
+    GGUF file converts to about its size)."""
     from pathlib import Path
 
     path = Path(source)
@@ -401,4 +410,6 @@ def source_bytes(source: Any) -> int:
         return path.stat().st_size
     if not path.is_dir():
         return 0
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and p.suffix in _WEIGHT_FILES)
+    return sum(
+        p.stat().st_size for p in path.rglob("*") if p.is_file() and p.suffix in _WEIGHT_FILES and p.name != skip
+    )
