@@ -2,7 +2,8 @@
 
 A :class:`ModelRegistry` has one entry per served name. The models given loaded (``create_app``'s
 mapping, the CLI's ``--model``) are pinned: loaded from the start, never unloaded. The models of
-``--models-dir`` (:func:`~inference4py.serve.loading.scan_models_dir`) start unloaded. A route asks
+``--models-dir`` (:func:`~inference4py.serve.loading.scan_models_dir`) start unloaded; the folder is
+scanned again when it has changed, so a model copied in later is served too. A route asks
 for a worker with ``await models.worker(name, request)``, and the rules are kept here:
 
 - A load runs in a thread, so the event loop and the other models keep serving. Requests that
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import time
 from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass
@@ -121,6 +123,7 @@ class ModelRegistry:
             self._entries[name] = _Entry(name, kind_of(model), None, "loaded", self._new_worker(name, model))
         for name, (source, kind) in sorted(on_demand.items()):
             self._entries[name] = _Entry(name, kind, source)
+        self._dir_stamp = _stamp(settings.models_dir)  # the folder as scanned: a later change is looked at again
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sweeper: asyncio.Task[None] | None = None
         _log.info(
@@ -145,6 +148,7 @@ class ModelRegistry:
 
     def cards(self) -> list[dict[str, Any]]:
         """Each served model as /v1/models lists it: OpenAI's fields, plus ``status`` (and ``error`` when it failed)."""
+        self._rescan()
         return [self.card(name) for name in self._entries]
 
     def card(self, name: str) -> dict[str, Any]:
@@ -259,9 +263,34 @@ class ModelRegistry:
     # ------------------------------------------------------------------ loading and unloading
     def _entry(self, name: str) -> _Entry:
         entry = self._entries.get(name)
+        if entry is None and self._rescan():
+            entry = self._entries.get(name)
         if entry is None:
             raise unknown_model(name, self._entries)
         return entry
+
+    def _rescan(self) -> bool:
+        """Serve the models added to ``models_dir`` since it was last scanned; True when the folder changed.
+
+        The folder's modification time tells (an entry added, removed or renamed changes it), so
+        /v1/models and a request for an unknown name look again only after a change. A model
+        removed from the folder stays listed: its source is refused when it is next loaded.
+        """
+        folder = self._settings.models_dir
+        stamp = _stamp(folder)
+        if folder is None or stamp == self._dir_stamp:
+            return False
+        self._dir_stamp = stamp
+        try:
+            found = scan_models_dir(folder)
+        except ConfigurationError as exc:  # the folder went away: serve what is known
+            _log.warning("models dir: %s", exc)
+            return False
+        for name, (source, kind) in sorted(found.items()):
+            if name not in self._entries:
+                self._entries[name] = _Entry(name, kind, source)
+                _log.info("models dir: %s appeared, served as %r", source, name)
+        return True
 
     def _idle(self, entry: _Entry) -> bool:
         worker = entry.worker
@@ -452,3 +481,13 @@ class ModelLeases:
             await self.app(scope, receive, send)
         finally:
             self.models.release(uses)
+
+
+def _stamp(folder: str | os.PathLike[str] | None) -> int | None:
+    """A folder's modification time (ns), None when there is none to look at."""
+    if folder is None:
+        return None
+    try:
+        return os.stat(folder).st_mtime_ns
+    except OSError:
+        return None

@@ -149,6 +149,20 @@ def test_models_load_on_demand_answer_as_a_fixed_server_and_the_least_recently_u
         assert metrics(url)['inference4py_model_loads_total{model="qwen2"}'] == 2
 
 
+def test_a_model_copied_into_the_folder_later_is_served_without_a_restart(models_dir):
+    with running(create_app({}, ServerSettings(models_dir=models_dir))) as url:
+        assert set(_status(url)) == set(THREE)
+        status, _, body = request(url, "/v1/completions", json.dumps({"model": "late", "prompt": PROMPT}))
+        assert status == 404 and "late" in body["error"]["message"]
+        shutil.copytree(MODELS / "qwen2", models_dir / "late")
+        os.utime(models_dir, ns=(time.time_ns(), time.time_ns() + 1_000_000))  # a coarse clock: make the change seen
+        assert _complete(url, "late") == _complete(url, "qwen2")  # a request for the new name finds it
+        assert _status(url)["late"] == "loaded"
+        shutil.copytree(MODELS / "llama", models_dir / "later")
+        os.utime(models_dir, ns=(time.time_ns(), time.time_ns() + 2_000_000))
+        assert _status(url)["later"] == "unloaded"  # and /v1/models lists it
+
+
 def test_given_models_stay_loaded_and_count(models_dir, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
