@@ -11,7 +11,14 @@ PyPI wheels, dequantized to fp32, exported by optimum and by onnxruntime-genai's
 int4).  Rows per model: inference4py on the optimum export with no options (fused on first load
 when the graph allows), inference4py on genai's int4 folder, optimum (ORTModelForCausalLM), genai
 fp32 and int4, inference4py on the GGUF file itself (converted once into the library's own graph:
-``gguf_bits(32)`` float32, and ``gguf_bits(4)``, re-rounded 4-bit), and llama.cpp (llama-cpp-python) on that GGUF file.
+``gguf_bits(32)`` float32, ``gguf_bits(4)``, re-rounded 4-bit, and with no option, the default
+conversion that keeps the file's own quantization), llama.cpp (llama-cpp-python) on that GGUF file,
+and OpenVINO GenAI (``LLMPipeline``, in its own venv: ``INFERENCE4PY_OV_PYTHON``, default
+/work/ov-venv/bin/python) on optimum-intel's fp32 and int4 exports under ``~/.cache/inference4py/openvino``
+(``INFERENCE4PY_OV_MODELS``), each with the CPU plugin's default 8-bit KV cache and with an fp32 one
+(``[kv-f32]``).  ``--peers`` takes row names; a bare name also brings its ``NAME[...]`` rows unless
+one of them is named too (``--peers inference4py,llama.cpp``: every inference4py row;
+``--peers inference4py,inference4py[int4]``: those two).
 
 The prompt is synthetic prose (``prose()``: fixed sentences, fixed seed), encoded by each model's
 tokenizer (with its special tokens, so Gemma's BOS is there) and cut to exactly N tokens: every row
@@ -21,6 +28,12 @@ warm-up generation of 2 tokens on the same ids, then one timed generation.  Pref
 time from the ids to the first token; decode tokens/s = tokens 2..n over the time from the first
 to the last token; peak RSS polled from /proc during the timed generation, and the process peak
 (VmHWM, loading included).  Runs are interleaved (each run goes through all rows, rotated).
+Any prompt length (``--lengths 32,512,2048,8192``): llama.cpp's ``n_ctx`` follows it (N + new tokens, rounded
+up to 256) and a worker's ``--timeout`` grows with it (x N/2048 above 2048 tokens).  N + new tokens must fit
+the model's positions (config.json: SmolLM2 8192, Qwen2.5-Coder and Gemma 3 32768): a longer N is reported
+as skipped for every row (the fused, genai and GGUF-converted graphs' rotary tables end there).  The
+machine line records the CPU's vector flags (AVX2, AVX-512, VNNI, BF16, AMX) and the OpenVINO venv's
+package versions.
 Results: ``benchmarks/results/sizes-<time>.json`` and, with ``--markdown PAGE``, the tables
 between ``<!-- bench:sizes:start/end -->``.  ``benchmarks/roof.py`` turns the decode rows into
 bytes read per token and the fraction of the machine's memory bandwidth.
@@ -30,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import random
@@ -45,7 +59,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python benchmarks/sizes.py`: make `benchmarks` and `tools` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.models import ROOT
+from benchmarks.models import OPENVINO, OV_HINT, OV_PYTHON, ROOT
 from tools.real.common import real_dir  # INFERENCE4PY_REAL_DIR, else ~/.cache/inference4py/real
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -66,10 +80,12 @@ class SizeRow:
 
     name: str
     module: str
-    layout: str  # the folder suffix under the real dir (``<key>-<layout>``), or "gguf" (``gguf/<key>.gguf``)
+    layout: str  # the folder suffix under the real dir (``<key>-<layout>``), "gguf" (``gguf/<key>.gguf``), or
+    # "openvino-<x>" (optimum-intel's export ``<key>-<x>`` under benchmarks.models.OPENVINO)
     precision: str  # "gguf": the file's own quantization, read from it
     what: str
-    options: tuple[tuple[str, Any], ...] = ()  # builder settings the peer applies (``gguf_bits``)
+    options: tuple[tuple[str, Any], ...] = ()  # settings the peer applies (``gguf_bits``, ``kv_cache_precision``)
+    python: str | None = None  # the worker's interpreter (None: this one), e.g. the OpenVINO venv's
 
 
 MODELS = (
@@ -109,11 +125,60 @@ ROWS = (
         (("gguf_bits", 4),),
     ),
     SizeRow(
+        "inference4py[int4-kv-int8]",
+        "inference4py_peer",
+        "genai-int4",
+        "int4",
+        "inference4py's engine on genai's int4 folder with kv_cache('int8') (first prompt on the float twin)",
+        (("kv_cache", "int8"),),
+    ),
+    SizeRow(
+        "inference4py[gguf-file]",
+        "inference4py_peer",
+        "gguf",
+        "gguf",
+        "OnnxTextGenerator on the GGUF file, no gguf_bits: the default conversion, the file's own quantization kept",
+    ),
+    SizeRow(
         "llama.cpp",
         "llamacpp_peer",
         "gguf",
         "gguf",
         "llama-cpp-python (eval + argmax) on the GGUF the weights came from",
+    ),
+    SizeRow(
+        "openvino",
+        "openvino_peer",
+        "openvino-fp32",
+        "fp32",
+        "OpenVINO GenAI LLMPipeline on optimum-intel's fp32 export, the CPU plugin's default KV cache (u8)",
+        python=OV_PYTHON,
+    ),
+    SizeRow(
+        "openvino[kv-f32]",
+        "openvino_peer",
+        "openvino-fp32",
+        "fp32",
+        "OpenVINO GenAI LLMPipeline on optimum-intel's fp32 export, KV_CACHE_PRECISION f32",
+        (("kv_cache_precision", "f32"),),
+        python=OV_PYTHON,
+    ),
+    SizeRow(
+        "openvino[int4]",
+        "openvino_peer",
+        "openvino-int4",
+        "int4",
+        "OpenVINO GenAI LLMPipeline on optimum-intel's int4 export (sym, group 32), default KV cache (u8)",
+        python=OV_PYTHON,
+    ),
+    SizeRow(
+        "openvino[int4-kv-f32]",
+        "openvino_peer",
+        "openvino-int4",
+        "int4",
+        "OpenVINO GenAI LLMPipeline on optimum-intel's int4 export, KV_CACHE_PRECISION f32",
+        (("kv_cache_precision", "f32"),),
+        python=OV_PYTHON,
     ),
 )
 
@@ -121,11 +186,25 @@ ROWS = (
 def row_path(model: str, row: SizeRow) -> Path:
     if row.layout == "gguf":
         return real_dir() / "gguf" / f"{model}.gguf"
+    if row.layout.startswith("openvino-"):
+        return OPENVINO / f"{model}-{row.layout.removeprefix('openvino-')}"
     return real_dir() / f"{model}-{row.layout}"
 
 
 def tokenizer_folder(model: str) -> Path:
     return real_dir() / f"{model}-optimum"
+
+
+def model_context(model: str) -> int | None:
+    """The model's positions (config.json's ``max_position_embeddings``): the fused graphs' rotary tables, and
+    onnxruntime-genai's and the GGUF conversion's, hold this many rows, and onnxruntime refuses a longer sequence."""
+    path = tokenizer_folder(model) / "config.json"
+    if not path.is_file():
+        return None
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config = {**config, **(config.get("text_config") or {})}
+    value = config.get("max_position_embeddings")
+    return int(value) if value else None
 
 
 # ---------------------------------------------------------------------------------------------- prompt
@@ -262,6 +341,23 @@ def provenance_line(model: str, prov: dict[str, Any]) -> str:
     return line
 
 
+def cpu_flags() -> list[str]:
+    """The CPU's vector flags that decide the runtimes' kernels: AVX2/FMA/F16C, AVX-512*, VNNI, BF16, AMX
+    (from /proc/cpuinfo, in its order; empty when it cannot be read)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return []
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return [
+                f
+                for f in line.split(":", 1)[1].split()
+                if f in ("avx", "avx2", "fma", "f16c") or f.startswith(("avx512", "amx")) or "vnni" in f or "bf16" in f
+            ]
+    return []
+
+
 # ---------------------------------------------------------------------------------------------- worker
 def _vmhwm_mb() -> float | None:
     try:
@@ -342,7 +438,9 @@ def selected_rows(peers: str) -> list[SizeRow]:
     unknown = [w for w in wanted if not any(r.name == w or r.name.startswith(w + "[") for r in ROWS)]
     if unknown:
         raise SystemExit(f"unknown peer(s) {unknown}: use {', '.join(r.name for r in ROWS)}")
-    return [r for r in ROWS if r.name in wanted or any(r.name.startswith(w + "[") for w in wanted)]
+    # A bare name brings its NAME[...] rows, unless the list names one of them: then the list is exact.
+    families = {w for w in wanted if not any(v.startswith(w + "[") for v in wanted)}
+    return [r for r in ROWS if r.name in wanted or any(r.name.startswith(w + "[") for w in families)]
 
 
 def selected_models(models: str) -> list[SizeModel]:
@@ -355,27 +453,52 @@ def selected_models(models: str) -> list[SizeModel]:
 
 
 def missing(model: str, row: SizeRow) -> str | None:
+    if row.python and not Path(row.python).is_file():
+        return f"interpreter {row.python} missing ({OV_HINT})"
     path = row_path(model, row)
     if not path.exists():
-        return f"{path} missing (python tools/build_real.py)"
-    if row.module == "llamacpp_peer":
-        try:
-            metadata.version("llama-cpp-python")
-        except metadata.PackageNotFoundError:
-            return "llama-cpp-python is not installed (benchmarks/README.md, llama.cpp)"
+        hint = OV_HINT if row.module == "openvino_peer" else "python tools/build_real.py"
+        return f"{path} missing ({hint})"
+    if row.module == "llamacpp_peer" and package_version("llama-cpp-python") is None:
+        return "llama-cpp-python is not installed (benchmarks/README.md, llama.cpp)"
     return None
 
 
+def package_version(name: str) -> str | None:
+    """An installed distribution's version; for llama-cpp-python also an importable ``llama_cpp`` that is not
+    installed (its source tree on PYTHONPATH, ``LLAMA_CPP_LIB_PATH`` naming a built libllama): its ``__version__``."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        pass
+    if name != "llama-cpp-python":
+        return None
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.origin:
+        return None
+    for line in Path(spec.origin).read_text(encoding="utf-8").splitlines():
+        if line.startswith("__version__"):
+            return line.split("=", 1)[1].strip().strip("\"'") + " (not installed: PYTHONPATH)"
+    return "unknown (not installed: PYTHONPATH)"
+
+
 def n_ctx_for(length: int, new_tokens: int) -> int:
-    """llama.cpp's context: the prompt, the new tokens and a margin, in multiples of 256 (KV cache size)."""
+    """llama.cpp's context: the prompt, the new tokens and a margin, in multiples of 256 (KV cache size);
+    never below length + new tokens, whatever the length (8192 tokens + 64: 8448)."""
     need = length + new_tokens + 16
     return max(512, -(-need // 256) * 256)
+
+
+def timeout_for(length: int, timeout: float) -> float:
+    """A worker's time limit: ``--timeout`` up to 2048 tokens, growing linearly above (8192: 4x)."""
+    return timeout * max(1.0, length / 2048)
 
 
 def make_task(model: str, row: SizeRow, ids: list[int], args: argparse.Namespace, eos: list[int]) -> dict[str, Any]:
     return {
         "module": row.module,
         "folder": str(row_path(model, row)),
+        "python": row.python,
         "ids": ids,
         "new_tokens": args.new_tokens,
         "threads": args.threads,
@@ -450,6 +573,8 @@ def run(args: argparse.Namespace, log) -> dict[str, Any]:
                     "precision": r.precision,
                     "module": r.module,
                     "what": r.what,
+                    "options": dict(r.options),
+                    "python": r.python,
                 }
                 for r in rows
             },
@@ -458,12 +583,19 @@ def run(args: argparse.Namespace, log) -> dict[str, Any]:
         }
         eos = eos_ids(tokenizer_folder(m.key))
         entry["eos_ids"] = eos
+        context = entry["context"] = model_context(m.key)
         for length in args.lengths:
             ids = prompt_ids(m.key, length)
             entry["prompt_ids"][str(length)] = ids
+            too_long = None
+            if context and length + args.new_tokens > context:
+                too_long = (
+                    f"N + {args.new_tokens} new tokens = {length + args.new_tokens} > the model's {context} "
+                    f"positions (at most N = {context - args.new_tokens})"
+                )
             runnable = []
             for r in rows:
-                why = missing(m.key, r)
+                why = too_long or missing(m.key, r)
                 if why:
                     entry["results"].setdefault(str(length), {})[r.name] = {"status": "skipped", "reason": why}
                 else:
@@ -476,7 +608,7 @@ def run(args: argparse.Namespace, log) -> dict[str, Any]:
             for r in runnable[k:] + runnable[:k]:
                 t = time.perf_counter()
                 task = make_task(key, r, out[key]["prompt_ids"][str(length)], args, out[key]["eos_ids"])
-                res = spawn(task, args.timeout)
+                res = spawn(task, timeout_for(length, args.timeout))
                 raw.setdefault((key, length, r.name), []).append(res)
                 log(
                     f"  {key} N={length} run {run_index + 1}/{args.runs} {r.name:20s} {_brief(res)} ({time.perf_counter() - t:.0f}s)"
@@ -551,16 +683,21 @@ def model_table(key: str, entry: dict[str, Any], lengths: list[str]) -> str:
 def render(saved: dict[str, Any]) -> str:
     env, spec = saved["machine"], saved["spec"]
     versions = ", ".join(f"{k} {v}" for k, v in env["versions"].items() if v)
+    flags = env.get("cpu_flags")  # absent from results saved before it was recorded
+    flags_text = f" (flags: {' '.join(flags) or 'no AVX2/AVX-512/VNNI/BF16'})" if flags is not None else ""
+    foreign = env.get("foreign_python")
+    foreign_text = f" OpenVINO rows run in {', '.join(foreign)}." if foreign else ""
     parts = [
-        f"Machine: {env['nproc']} cores, {env['cpu']}, {env['mem_total_mb']} MiB; load average at start "
+        f"Machine: {env['nproc']} cores, {env['cpu']}{flags_text}, {env['mem_total_mb']} MiB; load average at start "
         f"{', '.join(f'{x:.1f}' for x in env['loadavg_start'])}; inference4py source digest "
-        f"{env.get('inference4py_source_sha256', 'n/a')}. Python {env['python']}; {versions}.",
+        f"{env.get('inference4py_source_sha256', 'n/a')}. Python {env['python']}; {versions}.{foreign_text}",
         "",
         f"Command: `{saved['command']}`",
         "",
         f"Prompt: synthetic prose (benchmarks/sizes.py `prose()`) cut to exactly N tokens by each model's tokenizer, "
         f"the same ids for every row of a model; greedy, batch 1, {spec['new_tokens']} new tokens, EOS masked; "
-        f"{spec['threads']} threads for llama.cpp (onnxruntime rows: their default intra-op threads); one process "
+        f"{spec['threads']} threads for llama.cpp{' and OpenVINO (INFERENCE_NUM_THREADS)' if foreign else ''} "
+        "(onnxruntime rows: their default intra-op threads); one process "
         f"per measurement, median of {spec['runs']} run(s). Prefill tok/s = N / (ids -> first token); decode tok/s = "
         "tokens 2..n over first -> last token; peak RSS during the timed generation / process peak (VmHWM, load "
         "included).",
@@ -592,7 +729,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--warmup", type=int, default=1, help="untimed 2-token generations on the same ids, per process")
     ap.add_argument("--iters", type=int, default=1, help="timed generations per process")
-    ap.add_argument("--timeout", type=float, default=1200.0, help="seconds per worker process")
+    ap.add_argument(
+        "--timeout", type=float, default=1200.0, help="seconds per worker process up to 2048 tokens (x N/2048 above)"
+    )
     ap.add_argument(
         "--no-prepare", action="store_true", help="skip the untimed first load (fusion) of the default rows"
     )
@@ -607,7 +746,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
 
-    from benchmarks.run import machine, publish, save_json
+    from benchmarks.run import foreign_versions, machine, publish, save_json
 
     if args.render:
         # one run per model is how a 2-core machine gets quiet time for each: the page shows them in order
@@ -626,10 +765,12 @@ def main(argv: list[str] | None = None) -> int:
 
     env = machine()
     for name in EXTRA_PACKAGES:
-        try:
-            env["versions"][name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            env["versions"][name] = None
+        env["versions"][name] = package_version(name)
+    env["cpu_flags"] = cpu_flags()
+    for python in sorted({r.python for r in selected_rows(args.peers) if r.python}):
+        if Path(python).is_file():  # versions of the rows that run in another venv (OpenVINO GenAI)
+            env["versions"].update({k: v for k, v in foreign_versions(python).items() if v})
+            env.setdefault("foreign_python", []).append(python)
     if (os.cpu_count() or 0) != args.threads:
         log(f"note: {os.cpu_count()} cores here, --threads {args.threads}: onnxruntime rows use their own default")
     results = run(args, log)

@@ -42,6 +42,8 @@ def load(spec: dict[str, Any]) -> Peer:
             builder = builder.providers(list(spec["providers"]))
         if spec.get("gguf_bits") is not None:  # a .gguf file: the weights of its conversion
             builder = builder.gguf_bits(spec["gguf_bits"])
+        if spec.get("kv_cache"):  # "int8": the quantized KV cache
+            builder = builder.kv_cache(spec["kv_cache"])
         if "messages" in prompt:
             builder = builder.chat_template()
         task = builder.build()

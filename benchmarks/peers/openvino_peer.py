@@ -7,6 +7,8 @@ Same protocol as the other peers: the chat template is rendered by the pipeline'
 inside the timed call; tokens arrive through a ``StreamerBase`` (token ids, no per-token
 detokenization, as the genai peer); greedy; EOS suppressed (``min_new_tokens`` =
 ``max_new_tokens`` and ``ignore_eos``), so exactly ``max_new_tokens`` tokens.
+Token ids (``generate_ids``, as benchmarks/sizes.py calls it, and ``run_ids`` of the llama.cpp peer): the
+given ids as they are, an ``ov.Tensor`` in ``TokenizedInputs`` (no template, no BOS added), same config.
 Threads: ``INFERENCE_NUM_THREADS`` (the task's ``threads``, default all cores).  KV cache: the CPU
 plugin's default (``KV_CACHE_PRECISION`` u8, an 8-bit cache), or the task's ``kv_cache_precision``.
 """
@@ -15,8 +17,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from benchmarks.peers.common import SETTINGS, Peer, Timed, Unsupported
 
