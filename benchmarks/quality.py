@@ -35,18 +35,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.peers.common import cpu_flags  # noqa: E402,F401  (the one place; importers of this module use it)
 from benchmarks.run import machine, publish, save_json  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-
-
-def cpu_flags() -> list[str]:
-    """The SIMD flags a CPU kernel may choose by (avx2, avx512*, vnni, bf16, fma, f16c)."""
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            wanted = ("avx", "fma", "f16c", "vnni", "bf16", "amx")
-            return sorted({f for f in line.split(":", 1)[1].split() if f.startswith(wanted) or "vnni" in f})
-    return []
 
 
 def llama_tokens(binary: str, model: Path, text: Path) -> list[int]:

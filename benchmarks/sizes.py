@@ -60,6 +60,7 @@ if __package__ in (None, ""):  # `python benchmarks/sizes.py`: make `benchmarks`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.models import OPENVINO, OV_HINT, OV_PYTHON, ROOT
+from benchmarks.peers.common import cpu_flags
 from tools.real.common import real_dir  # INFERENCE4PY_REAL_DIR, else ~/.cache/inference4py/real
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -339,23 +340,6 @@ def provenance_line(model: str, prov: dict[str, Any]) -> str:
     if prov.get("refusals"):
         line += " " + " ".join(f"Layout `{k}` refused by tools/build_real.py: {v}" for k, v in prov["refusals"].items())
     return line
-
-
-def cpu_flags() -> list[str]:
-    """The CPU's vector flags that decide the runtimes' kernels: AVX2/FMA/F16C, AVX-512*, VNNI, BF16, AMX
-    (from /proc/cpuinfo, in its order; empty when it cannot be read)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return []
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return [
-                f
-                for f in line.split(":", 1)[1].split()
-                if f in ("avx", "avx2", "fma", "f16c") or f.startswith(("avx512", "amx")) or "vnni" in f or "bf16" in f
-            ]
-    return []
 
 
 # ---------------------------------------------------------------------------------------------- worker

@@ -117,3 +117,18 @@ def prompt_encoder(folder: Path, prompt: dict[str, Any]) -> Callable[[], list[in
         return tok.encode(text, add_special_tokens=False).ids
 
     return encode
+
+
+def cpu_flags() -> list[str]:
+    """The SIMD flags a CPU kernel may choose by (avx, avx2, avx512*, fma, f16c, vnni, bf16, amx), from
+    /proc/cpuinfo; empty when it cannot be read. Light: OpenVINO's venv imports it too."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return []
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            wanted = ("avx", "fma", "f16c", "vnni", "bf16", "amx")
+            return sorted({f for f in line.split(":", 1)[1].split() if f.startswith(wanted) or "vnni" in f})
+    return []
+

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.peers.common import SETTINGS, Peer, Timed, Unsupported
+from benchmarks.peers.common import SETTINGS, Peer, Timed, Unsupported, cpu_flags
 
 # What the CPU plugin decided for itself (not set here): recorded in the result's info.
 _PLUGIN_PROPERTIES = (
@@ -137,7 +137,7 @@ def load(spec: dict[str, Any]) -> Peer:
         "attention_backend": backend or "PA (default)",
         "prefix_caching": prefix_caching if backend != "SDPA" else None,
         "plugin": plugin,
-        "isa": _isa_flags(),
+        "isa": cpu_flags(),
     }
     return Peer(generate=lambda n, s: run_ids(None, n, s), generate_ids=run_ids, prompt_ids=encode, info=info)
 
@@ -148,16 +148,3 @@ def _plain(value: Any) -> str:
         return str(value.get_type_name())
     return str(getattr(value, "name", value))
 
-
-def _isa_flags() -> list[str]:
-    """The CPU's vector extensions that decide OpenVINO's kernels and default precision (bf16 needs AVX-512/AMX)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return []
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8")
-            return [f for f in wanted if f in flags]
-    return []
