@@ -1,24 +1,28 @@
 """Audio in, Whisper features out: any audio -> 16 kHz mono float32 -> log-mel spectrogram.
 
 :func:`load_audio` reads a file (wav, flac, ogg, mp3: whatever libsndfile reads via
-soundfile, then librosa's audioread fallback) or takes a numpy array with its
-sample rate, mixes it down to mono and resamples it (``librosa.resample``, soxr).
+soundfile; other containers through librosa's audioread when librosa is installed) or takes a
+numpy array with its sample rate, mixes it down to mono and resamples it (soxr, high quality:
+what ``librosa.resample`` does by default).
 
 :func:`log_mel_spectrogram` computes Whisper's input features the way
 transformers' ``WhisperFeatureExtractor`` does on its numpy path: the signal is
 padded with zeros (or cut) to 30 s, framed with a centred, reflect-padded STFT
 (n_fft 400, hop 160, periodic Hann window), power spectrum, Slaney mel filters
-from ``librosa.filters.mel``, ``log10`` of ``max(mel, 1e-10)``, the last frame
+(:func:`mel_filters`, numpy), ``log10`` of ``max(mel, 1e-10)``, the last frame
 dropped, values clamped to 8 below the maximum, then ``(x + 4) / 4``.  Signals
 longer than 30 s are processed whole (``pad_or_trim=False``), as transformers does
 for long-form transcription (``truncation=False``).
 
-librosa and soundfile are imported on first use, so importing this module is cheap.
+Features need numpy alone. Reading files needs soundfile and resampling needs soxr: the
+``audio`` extra (``pip install "inference4py[audio]"``), imported on first use, with a
+:class:`~inference4py.errors.ConfigurationError` naming the extra when it is missing.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import warnings
 from pathlib import Path
@@ -26,9 +30,10 @@ from typing import Any, Union
 
 import numpy as np
 
-from inference4py.errors import AudioError
+from inference4py.errors import AudioError, ConfigurationError
 
 __all__ = [
+    "AUDIO_INSTALL",
     "SAMPLE_RATE",
     "N_FFT",
     "HOP_LENGTH",
@@ -40,7 +45,11 @@ __all__ = [
     "resample",
     "mel_filters",
     "log_mel_spectrogram",
+    "require_audio",
 ]
+
+AUDIO_INSTALL = 'pip install "inference4py[audio]"'
+
 
 SAMPLE_RATE = 16000  # Whisper's sampling rate
 N_FFT = 400  # 25 ms windows
@@ -119,11 +128,36 @@ def load_audio(source: AudioInput, *, sample_rate: int | None = None, target_rat
     return np.ascontiguousarray(samples, dtype=np.float32)
 
 
-def resample(samples: np.ndarray, orig_rate: int, target_rate: int = SAMPLE_RATE) -> np.ndarray:
-    """``librosa.resample`` (soxr, high quality) of mono float32 samples."""
-    import librosa
+def require_audio(what: str = "Reading audio files") -> None:
+    """Raise a :class:`ConfigurationError` naming the ``audio`` extra when soundfile or soxr is missing."""
+    for name in ("soundfile", "soxr"):
+        _audio_module(name, what)
 
-    return librosa.resample(np.asarray(samples, dtype=np.float32), orig_sr=int(orig_rate), target_sr=int(target_rate))
+
+def _audio_module(name: str, what: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:  # OSError too: soundfile without its libsndfile
+        raise ConfigurationError(f"{what} needs the {name} package: {AUDIO_INSTALL}.") from exc
+    except OSError as exc:
+        raise ConfigurationError(f"{what} needs {name}, which cannot load here ({exc}): {AUDIO_INSTALL}.") from exc
+
+
+def resample(samples: np.ndarray, orig_rate: int, target_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """Mono float32 samples at ``target_rate``: soxr's high-quality resampler, the length ``ceil(n * ratio)``.
+
+    The same samples as ``librosa.resample`` (its default ``soxr_hq``, ``fix=True``): the output is
+    cut, or padded with zeros, to the length the ratio gives.
+    """
+    soxr = _audio_module("soxr", f"Resampling audio from {orig_rate} Hz to {target_rate} Hz")
+    x = np.asarray(samples, dtype=np.float32)
+    if int(orig_rate) == int(target_rate):
+        return x
+    out = np.asarray(soxr.resample(x, int(orig_rate), int(target_rate), quality="soxr_hq"), dtype=np.float32)
+    n = int(np.ceil(x.shape[-1] * float(target_rate) / int(orig_rate)))
+    if out.shape[-1] >= n:
+        return np.ascontiguousarray(out[..., :n])
+    return np.concatenate([out, np.zeros(n - out.shape[-1], dtype=np.float32)])
 
 
 def _check_rate(rate: Any) -> int:
@@ -139,14 +173,13 @@ def _read_file(path: Path) -> tuple[np.ndarray, int]:
         raise AudioError(f"{path} is a folder, not an audio file.")
     if path.stat().st_size == 0:
         raise AudioError(f"Audio file {path} is empty (0 bytes).")
-    import soundfile
-
+    soundfile = _audio_module("soundfile", "Reading audio files")
     try:
         data, rate = soundfile.read(str(path), dtype="float32", always_2d=True)  # [frames, channels]
         return data.T, int(rate)
     except Exception as first:  # soundfile raises LibsndfileError, RuntimeError, TypeError...
         try:
-            import librosa
+            import librosa  # optional: audioread (ffmpeg) for the containers libsndfile cannot read
 
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "PySoundFile failed. Trying audioread instead."
@@ -157,8 +190,8 @@ def _read_file(path: Path) -> tuple[np.ndarray, int]:
             raise AudioError(
                 f"Cannot read {path} as audio: {reason}. "
                 "Supported are the formats of libsndfile (wav, flac, ogg/vorbis/opus, mp3, aiff, ...); for other "
-                "containers (m4a, mp4, webm) install ffmpeg so that librosa/audioread can decode them, or convert "
-                "the file first."
+                "containers (m4a, mp4, webm) install librosa and ffmpeg so that audioread can decode them, or "
+                "convert the file first."
             ) from second
 
 
@@ -182,25 +215,42 @@ def _to_mono(samples: np.ndarray, what: str) -> np.ndarray:
 # --------------------------------------------------------------------------- features
 
 
+_MEL_LINEAR_HZ = 200.0 / 3  # Hz per mel below 1 kHz (Slaney)
+_MEL_BREAK_HZ = 1000.0
+_MEL_BREAK = _MEL_BREAK_HZ / _MEL_LINEAR_HZ  # 15 mels
+_MEL_LOG_STEP = np.log(6.4) / 27.0  # natural-log Hz per mel above 1 kHz
+
+
+def _hz_to_mel(hz: float) -> float:
+    if hz < _MEL_BREAK_HZ:
+        return hz / _MEL_LINEAR_HZ
+    return _MEL_BREAK + float(np.log(hz / _MEL_BREAK_HZ)) / _MEL_LOG_STEP
+
+
+def _mel_to_hz(mels: np.ndarray) -> np.ndarray:
+    mels = np.asarray(mels, dtype=np.float64)
+    linear = mels * _MEL_LINEAR_HZ
+    logarithmic = _MEL_BREAK_HZ * np.exp(_MEL_LOG_STEP * (mels - _MEL_BREAK))
+    return np.where(mels >= _MEL_BREAK, logarithmic, linear)
+
+
 @functools.lru_cache(maxsize=8)
 def mel_filters(n_mels: int = 80, *, sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT) -> np.ndarray:
     """Slaney-style mel filter bank ``[n_mels, n_fft // 2 + 1]`` (float64), as Whisper uses.
 
     ``librosa.filters.mel(sr, n_fft, n_mels, fmin=0, fmax=sr/2, htk=False, norm="slaney")``,
-    identical to transformers' ``mel_filter_bank(..., norm="slaney", mel_scale="slaney")``.
+    identical to transformers' ``mel_filter_bank(..., norm="slaney", mel_scale="slaney")``: triangles
+    between ``n_mels + 2`` points spaced evenly on Slaney's mel scale (linear to 1 kHz, logarithmic
+    above), each scaled to unit area (``2 / (upper - lower)`` Hz).
     """
-    import librosa
-
-    filters = librosa.filters.mel(
-        sr=sample_rate,
-        n_fft=n_fft,
-        n_mels=n_mels,
-        fmin=0.0,
-        fmax=sample_rate / 2,
-        htk=False,
-        norm="slaney",
-        dtype=np.float64,
-    )
+    points = _mel_to_hz(np.linspace(_hz_to_mel(0.0), _hz_to_mel(sample_rate / 2), n_mels + 2))
+    bins = np.linspace(0.0, sample_rate / 2, n_fft // 2 + 1)
+    widths = np.diff(points)
+    distance = points[:, None] - bins[None, :]  # [n_mels + 2, bins]
+    rising = -distance[:-2] / widths[:-1, None]
+    falling = distance[2:] / widths[1:, None]
+    filters = np.maximum(0.0, np.minimum(rising, falling))
+    filters *= (2.0 / (points[2:] - points[:-2]))[:, None]
     filters.setflags(write=False)
     return filters
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import sys
+
 import numpy as np
 import pytest
 import soundfile as sf
@@ -90,6 +93,46 @@ def test_mel_filters_are_slaney_and_cached():
     assert mel_filters(80) is f80
     # Slaney normalisation: each triangle has area 2 / (f_high - f_low); the bank never exceeds ~0.026 for 80 bins
     assert 0.02 < f80.max() < 0.03
+
+
+def test_numpy_mel_filters_and_resampling_equal_librosa_to_the_bit():
+    """The audio extra's code paths without librosa: its filters and its default resampler, bit for bit."""
+    librosa = pytest.importorskip("librosa")
+    for n_mels in (80, 128):
+        want = librosa.filters.mel(
+            sr=SAMPLE_RATE, n_fft=400, n_mels=n_mels, fmin=0.0, fmax=SAMPLE_RATE / 2, norm="slaney", dtype=np.float64
+        )
+        np.testing.assert_array_equal(mel_filters(n_mels), want)
+    x = np.random.default_rng(0).standard_normal(3 * 48000 + 17).astype(np.float32)
+    for rate in (8000, 22050, 44100, 48000):
+        np.testing.assert_array_equal(
+            resample(x[: 2 * rate + 5], rate), librosa.resample(x[: 2 * rate + 5], orig_sr=rate, target_sr=SAMPLE_RATE)
+        )
+
+
+def test_without_the_audio_extra_files_say_which_extra_and_arrays_at_16k_still_work(monkeypatch, tmp_path):
+    from inference4py.errors import ConfigurationError
+
+    path = tmp_path / "tone.wav"
+    sf.write(path, np.zeros(1600, np.float32), 16000)
+    monkeypatch.setitem(sys.modules, "soundfile", None)  # import soundfile -> ImportError
+    monkeypatch.setitem(sys.modules, "soxr", None)
+    with pytest.raises(ConfigurationError, match=re.escape('soundfile package: pip install "inference4py[audio]"')):
+        load_audio(path)
+    with pytest.raises(ConfigurationError, match=r"Resampling audio from 44100 Hz .* soxr .*inference4py\[audio\]"):
+        load_audio((np.zeros(4410, np.float32), 44100))
+    samples = load_audio((np.zeros(1600, np.float32), 16000))  # numpy alone
+    assert samples.shape == (1600,) and log_mel_spectrogram(samples).shape == (80, N_FRAMES)
+
+
+def test_the_core_install_carries_no_audio_stack():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((FIXTURES.parents[1] / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    core = {re.split(r"[<>=\[ ;]", d, maxsplit=1)[0].lower() for d in project["dependencies"]}
+    assert not core & {"librosa", "numba", "llvmlite", "scipy", "scikit-learn", "soundfile", "soxr", "torch"}
+    audio = {re.split(r"[<>=\[ ;]", d, maxsplit=1)[0].lower() for d in project["optional-dependencies"]["audio"]}
+    assert audio == {"soundfile", "soxr"}
+    assert "tools" not in project["optional-dependencies"]  # its pins downgrade hub/tokenizers: tools/requirements.txt
 
 
 # --------------------------------------------------------------------------- loading and resampling

@@ -3,7 +3,8 @@
     python tools/build_fixtures.py                 # every builder
     python tools/build_fixtures.py --only decoder  # one builder (repeatable)
 
-Needs the heavy tools (``pip install -e .[tools]``); the tests themselves do not.
+Needs the heavy tools (``pip install -e . -r tools/requirements.txt``, in an environment of their
+own: tools/README.md); the tests themselves do not.
 Builds are deterministic: fixed seeds, corpus written in tools/fixtures/common.py.
 To add a builder: write tools/fixtures/<name>.py with ``build(fixtures_dir)`` and
 add one line to BUILDERS.

@@ -143,6 +143,9 @@ def speech_model(model: str, folder: Path, spec: PipelineSpec) -> WhisperSpeechM
             "Serve an optimum export (e.g. onnx-community/whisper-base), or run this folder with "
             "inference4py_genai.WhisperSpeechModel in your own app."
         )
+    from inference4py.audio import require_audio
+
+    require_audio(f"Serving {model}'s audio routes (uploads are audio files)")  # refused at load, not per request
     return WhisperSpeechModel.builder().model_path(folder).build()
 
 

@@ -367,3 +367,13 @@ def test_cli_transcribe_error(capsys, tmp_path):
     bad.write_bytes(b"RIFF....WAVEjunk")
     assert main(["transcribe", str(bad), "--model", str(MODELS / "whisper")]) == 2
     assert "error: Cannot read" in capsys.readouterr().err
+
+
+def test_cli_transcribe_without_the_audio_extra_names_it(capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "soundfile", None)  # as in a core install: no soundfile, no soxr
+    monkeypatch.setitem(sys.modules, "soxr", None)
+    path = str(FIXTURES / REF["clips"]["tone"]["file"])
+    assert main(["transcribe", path, "--model", str(MODELS / "whisper")]) == 2
+    assert 'needs the soundfile package: pip install "inference4py[audio]"' in capsys.readouterr().err
