@@ -10,16 +10,22 @@ format: ``{"text"}``, plain text, SubRip, WebVTT, or verbose JSON with time-stam
 ``json`` and ``text`` are transcribed without timestamp tokens, the subtitle formats and
 ``verbose_json`` with them, as ``inference4py transcribe`` does for ``--format text`` and for
 subtitles. ``prompt`` is the library's ``initial_prompt`` (context for the first window);
-``timestamp_granularities[]=word`` turns on word timestamps (verbose JSON's ``words``). Every refusal
-is an OpenAI error object (:class:`~inference4py.serve.protocol.ApiError`).
+``timestamp_granularities[]=word`` turns on word timestamps (verbose JSON's ``words``). ``stream=true``
+on transcriptions (json or text) answers with OpenAI's ``transcript.text.delta`` events as the model
+writes, then ``transcript.text.done``. Every refusal is an OpenAI error object
+(:class:`~inference4py.serve.protocol.ApiError`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
 import shutil
 import tempfile
+import threading
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +36,11 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inference4py import audio as _audio
-from inference4py.errors import AudioError, ConfigurationError
+from inference4py.errors import AudioError, ConfigurationError, Inference4pyError
 from inference4py.serve.loading import load_speech_model, speech_model
-from inference4py.serve.protocol import ApiError
+from inference4py.serve.protocol import ApiError, error_body
 from inference4py.serve.registry import ModelRegistry
+from inference4py.serve.sse import sse
 from inference4py.serve.worker import ModelWorker
 from inference4py.tasks.whisper import WHISPER_LANGUAGES, Transcription, WhisperSpeechModel, language_code
 
@@ -41,6 +48,7 @@ __all__ = ["RESPONSE_FORMATS", "add_audio_routes", "load_speech_model", "speech_
 
 RESPONSE_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
 _TIMESTAMPED = frozenset({"srt", "vtt", "verbose_json"})  # the formats that need segment times
+_STREAMED = frozenset({"json", "text"})  # the formats stream=true takes (OpenAI's rule)
 _MEDIA_TYPES = {
     "text": "text/plain; charset=utf-8",
     "srt": "application/x-subrip; charset=utf-8",
@@ -52,7 +60,7 @@ _FIELDS = {
         {"file", "model", "language", "prompt", "response_format", "temperature", "timestamp_granularities[]", "stream"}
     ),
     # language is not in OpenAI's translation API; here it names the spoken language instead of detecting it
-    "translate": frozenset({"file", "model", "language", "prompt", "response_format", "temperature"}),
+    "translate": frozenset({"file", "model", "language", "prompt", "response_format", "temperature", "stream"}),
 }
 _ROUTES = {"transcribe": "/v1/audio/transcriptions", "translate": "/v1/audio/translations"}
 _SUFFIX = re.compile(r"^\.[A-Za-z0-9]{1,8}$")
@@ -109,18 +117,65 @@ async def _answer(models: ModelRegistry, request: Request, task: str) -> Respons
     if "word" in granularities:
         options["word_timestamps"] = True
 
-    def job() -> Transcription:
+    def job(on_token: Any = None) -> Transcription:
         return model.transcribe(
             (samples, _audio.SAMPLE_RATE),
             language=language,
             task=task,
             timestamps=response_format in _TIMESTAMPED,
+            on_token=on_token,
             **options,
         )
 
+    if fields["stream"]:
+        return sse(_transcript_events(worker, job), request)
     result = await worker.run(job)
     worker.count(0, len(result.token_ids))
     return _response(result, response_format, task, granularities)
+
+
+class _Gone(Exception):
+    """The streaming client went away: the transcription stops at its next piece of text."""
+
+
+async def _transcript_events(
+    worker: ModelWorker, job: Callable[[Any], Transcription]
+) -> AsyncGenerator[tuple[None, Any], None]:
+    """OpenAI's transcription stream: a ``transcript.text.delta`` per piece of text as the model writes it,
+    then ``transcript.text.done`` with the whole text (the deltas joined); a failure ends it with an error event.
+    """
+    loop = asyncio.get_running_loop()
+    pieces: asyncio.Queue[str | None] = asyncio.Queue()
+    gone = threading.Event()
+
+    def on_token(piece: str) -> None:  # on the model's thread
+        if gone.is_set():
+            raise _Gone
+        loop.call_soon_threadsafe(pieces.put_nowait, piece)
+
+    def streamed() -> Transcription:
+        try:
+            return job(on_token)
+        finally:
+            loop.call_soon_threadsafe(pieces.put_nowait, None)
+
+    running = asyncio.ensure_future(worker.run(streamed))
+    try:
+        while (piece := await pieces.get()) is not None:
+            yield None, {"type": "transcript.text.delta", "delta": piece}
+        try:
+            result = await running
+        except Exception as exc:  # the status line went out already: the error is an event
+            kind = "invalid_request_error" if isinstance(exc, Inference4pyError) else "server_error"
+            yield None, {"type": "error", **error_body(str(exc), kind)}
+            return
+        worker.count(0, len(result.token_ids))
+        yield None, {"type": "transcript.text.done", "text": result.text}
+    finally:
+        if not running.done():  # the client left: the model stops at its next piece, its worker is freed
+            gone.set()
+            with contextlib.suppress(_Gone, Exception):
+                await running
 
 
 # ------------------------------------------------------------------------------- request -> arguments
@@ -169,8 +224,19 @@ def _fields(form: FormData, task: str) -> dict[str, Any]:
     out["response_format"] = response_format
     if "temperature" in out:
         out["temperature"] = _temperature(out["temperature"])
-    if out.get("stream", "false").lower() not in ("false", "0", ""):
-        raise ApiError(400, "stream is not supported for audio: leave it false.", "stream")
+    stream = out.get("stream", "false").lower()
+    if stream not in ("false", "0", "", "true", "1"):
+        raise ApiError(400, f"stream must be true or false; got {out['stream']!r}.", "stream")
+    out["stream"] = stream in ("true", "1")
+    if out["stream"] and task != "transcribe":
+        raise ApiError(400, "stream is for /v1/audio/transcriptions: translations answer whole.", "stream")
+    if out["stream"] and response_format not in _STREAMED:
+        raise ApiError(
+            400,
+            "stream=true answers with transcript.text.delta events and takes response_format json or text "
+            f"(got {response_format!r}); subtitles and verbose_json answer whole.",
+            "response_format",
+        )
     granularities = [
         str(g) for g in form.getlist("timestamp_granularities[]") + form.getlist("timestamp_granularities")
     ]

@@ -322,13 +322,65 @@ def test_an_upload_that_is_not_audio_is_a_400_that_says_what_to_send(client, con
             "timestamp_granularities",
             "timestamp_granularities needs response_format 'verbose_json' (got 'json').",
         ),
-        ({"stream": True}, "stream", "stream is not supported for audio: leave it false."),
+        (
+            {"stream": True, "response_format": "srt"},
+            "response_format",
+            "stream=true answers with transcript.text.delta events and takes response_format json or text",
+        ),
     ],
 )
 def test_unsupported_fields_are_refused_by_name(client, wav, kwargs, param, needle):
     status, body = _error(lambda: client.audio.transcriptions.create(model="whisper", file=wav, **kwargs))
     assert (status, body["param"]) == (400, param)
     assert body["message"].startswith(needle)
+
+
+@pytest.fixture(scope="module")
+def long_wav(tmp_path_factory):
+    """The long-form fixture (several 30 s windows), as a 16 kHz wav."""
+    import soundfile as sf
+
+    from tests.test_audio import _clips, assemble
+
+    path = tmp_path_factory.mktemp("long") / "long.wav"
+    sf.write(path, assemble(load_reference("whisper")["long_recipe"], _clips()), 16000)
+    return path
+
+
+@pytest.mark.parametrize("response_format", ["json", "text"])
+def test_a_streamed_transcription_is_the_whole_one_in_deltas(client, asr, long_wav, response_format):
+    """OpenAI's events: transcript.text.delta pieces as they are decoded, then transcript.text.done."""
+    want = asr.transcribe(long_wav)
+    with long_wav.open("rb") as f:
+        events = list(
+            client.audio.transcriptions.create(model="whisper", file=f, stream=True, response_format=response_format)
+        )
+    kinds = [e.type for e in events]
+    assert kinds[-1] == "transcript.text.done" and set(kinds[:-1]) == {"transcript.text.delta"} and len(kinds) >= 3
+    assert "".join(e.delta for e in events[:-1]) == events[-1].text == want.text
+
+
+def test_a_client_leaving_a_stream_frees_the_model(server, client, asr, long_wav):
+    import httpx
+
+    with httpx.Client(base_url=server, timeout=60) as http:
+        files = {"file": ("long.wav", long_wav.read_bytes(), "audio/wav")}
+        with http.stream(
+            "POST", "/v1/audio/transcriptions", data={"model": "whisper", "stream": "true"}, files=files
+        ) as r:
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+            first = next(line for line in r.iter_lines() if line.startswith("data: "))
+            assert json.loads(first[6:])["type"] == "transcript.text.delta"
+    with long_wav.open("rb") as f:  # the worker is free again: a whole answer, the library's text
+        assert client.audio.transcriptions.create(model="whisper", file=f).text == asr.transcribe(long_wav).text
+
+
+def test_a_streamed_translation_is_refused(client, wav):
+    status, body = _error(
+        lambda: client.audio.translations.create(model="whisper", file=wav, extra_body={"stream": "true"})
+    )
+    assert (status, body["param"]) == (400, "stream")
+    assert body["message"] == "stream is for /v1/audio/transcriptions: translations answer whole."
 
 
 def _text_form(fields: dict[str, str]) -> tuple[bytes, dict[str, str]]:

@@ -159,8 +159,13 @@ class FileJob:
         return self.options.best_of if temperature > 0 else 1
 
     def stream(self, out: list[int]) -> str:
-        """The text of ``out`` up to its last closed pair of timestamps, not streamed yet."""
+        """The text of a live window's ``out`` that is final and not streamed yet: up to its last closed pair
+        of timestamps, or, without timestamps (one segment per window), every token as it comes."""
         n = len(out)
+        if self.stamps is None:
+            piece = self.detok.add_many(out[self.final : n])  # EOS is special: the detokenizer skips it
+            self.final = n
+            return piece
         if n >= 2 and self.is_stamp(out[-1]) and self.is_stamp(out[-2]):
             piece = self.detok.add_many(t for t in out[self.final : n] if not self.is_stamp(t))
             self.final = n
