@@ -115,7 +115,7 @@ class DecoderRuntime:
 
     def _float_prompt(
         self, spec: PipelineSpec, config: Mapping[str, Any], options: SessionOptions | None
-    ) -> FloatPrompt | None:
+    ) -> FloatPrompt[_Graph] | None:
         """An int8-cache folder's float twin for first prompts (:mod:`~inference4py.engine.float_prompt`), if it has one."""
         found = find_float_prompt(spec.path("decoder").parent)
         if found is None:

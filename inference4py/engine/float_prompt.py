@@ -24,15 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 import onnxruntime as ort
 
+from inference4py.engine.kv_cache import KVLayout
 from inference4py.engine.sessions import run_binding
-
-if TYPE_CHECKING:
-    from inference4py.engine.decoder_base import _Graph
 
 __all__ = ["FLOAT_GRAPH", "SCALES", "FloatPrompt", "find_float_prompt", "quantize_int8"]
 
@@ -56,7 +54,23 @@ def find_float_prompt(folder: Path) -> tuple[Path, dict[str, np.ndarray]] | None
         return graph, {name: np.asarray(held[name], dtype=np.float32) for name in held.files}
 
 
-class FloatPrompt:
+class PromptGraph(Protocol):
+    """What the prompt pass reads of its graph (a ``decoder_base._Graph``)."""
+
+    @property
+    def session(self) -> ort.InferenceSession: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def layout(self) -> KVLayout: ...
+
+
+G = TypeVar("G", bound=PromptGraph)
+
+
+class FloatPrompt(Generic[G]):
     """Runs a first prompt on the float graph and quantizes its cache into the int8 buffers.
 
     Args:
@@ -64,7 +78,7 @@ class FloatPrompt:
         scales: Past input name -> the int8 graph's dequantization scale.
     """
 
-    def __init__(self, graph: _Graph, scales: Mapping[str, np.ndarray]) -> None:
+    def __init__(self, graph: G, scales: Mapping[str, np.ndarray]) -> None:
         self.graph = graph
         self.scales = dict(scales)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +27,13 @@ from inference4py.tasks.whisper.chunks import transcribe_chunks
 from inference4py.tasks.whisper.decoding import LongformOptions
 from inference4py.tasks.whisper.features import log_mel
 from inference4py.tasks.whisper.job import load_job
+from inference4py.tasks.whisper.live import check_stream_options, live_segments
 from inference4py.tasks.whisper.longform import cut_window
 from inference4py.tasks.whisper.loop import window_events
-from inference4py.tasks.whisper.options import POLICY_ARGUMENTS, CallPolicy, DefaultVad, call_policy
+from inference4py.tasks.whisper.options import POLICY_ARGUMENTS, CallPolicy, DefaultVad, _detector, call_policy
 from inference4py.tasks.whisper.parts import WhisperParts, whisper_defaults
 from inference4py.tasks.whisper.prompt import check_request, resolve_request
-from inference4py.tasks.whisper.results import Transcription
+from inference4py.tasks.whisper.results import Segment, Transcription
 from inference4py.tasks.whisper.runtime import WhisperRuntime
 from inference4py.tasks.whisper.vad import SileroVad, VadOptions
 from inference4py.tasks.whisper.vocab import TASKS, language_code
@@ -419,6 +420,34 @@ class WhisperSpeechModel(ClosableTask):
         )
         elapsed = time.perf_counter() - started
         return [job.finish(elapsed)[1] for job in jobs]
+
+    def transcribe_stream(
+        self,
+        chunks: Iterable[Any],
+        *,
+        sample_rate: int = _audio.SAMPLE_RATE,
+        vad: bool | str | os.PathLike[str] | SileroVad = True,
+        vad_options: VadOptions | None = None,
+        **options: Any,
+    ) -> Iterator[Segment]:
+        """Transcribe audio as it arrives (a microphone, a socket): each stretch of speech as a pause ends it.
+
+        ``chunks``: numpy arrays at ``sample_rate`` (or ``(samples, rate)`` pairs), any sizes; ``vad``:
+        ``True`` (the Hub's Silero VAD), a Silero ``.onnx`` path or a :class:`SileroVad`; ``options``:
+        ``transcribe()``'s, for each stretch. Segments come with times in the whole stream, the same
+        however the audio is chunked (:mod:`~inference4py.tasks.whisper.live`).
+
+        Raises:
+            AudioError: a chunk that is not audio, or a stream without samples.
+            ConfigurationError: ``vad=False``, an option the stream sets itself, or bad options.
+        """
+
+        def stretch(samples: np.ndarray) -> Transcription:
+            return self.transcribe((samples, _audio.SAMPLE_RATE), timestamps=True, **options)
+
+        check_stream_options(options)
+        detector = _detector(vad, self._default_vad)
+        yield from live_segments(chunks, stretch, detector, sample_rate=sample_rate, options=vad_options)
 
     def stream(self, audio: _audio.AudioInput, **kwargs: Any) -> Iterator[str]:
         """Yield the text piece by piece (same arguments as :meth:`transcribe`, without ``on_token``)."""

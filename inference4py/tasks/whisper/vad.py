@@ -390,32 +390,37 @@ class SileroVad:
         windows.reshape(-1)[: samples.size] = samples
         context = np.zeros((count, CONTEXT_SAMPLES), dtype=np.float32)
         context[1:] = windows[:-1, -CONTEXT_SAMPLES:]
-        frames = np.concatenate([context, windows], axis=1).astype(self._input_dtype, copy=False)  # [windows, 576]
-        if self.layout == "sequence":
-            return self._run_sequence(frames)
-        return self._run_streaming(frames)
+        frames = np.concatenate([context, windows], axis=1)  # [windows, 576]
+        return self.run_windows(frames, None)[0]
 
-    def _run_sequence(self, frames: np.ndarray) -> np.ndarray:
-        h = np.zeros((1, 1, STATE_SIZE), dtype=self._state_dtype)
-        c = np.zeros((1, 1, STATE_SIZE), dtype=self._state_dtype)
-        parts = []
+    def run_windows(self, frames: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
+        """The speech probabilities of ``frames`` (``[windows, 576]``: each window after the 64 samples
+        before it) and the model's state after them; ``state`` None starts from silence."""
+        frames = np.asarray(frames).astype(self._input_dtype, copy=False)
+        if self.layout == "sequence":
+            return self._run_sequence(frames, state)
+        return self._run_streaming(frames, state)
+
+    def _run_sequence(self, frames: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
+        h, c = state if state is not None else (np.zeros((1, 1, STATE_SIZE), dtype=self._state_dtype),) * 2
+        parts = [np.zeros(0, dtype=np.float32)]
         for first in range(0, frames.shape[0], _SEQUENCE_BLOCK):
             block = frames[first : first + _SEQUENCE_BLOCK]
             probs, h, c = run_session(
                 self._session, {"input": block, "h": h, "c": c}, ["speech_probs", "hn", "cn"], what="Silero VAD"
             )
             parts.append(np.asarray(probs, dtype=np.float32).reshape(-1))
-        return np.concatenate(parts)
+        return np.concatenate(parts), (h, c)
 
-    def _run_streaming(self, frames: np.ndarray) -> np.ndarray:
-        state = np.zeros((2, 1, STATE_SIZE), dtype=self._state_dtype)
+    def _run_streaming(self, frames: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
+        state = state if state is not None else np.zeros((2, 1, STATE_SIZE), dtype=self._state_dtype)
         feeds: dict[str, Any] = {"sr": np.array(SAMPLE_RATE, dtype=np.int64)} if self._has_rate else {}
         out = np.empty(frames.shape[0], dtype=np.float32)
         for i in range(frames.shape[0]):
             feeds["input"], feeds["state"] = frames[i : i + 1], state
             prob, state = run_session(self._session, feeds, ["output", "stateN"], what="Silero VAD")
             out[i] = float(np.asarray(prob).reshape(-1)[0])
-        return out
+        return out, state
 
     def speech_regions(
         self, audio: np.ndarray, options: VadOptions | None = None, *, sampling_rate: int = SAMPLE_RATE
