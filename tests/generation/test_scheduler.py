@@ -2,7 +2,9 @@
 
 Requests arrive while others decode (each next one is submitted once the previous has produced
 tokens), with different prompt lengths and max_new_tokens, on the three cache layouts: a growing
-cache (optimum export), a genai folder (shared GroupQueryAttention buffer) and an int4 folder.
+cache (optimum export), a genai folder (shared GroupQueryAttention buffer) and an int4 folder; and on
+every graph family the engine builds: GGUF conversions of 4- and 8-bit files, an int4 folder with a
+sliding window, and the int8 KV cache.
 """
 
 from __future__ import annotations
@@ -85,6 +87,53 @@ def test_staggered_greedy_requests_equal_each_alone(name):
     assert together == alone
     assert stats.step_rows > stats.steps, "the requests never shared a step"
     assert stats.completed == len(PROMPTS) and stats.failed == 0
+
+
+@pytest.fixture(scope="module")
+def gguf_files(tmp_path_factory):
+    """tools/random_gguf.py's tiny qwen2 and llama files in the block types a GGUF conversion keeps as they are."""
+    pytest.importorskip("gguf")
+    import subprocess
+    import sys
+
+    folder = tmp_path_factory.mktemp("gguf")
+    tools = MODELS.parents[2] / "tools"
+    files = {}
+    for shape, mix in (("tiny", "q8_0"), ("tiny", "q4_k_m"), ("tiny-llama", "Q4_0"), ("tiny-llama", "Q4_1")):
+        path = folder / f"{shape}-{mix}.gguf"
+        code = "import sys; sys.path.insert(0, sys.argv[1]); import random_gguf as r; r.write_random_gguf(*sys.argv[2:])"
+        subprocess.run([sys.executable, "-c", code, str(tools), str(path), shape, mix], check=True)
+        files[f"{shape}-{mix}"] = path
+    return files
+
+
+@pytest.mark.parametrize(
+    ("source", "kv"),
+    [
+        ("tiny-q8_0", "float"),
+        ("tiny-q4_k_m", "float"),
+        ("tiny-llama-Q4_0", "float"),
+        ("tiny-llama-Q4_1", "float"),
+        ("tiny-q4_k_m", "int8"),
+        ("genai-llama-int4", "int8"),
+        ("genai-gemma3-int4", "float"),
+    ],
+)
+def test_every_graph_family_gives_each_request_alone_what_it_gives_in_a_batch(source, kv, gguf_files):
+    """GGUF conversions (the file's 4- and 8-bit blocks as MatMulNBits), int4 folders and the int8 cache
+    (whose first prompt runs on the float twin): each request gives alone on the server's scheduler what
+    it gives among others. (Alone means on the scheduler: with MatMulNBits a lone request steps beside a
+    ballast row, because onnxruntime rounds a one-row product differently from a several-row one; a
+    plain generate() call of one row may differ in the last bits.)"""
+    path = gguf_files[source] if source in gguf_files else MODELS / source
+    model = OnnxTextGenerator.builder().model_path(path).kv_cache(kv).build()
+    options = [{"max_new_tokens": n, "do_sample": False} for n in MAX_NEW]
+    with model.batched(max_concurrent=8, prefix_cache_mb=0) as batched:
+        alone = [batched.generate(p, **o).token_ids for p, o in zip(PROMPTS, options)]
+        together = _staggered(batched, PROMPTS, options)
+        stats = batched.stats
+    assert together == alone
+    assert stats.step_rows > stats.steps, "the requests never shared a step"
 
 
 def test_seeded_sampling_stop_strings_and_logprobs_equal_alone():
