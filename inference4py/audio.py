@@ -131,10 +131,11 @@ def load_audio(source: AudioInput, *, sample_rate: int | None = None, target_rat
 def require_audio(what: str = "Reading audio files") -> None:
     """Raise a :class:`ConfigurationError` naming the ``audio`` extra when soundfile or soxr is missing."""
     for name in ("soundfile", "soxr"):
-        _audio_module(name, what)
+        audio_module(name, what)
 
 
-def _audio_module(name: str, what: str) -> Any:
+def audio_module(name: str, what: str) -> Any:
+    """Module ``name`` of the ``audio`` extra, or a :class:`ConfigurationError` naming the extra (``what`` needs it)."""
     try:
         return importlib.import_module(name)
     except ImportError as exc:  # OSError too: soundfile without its libsndfile
@@ -149,10 +150,10 @@ def resample(samples: np.ndarray, orig_rate: int, target_rate: int = SAMPLE_RATE
     The same samples as ``librosa.resample`` (its default ``soxr_hq``, ``fix=True``): the output is
     cut, or padded with zeros, to the length the ratio gives.
     """
-    soxr = _audio_module("soxr", f"Resampling audio from {orig_rate} Hz to {target_rate} Hz")
     x = np.asarray(samples, dtype=np.float32)
     if int(orig_rate) == int(target_rate):
         return x
+    soxr = audio_module("soxr", f"Resampling audio from {orig_rate} Hz to {target_rate} Hz")
     out = np.asarray(soxr.resample(x, int(orig_rate), int(target_rate), quality="soxr_hq"), dtype=np.float32)
     n = int(np.ceil(x.shape[-1] * float(target_rate) / int(orig_rate)))
     if out.shape[-1] >= n:
@@ -173,7 +174,7 @@ def _read_file(path: Path) -> tuple[np.ndarray, int]:
         raise AudioError(f"{path} is a folder, not an audio file.")
     if path.stat().st_size == 0:
         raise AudioError(f"Audio file {path} is empty (0 bytes).")
-    soundfile = _audio_module("soundfile", "Reading audio files")
+    soundfile = audio_module("soundfile", "Reading audio files")
     try:
         data, rate = soundfile.read(str(path), dtype="float32", always_2d=True)  # [frames, channels]
         return data.T, int(rate)

@@ -148,7 +148,9 @@ class Generator:
     def rewind_to(self, length: int) -> None:
         """Keep the first ``length`` tokens and forget the rest, KV cache included.
 
-        Continuing afterwards gives the same ids as generating from that prefix afresh.
+        Continuing afterwards gives the same ids as generating from that prefix afresh; with an int8
+        KV cache (``kv_cache("int8")``) only close to them, because a fresh prompt runs on the float
+        twin (:mod:`inference4py.engine.float_prompt`) while the kept cache went through int8.
         """
         if not 0 <= length <= len(self._ids):
             raise InvalidInputError(f"Cannot rewind to {length}: the sequence has {len(self._ids)} tokens.")

@@ -19,7 +19,6 @@ writes, then ``transcript.text.done``. Every refusal is an OpenAI error object
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import shutil
@@ -127,8 +126,8 @@ async def _answer(models: ModelRegistry, request: Request, task: str) -> Respons
             **options,
         )
 
-    if fields["stream"]:
-        return sse(_transcript_events(worker, job), request)
+    if fields["stream"]:  # admitted before the status line: a full queue is still a 503
+        return sse(_TranscriptStream(worker, job).events(), request)
     result = await worker.run(job)
     worker.count(0, len(result.token_ids))
     return _response(result, response_format, task, granularities)
@@ -138,44 +137,51 @@ class _Gone(Exception):
     """The streaming client went away: the transcription stops at its next piece of text."""
 
 
-async def _transcript_events(
-    worker: ModelWorker, job: Callable[[Any], Transcription]
-) -> AsyncGenerator[tuple[None, Any], None]:
+class _TranscriptStream:
     """OpenAI's transcription stream: a ``transcript.text.delta`` per piece of text as the model writes it,
     then ``transcript.text.done`` with the whole text (the deltas joined); a failure ends it with an error event.
+
+    The job is queued on the model's thread when the stream is made, before the status line: a full
+    queue is a 503. A client that leaves stops the job at its next piece of text, or takes it off the
+    queue when it has not started.
     """
-    loop = asyncio.get_running_loop()
-    pieces: asyncio.Queue[str | None] = asyncio.Queue()
-    gone = threading.Event()
 
-    def on_token(piece: str) -> None:  # on the model's thread
-        if gone.is_set():
+    def __init__(self, worker: ModelWorker, job: Callable[[Any], Transcription]) -> None:
+        self._worker = worker
+        self._loop = asyncio.get_running_loop()
+        self._pieces: asyncio.Queue[str | None] = asyncio.Queue()
+        self._gone = threading.Event()
+        self._job = job
+        self._running = worker.submit(self._run)  # QueueFullError here
+        self._running.add_done_callback(lambda _: self._pieces.put_nowait(None))  # however it ends
+
+    def _run(self) -> Transcription | None:  # on the model's thread
+        return None if self._gone.is_set() else self._job(self._on_token)
+
+    def _on_token(self, piece: str) -> None:  # on the model's thread
+        if self._gone.is_set():
             raise _Gone
-        loop.call_soon_threadsafe(pieces.put_nowait, piece)
+        self._loop.call_soon_threadsafe(self._pieces.put_nowait, piece)
 
-    def streamed() -> Transcription:
+    async def events(self) -> AsyncGenerator[tuple[None, Any], None]:
+        running = self._running
         try:
-            return job(on_token)
+            while (piece := await self._pieces.get()) is not None:
+                yield None, {"type": "transcript.text.delta", "delta": piece}
+            try:
+                result = running.result()
+            except Exception as exc:  # the status line went out already: the error is an event
+                kind = "invalid_request_error" if isinstance(exc, Inference4pyError) else "server_error"
+                yield None, {"type": "error", **error_body(str(exc), kind)}
+                return
+            if result is not None:
+                self._worker.count(0, len(result.token_ids))
+                yield None, {"type": "transcript.text.done", "text": result.text}
         finally:
-            loop.call_soon_threadsafe(pieces.put_nowait, None)
-
-    running = asyncio.ensure_future(worker.run(streamed))
-    try:
-        while (piece := await pieces.get()) is not None:
-            yield None, {"type": "transcript.text.delta", "delta": piece}
-        try:
-            result = await running
-        except Exception as exc:  # the status line went out already: the error is an event
-            kind = "invalid_request_error" if isinstance(exc, Inference4pyError) else "server_error"
-            yield None, {"type": "error", **error_body(str(exc), kind)}
-            return
-        worker.count(0, len(result.token_ids))
-        yield None, {"type": "transcript.text.done", "text": result.text}
-    finally:
-        if not running.done():  # the client left: the model stops at its next piece, its worker is freed
-            gone.set()
-            with contextlib.suppress(_Gone, Exception):
-                await running
+            if not running.done():  # the client left: the job stops at its next piece, or never starts
+                self._gone.set()
+                running.cancel()
+                running.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved, not logged
 
 
 # ------------------------------------------------------------------------------- request -> arguments

@@ -272,9 +272,10 @@ class ModelRegistry:
     def _rescan(self) -> bool:
         """Serve the models added to ``models_dir`` since it was last scanned; True when the folder changed.
 
-        The folder's modification time tells (an entry added, removed or renamed changes it), so
-        /v1/models and a request for an unknown name look again only after a change. A model
-        removed from the folder stays listed: its source is refused when it is next loaded.
+        The modification times of the folder and of its subfolders tell (an entry added, removed or
+        renamed changes them), so /v1/models and a request for an unknown name look again only after a
+        change. A model seen half-copied gets its kind again while it is not loaded; one removed from
+        the folder stays listed, and its source is refused when it is next loaded.
         """
         folder = self._settings.models_dir
         stamp = _stamp(folder)
@@ -287,9 +288,12 @@ class ModelRegistry:
             _log.warning("models dir: %s", exc)
             return False
         for name, (source, kind) in sorted(found.items()):
-            if name not in self._entries:
+            entry = self._entries.get(name)
+            if entry is None:
                 self._entries[name] = _Entry(name, kind, source)
                 _log.info("models dir: %s appeared, served as %r", source, name)
+            elif entry.source is not None and entry.status in ("unloaded", "failed") and entry.kind != kind:
+                entry.kind = kind  # seen half-copied before: its files tell its kind now
         return True
 
     def _idle(self, entry: _Entry) -> bool:
@@ -483,11 +487,14 @@ class ModelLeases:
             self.models.release(uses)
 
 
-def _stamp(folder: str | os.PathLike[str] | None) -> int | None:
-    """A folder's modification time (ns), None when there is none to look at."""
+def _stamp(folder: str | os.PathLike[str] | None) -> tuple[int, tuple[tuple[str, int], ...]] | None:
+    """A folder's modification time (ns) and its subfolders' (a model copied in fills its own folder
+    after making it), None when there is none to look at."""
     if folder is None:
         return None
     try:
-        return os.stat(folder).st_mtime_ns
+        with os.scandir(folder) as entries:
+            subfolders = tuple(sorted((e.name, e.stat().st_mtime_ns) for e in entries if e.is_dir()))
+        return os.stat(folder).st_mtime_ns, subfolders
     except OSError:
         return None

@@ -349,13 +349,15 @@ class ModelWorker:
             self._waiting += waiting
             self._running += running
 
-    async def run(self, job: Callable[[], T]) -> T:
-        """Run ``job()`` on the model's own thread (one job at a time) and return its result.
+    def submit(self, job: Callable[[], T]) -> asyncio.Future[T]:
+        """Queue ``job()`` for the model's own thread (one job at a time): its result, to await.
+
+        Admission happens here, at once. Cancelling the future before the job started takes it off
+        the queue (its place in ``waiting`` too); once started, the job runs to its end.
 
         Raises:
             QueueFullError: the model's queue is full.
         """
-        loop = asyncio.get_running_loop()
         self._admit()
 
         def counted() -> T:
@@ -365,10 +367,24 @@ class ModelWorker:
             finally:
                 self._move(running=-1)
 
-        try:
-            return await loop.run_in_executor(self._pool, counted)
-        finally:
+        queued = self._pool.submit(counted)
+        result = asyncio.wrap_future(queued)
+
+        def ended(future: asyncio.Future[T]) -> None:
             self.completed += 1
+            if future.cancelled() and queued.cancel():  # never started: it no longer waits
+                self._move(waiting=-1)
+
+        result.add_done_callback(ended)
+        return result
+
+    async def run(self, job: Callable[[], T]) -> T:
+        """Run ``job()`` on the model's own thread (one job at a time) and return its result.
+
+        Raises:
+            QueueFullError: the model's queue is full.
+        """
+        return await self.submit(job)
 
     def close(self) -> None:
         if self.batched is not None:

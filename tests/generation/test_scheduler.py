@@ -101,7 +101,9 @@ def gguf_files(tmp_path_factory):
     files = {}
     for shape, mix in (("tiny", "q8_0"), ("tiny", "q4_k_m"), ("tiny-llama", "Q4_0"), ("tiny-llama", "Q4_1")):
         path = folder / f"{shape}-{mix}.gguf"
-        code = "import sys; sys.path.insert(0, sys.argv[1]); import random_gguf as r; r.write_random_gguf(*sys.argv[2:])"
+        code = (
+            "import sys; sys.path.insert(0, sys.argv[1]); import random_gguf as r; r.write_random_gguf(*sys.argv[2:])"
+        )
         subprocess.run([sys.executable, "-c", code, str(tools), str(path), shape, mix], check=True)
         files[f"{shape}-{mix}"] = path
     return files

@@ -375,6 +375,18 @@ def test_a_client_leaving_a_stream_frees_the_model(server, client, asr, long_wav
         assert client.audio.transcriptions.create(model="whisper", file=f).text == asr.transcribe(long_wav).text
 
 
+def test_a_stream_on_a_full_queue_is_a_503_before_any_event(folders, long_wav):
+    from inference4py.serve import ServerSettings
+
+    app = create_app(load_models([str(folders["whisper"])]), ServerSettings(max_queue=0))  # nothing may wait
+    with running(app) as url, httpx.Client(base_url=url, timeout=60) as http:
+        files = {"file": ("long.wav", long_wav.read_bytes(), "audio/wav")}
+        r = http.post("/v1/audio/transcriptions", data={"model": "whisper", "stream": "true"}, files=files)
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+        assert r.json()["error"]["code"] == "queue_full"
+        assert http.get("/health").status_code == 200
+
+
 def test_a_streamed_translation_is_refused(client, wav):
     status, body = _error(
         lambda: client.audio.translations.create(model="whisper", file=wav, extra_body={"stream": "true"})

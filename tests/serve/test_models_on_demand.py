@@ -155,12 +155,15 @@ def test_a_model_copied_into_the_folder_later_is_served_without_a_restart(models
         status, _, body = request(url, "/v1/completions", json.dumps({"model": "late", "prompt": PROMPT}))
         assert status == 404 and "late" in body["error"]["message"]
         shutil.copytree(MODELS / "qwen2", models_dir / "late")
-        os.utime(models_dir, ns=(time.time_ns(), time.time_ns() + 1_000_000))  # a coarse clock: make the change seen
         assert _complete(url, "late") == _complete(url, "qwen2")  # a request for the new name finds it
         assert _status(url)["late"] == "loaded"
-        shutil.copytree(MODELS / "llama", models_dir / "later")
-        os.utime(models_dir, ns=(time.time_ns(), time.time_ns() + 2_000_000))
-        assert _status(url)["later"] == "unloaded"  # and /v1/models lists it
+        # as cp -r does: the folder first (listed while empty: not a model yet), then its files
+        (models_dir / "later").mkdir()
+        assert "later" not in _status(url)
+        time.sleep(0.01)
+        for path in (MODELS / "llama").iterdir():
+            (shutil.copytree if path.is_dir() else shutil.copy2)(path, models_dir / "later" / path.name)
+        assert _status(url)["later"] == "unloaded"  # its own folder changed: looked at again, and listed
 
 
 def test_given_models_stay_loaded_and_count(models_dir, tmp_path):

@@ -60,6 +60,37 @@ def test_the_same_segments_however_the_audio_is_chunked(asr, vad, recording):
         assert any(a / 16000 - 0.1 <= start and end <= b / 16000 + 0.1 for a, b in regions), (start, end, regions)
 
 
+def _times(asr, vad, chunks, **kw):
+    return [(s.start, s.end, s.token_ids) for s in asr.transcribe_stream(chunks, vad=vad, max_new_tokens=8, **kw)]
+
+
+def test_speech_longer_than_the_limit_is_cut_the_same_however_it_is_chunked(asr, vad, recording):
+    """No pause for 26 s: the 15 s limit cuts it; the cut, and the stretch after it, never move with the chunks."""
+    a, b = vad.speech_regions(recording, LIVE_VAD_OPTIONS)[0]
+    speech = np.tile(recording[a:b], 3)
+    whole = _times(asr, vad, [speech])
+    assert len(whole) >= 2 and whole == _times(asr, vad, _pieces(speech, 1600)) == _times(
+        asr, vad, _pieces(speech, 48000)
+    )
+
+
+def test_a_burst_shorter_than_min_speech_is_kept_until_it_is_long_enough(asr, vad, recording):
+    """Silero's own rules (250 ms of speech at least): the start of speech is never dropped as silence."""
+    rules = VadOptions(min_speech_duration_ms=250, min_silence_duration_ms=100, speech_pad_ms=30)
+    whole = _times(asr, vad, [recording], vad_options=rules)
+    assert whole and whole == _times(asr, vad, _pieces(recording, 512), vad_options=rules)
+
+
+def test_another_rate_is_resampled_as_one_signal(asr, vad, recording):
+    """A 44.1 kHz stream in odd chunks gives what the whole 44.1 kHz signal gives: one streaming resampler."""
+    soxr = pytest.importorskip("soxr")
+    x = soxr.resample(recording, 16000, 44100, quality="HQ").astype(np.float32)
+    whole = _times(asr, vad, [(x, 44100)])
+    assert whole and whole == _times(asr, vad, [(p, 44100) for p in _pieces(x, 1024)])
+    with pytest.raises(AudioError, match="keeps one sample rate"):
+        _times(asr, vad, [(x[:44100], 44100), (recording[:16000], 16000)])
+
+
 def test_a_stretch_is_yielded_before_the_stream_ends(asr, vad, recording):
     fed = 0
 

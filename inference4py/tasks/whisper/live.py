@@ -114,60 +114,113 @@ def live_segments(
             f"{rules.min_silence_duration_ms} and {rules.speech_pad_ms}): a stretch's end must be final when it closes."
         )
     probabilities = ProbabilityStream(vad)
+    source = _Input(sample_rate)
     pending = np.zeros(0, dtype=np.float32)  # the samples since the last cut, from a window boundary
     probs = np.zeros(0, dtype=np.float32)  # one per complete window of pending
     consumed = 0  # samples before pending
-    heard = 0
-    for chunk in chunks:
-        samples = _chunk(chunk, sample_rate)
-        heard += samples.size
+    final = False
+    chunks = iter(chunks)
+    while not final:
+        chunk = next(chunks, None)
+        final = chunk is None
+        samples = source.flush() if final else source.convert(chunk)
         pending = np.concatenate([pending, samples])
         probs = np.concatenate([probs, probabilities.feed(samples)])
-        cut, stretches = _closed(probs, probs.size * WINDOW_SAMPLES, rules, final=False)
-        for start, end in stretches:
-            yield from _shifted(transcribe(pending[start:end]), consumed + start)
-        pending, probs, consumed = pending[cut:], probs[cut // WINDOW_SAMPLES :], consumed + cut
-    if heard == 0:
-        raise AudioError("The audio stream held no samples: feed it chunks of audio (numpy arrays) before it ends.")
-    probs = np.concatenate([probs, probabilities.flush()])
-    _, stretches = _closed(probs, pending.size, rules, final=True)
-    for start, end in stretches:
-        yield from _shifted(transcribe(pending[start:end]), consumed + start)
+        if final:
+            if source.heard == 0:
+                raise AudioError(
+                    "The audio stream held no samples: feed it chunks of audio (numpy arrays) before it ends."
+                )
+            probs = np.concatenate([probs, probabilities.flush()])
+        # one stretch at a time, the scan restarting after it: the same cuts whatever the chunks
+        while True:
+            available = pending.size if final else probs.size * WINDOW_SAMPLES
+            cut, stretch = _next_stretch(probs, available, rules, final=final)
+            if stretch is not None:
+                yield from _shifted(transcribe(pending[stretch[0] : stretch[1]]), consumed + stretch[0])
+            if cut == 0:
+                break
+            pending, probs, consumed = pending[cut:], probs[cut // WINDOW_SAMPLES :], consumed + cut
+            if stretch is None:
+                break
 
 
-def _closed(probs: np.ndarray, available: int, rules: VadOptions, *, final: bool) -> tuple[int, list[tuple[int, int]]]:
-    """Where to cut the pending audio (a window boundary) and the stretches before it, as sample ranges.
+def _next_stretch(
+    probs: np.ndarray, available: int, rules: VadOptions, *, final: bool
+) -> tuple[int, tuple[int, int] | None]:
+    """The first stretch of speech that is over, and where to cut the pending audio after it (a window
+    boundary: after its end when silence closed it, before when the length limit did, so no speech is
+    skipped); ``(0, None)``: none yet. The rule never looks past the stretch, so the cuts do not depend
+    on how much audio has arrived.
 
-    Silence alone is dropped but for the last ``min_silence + pad`` of it, where speech may be starting.
+    Silence alone is dropped but for the last ``max(min_silence, min_speech) + pad`` of it, where speech
+    may be starting (a burst shorter than ``min_speech`` is no region yet).
     """
     regions = regions_from_probabilities(probs, available, rules) if available else []
-    done = regions if final else [(s, e) for s, e in regions if e < available]  # one reaching the end goes on
-    if done:
-        cut = min(_up(done[-1][1]), available)
-        return cut, [(s, e) for s, e in done]
+    if regions and (final or regions[0][1] < available):  # one reaching the end may go on
+        start, end = regions[0]
+        if final and len(regions) == 1:
+            cut = available
+        elif len(regions) > 1 and regions[1][0] <= end:  # cut by max_speech_duration_s: the speech goes on,
+            cut = _down(end)  # and the next stretch starts at most one window before this one ends
+        else:  # closed by silence: the next stretch starts min_silence - pad >= pad after it at the earliest
+            cut = _up(end)
+        return min(max(cut, WINDOW_SAMPLES), available), (start, end)
     if final or regions:
-        return 0, []
-    keep = _up(int((rules.min_silence_duration_ms + rules.speech_pad_ms) * _audio.SAMPLE_RATE / 1000))
-    return max(0, probs.size * WINDOW_SAMPLES - keep) // WINDOW_SAMPLES * WINDOW_SAMPLES, []
+        return 0, None
+    held = max(rules.min_silence_duration_ms, rules.min_speech_duration_ms) + rules.speech_pad_ms
+    keep = _up(int(held * _audio.SAMPLE_RATE / 1000))
+    return max(0, probs.size * WINDOW_SAMPLES - keep) // WINDOW_SAMPLES * WINDOW_SAMPLES, None
+
+
+def _down(sample: int) -> int:
+    return sample // WINDOW_SAMPLES * WINDOW_SAMPLES
 
 
 def _up(sample: int) -> int:
     return int(math.ceil(sample / WINDOW_SAMPLES)) * WINDOW_SAMPLES
 
 
-def _chunk(chunk: Any, sample_rate: int) -> np.ndarray:
-    """One chunk as mono float32 samples at 16 kHz."""
-    if isinstance(chunk, tuple):
-        if len(chunk) != 2:
-            raise AudioError(f"A chunk pair must be (samples, sample_rate); got a tuple of {len(chunk)} items.")
-        chunk, sample_rate = chunk
-    if not isinstance(chunk, np.ndarray):
-        raise AudioError(
-            f"Each chunk must be a numpy array of samples (or a (samples, rate) pair), not {type(chunk).__name__}."
-        )
-    if chunk.size == 0:
-        return np.zeros(0, dtype=np.float32)
-    return _audio.load_audio(chunk, sample_rate=sample_rate)
+class _Input:
+    """Chunks -> mono float32 samples at 16 kHz; other rates through one streaming resampler, so the
+    samples are those of the whole signal resampled at once (soxr, as ``audio.resample``)."""
+
+    def __init__(self, sample_rate: int) -> None:
+        self.rate = sample_rate
+        self.heard = 0
+        self._resampler: Any = None
+
+    def convert(self, chunk: Any) -> np.ndarray:
+        rate = self.rate
+        if isinstance(chunk, tuple):
+            if len(chunk) != 2:
+                raise AudioError(f"A chunk pair must be (samples, sample_rate); got a tuple of {len(chunk)} items.")
+            chunk, rate = chunk
+            if self.heard and rate != self.rate:
+                raise AudioError(
+                    f"A stream keeps one sample rate: this chunk is at {rate} Hz, the stream at {self.rate} Hz."
+                )
+            self.rate = rate
+        if not isinstance(chunk, np.ndarray):
+            raise AudioError(
+                f"Each chunk must be a numpy array of samples (or a (samples, rate) pair), not {type(chunk).__name__}."
+            )
+        if chunk.size == 0:
+            return np.zeros(0, dtype=np.float32)
+        samples = _audio.load_audio(chunk, sample_rate=rate, target_rate=rate)  # mono float32, not resampled
+        self.heard += samples.size
+        return self._resample(samples, last=False)
+
+    def flush(self) -> np.ndarray:
+        return self._resample(np.zeros(0, dtype=np.float32), last=True)
+
+    def _resample(self, samples: np.ndarray, *, last: bool) -> np.ndarray:
+        if self.rate == _audio.SAMPLE_RATE:
+            return samples
+        if self._resampler is None:
+            soxr = _audio.audio_module("soxr", f"Resampling audio from {self.rate} Hz to {_audio.SAMPLE_RATE} Hz")
+            self._resampler = soxr.ResampleStream(self.rate, _audio.SAMPLE_RATE, 1, dtype="float32", quality="HQ")
+        return np.asarray(self._resampler.resample_chunk(samples, last=last), dtype=np.float32)
 
 
 def _shifted(result: Transcription, start: int) -> Iterator[Segment]:
