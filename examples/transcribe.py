@@ -1,5 +1,7 @@
 """Transcribe an audio file with Whisper: streamed text, then time-stamped segments.
 
+Reading audio files needs the audio extra: pip install -e ".[audio]".
+
     python examples/transcribe.py meeting.mp3                          # whisper-base from the Hub
     python examples/transcribe.py talk.flac --language fr --translate  # French speech -> English text
     python examples/transcribe.py tests/fixtures/references/whisper/bursts.flac \\
