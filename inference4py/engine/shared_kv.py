@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from inference4py.engine.decoder_base import _StateCore
+from inference4py.engine.decoder_base import _Graph, _StateCore
 
 
 class _SharedBuffer(_StateCore):
@@ -113,26 +113,15 @@ class _SharedBuffer(_StateCore):
         logits, or ``[rows, 1, vocab]`` when the graph takes ``num_logits_to_keep`` and ``keep_all`` is False.
         """
         g = self.rt.rest
-        n = ids.shape[1]
-        if self.rt.float_prompt is not None and n > 1 and not past.any():
-            return self._run_float_prompt(ids, chunk_mask, slot, keep_all=keep_all)
+        if self.rt.float_prompt is not None and ids.shape[1] > 1 and not past.any():
+            return self._run_float_prompt(ids, chunk_mask, past, slot, keep_all=keep_all)
         fast = self._new_binding(g)
         fast.clear()
         binding = fast.binding
-        keep: list[Any] = [chunk_mask]
-        for name, value in self._token_feeds(g, ids, prompt=self.length == 0).items():
-            value = np.ascontiguousarray(value)
-            keep.append(value)
+        feeds = self._run_feeds(g, ids, chunk_mask, past, prompt=self.length == 0, keep_all=keep_all)
+        keep: list[Any] = list(feeds.values())
+        for name, value in feeds.items():
             binding.bind_cpu_input(name, value)
-        binding.bind_cpu_input("attention_mask", chunk_mask)
-        if g.has_positions:
-            pos = np.ascontiguousarray((past[:, None] + np.arange(n)[None, :]).astype(self._pos_dtype))
-            keep.append(pos)
-            binding.bind_cpu_input(g.position_name, pos)
-        if g.logits_to_keep:  # 0 keeps every position (transformers' meaning)
-            count = np.array(0 if keep_all else 1, dtype=g.inputs[g.logits_to_keep].dtype)
-            keep.append(count)
-            binding.bind_cpu_input(g.logits_to_keep, count)
         binding.bind_output("logits", "cpu")
         for entry in g.layout.self_entries:
             arr, value = self._kv[entry.input]
@@ -146,22 +135,30 @@ class _SharedBuffer(_StateCore):
         self._vocab = logits.shape[-1]
         return logits
 
+    def _run_feeds(
+        self, g: _Graph, ids: np.ndarray, chunk_mask: np.ndarray, past: np.ndarray, *, prompt: bool, keep_all: bool
+    ) -> dict[str, np.ndarray]:
+        """A run's inputs but the cache: the tokens (or what the dataflow makes of them), the mask, each
+        row's positions from ``past`` on, and how many positions' logits to keep."""
+        n = ids.shape[1]
+        feeds = {name: np.ascontiguousarray(value) for name, value in self._token_feeds(g, ids, prompt=prompt).items()}
+        feeds["attention_mask"] = chunk_mask
+        if g.has_positions:
+            feeds[g.position_name] = np.ascontiguousarray(
+                (past[:, None] + np.arange(n)[None, :]).astype(self._pos_dtype)
+            )
+        if g.logits_to_keep:  # 0 keeps every position (transformers' meaning)
+            feeds[g.logits_to_keep] = np.array(0 if keep_all else 1, dtype=g.inputs[g.logits_to_keep].dtype)
+        return feeds
+
     def _run_float_prompt(
-        self, ids: np.ndarray, chunk_mask: np.ndarray, slot: int | None, *, keep_all: bool
+        self, ids: np.ndarray, chunk_mask: np.ndarray, past: np.ndarray, slot: int | None, *, keep_all: bool
     ) -> np.ndarray:
         """A first prompt of an int8-cache graph on its float twin (:mod:`~inference4py.engine.float_prompt`)."""
         prompt = self.rt.float_prompt
         assert prompt is not None
-        g = prompt.graph
         n = ids.shape[1]
-        feeds = {name: np.ascontiguousarray(v) for name, v in self._token_feeds(g, ids, prompt=True).items()}
-        feeds["attention_mask"] = chunk_mask
-        if g.has_positions:
-            feeds[g.position_name] = np.ascontiguousarray(
-                np.broadcast_to(np.arange(n), ids.shape).astype(self._pos_dtype)
-            )
-        if g.logits_to_keep:
-            feeds[g.logits_to_keep] = np.array(0 if keep_all else 1, dtype=g.inputs[g.logits_to_keep].dtype)
+        feeds = self._run_feeds(prompt.graph, ids, chunk_mask, past, prompt=True, keep_all=keep_all)
         rows = slice(slot, slot + 1) if slot is not None else slice(0, ids.shape[0])
         stores = {e.input: self._kv[e.input][0][rows] for e in self.rt.layout.self_entries}
         logits = prompt.run(feeds, stores, n, max(n, self.rt.min_capacity))
