@@ -30,6 +30,7 @@ BUILDERS = {
     "genai": "tools.fixtures.genai",  # onnxruntime-genai model builder (needs onnxruntime-genai, onnx_ir)
     "architectures": "tools.fixtures.architectures",  # phi3 / gemma / mistral / qwen3: zero-code architectures
     "whisper": "tools.fixtures.whisper",  # speech-seq2seq: tiny Whisper (transformers.js layout), clips, features
+    "whisper_files": "tools.fixtures.whisper_files",  # CTranslate2 folders + ggml files of it (after whisper)
     "fused": "tools.fixtures.fused",  # head size 16 optimum exports for `inference4py optimize` (rotary fusion)
     "sliding": "tools.fixtures.sliding",  # genai-built Gemma-3-like / Mistral-like folders with a sliding window
     "tool_calls": "tools.fixtures.tool_calls",  # Qwen2.5's template rendered by transformers with tools= (text + ids)

@@ -19,7 +19,7 @@ One idea per module:
 - ``embed``: ``embed`` (sentence encoders);
 - ``models``: ``pull`` and ``inspect``;
 - ``rewrite``: ``quantize`` and ``optimize``;
-- ``convert``: ``convert`` (GGUF files to model folders);
+- ``convert``: ``convert`` (GGUF and Whisper files to model folders);
 - ``serve``: ``serve`` (the OpenAI-compatible server);
 - ``batch``: ``batch`` (a file of prompts, locally or on Ray);
 - ``app``: :data:`COMMANDS`, :func:`build_parser` and :func:`main`.

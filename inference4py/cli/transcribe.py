@@ -25,7 +25,8 @@ def _add_transcribe_arguments(parser: argparse.ArgumentParser) -> None:
         "-m",
         default=None,
         metavar="ID_OR_PATH",
-        help=f"Whisper repo id or local folder (default: {_DEFAULT_WHISPER})",
+        help="Whisper repo id, local ONNX folder, faster-whisper (CTranslate2) folder, whisper.cpp ggml-*.bin "
+        f"file, or pip:PACKAGE holding one (default: {_DEFAULT_WHISPER})",
     )
     parser.add_argument("--revision", metavar="R", help="branch, tag or commit of the hub repo (default: main)")
     parser.add_argument("--language", "-l", metavar="XX", help="spoken language, e.g. en or french (default: detect)")
@@ -109,8 +110,13 @@ def _run_transcribe(args: argparse.Namespace) -> int:
 
     builder = WhisperSpeechModel.builder()
     model = args.model or _DEFAULT_WHISPER
+    from inference4py.tasks.kinds import is_whisper_source
+
     folder = Path(model).expanduser()
-    builder = builder.model_path(folder) if folder.is_dir() else builder.model_id(model)
+    if is_whisper_source(model):  # converted once into the cache
+        builder = builder.model_path(model if not folder.exists() else folder)
+    else:
+        builder = builder.model_path(folder) if folder.is_dir() else builder.model_id(model)
     if args.revision:
         builder = builder.revision(args.revision)
     if args.language:

@@ -13,12 +13,9 @@ complete or does not exist.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +23,8 @@ from typing import Any
 import numpy as np
 
 from inference4py import env
+from inference4py.converted import dump_json as _dump
+from inference4py.converted import file_digest, read_marker, remove_abandoned, write_folder
 from inference4py.errors import ConfigurationError
 from inference4py.gguf.blocks import LAYOUTS
 from inference4py.gguf.hyper import MAX_ROPE_POSITIONS
@@ -39,7 +38,6 @@ BITS = (4, 8, 16, 32)
 CONVERTER_VERSION = 3  # bump when the folders it writes change: old cache entries are then rebuilt
 _MARKER = "inference4py-gguf.json"
 _SPARE_DISK = 64 << 20  # bytes kept free beyond the estimated folder size
-_ABANDONED = 6 * 3600  # seconds after which a temporary folder nobody writes to is a killed conversion's
 
 
 def width_name(bits: int | None) -> str:
@@ -53,44 +51,6 @@ def _check_bits(bits: int | None) -> None:
             f"bits={bits!r} is not a conversion width; use one of {', '.join(map(str, BITS))}, or None to keep "
             "the weights as the file holds them."
         )
-
-
-def file_digest(path: str | os.PathLike[str]) -> str:
-    """The sha256 of a file, remembered in the cache by path, inode, size and change times.
-
-    A file seen before (same resolved path, device and inode, size, modification and status-change
-    times: the last cannot be set back by copying tools) is not read again: finding the conversion
-    of a 5 GB file takes milliseconds.
-    """
-    source = Path(path).resolve()
-    stat = source.stat()
-    memo = env.inference4py_cache() / "file-digests" / (hashlib.sha256(str(source).encode()).hexdigest() + ".json")
-    key = {
-        "path": str(source),
-        "device": stat.st_dev,
-        "inode": stat.st_ino,
-        "size": stat.st_size,
-        "mtime_ns": stat.st_mtime_ns,
-        "ctime_ns": stat.st_ctime_ns,
-    }
-    try:
-        known = json.loads(memo.read_text())
-        if isinstance(known, dict) and {k: known.get(k) for k in key} == key and isinstance(known.get("sha256"), str):
-            return str(known["sha256"])
-    except (OSError, ValueError):
-        pass
-    digest = hashlib.sha256()
-    with open(source, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        scratch = memo.with_suffix(f".{os.getpid()}.tmp")
-        scratch.write_text(json.dumps({**key, "sha256": digest.hexdigest()}))
-        os.replace(scratch, memo)
-    except OSError:  # a read-only cache only costs the next lookup a re-read
-        pass
-    return digest.hexdigest()
 
 
 def estimated_size(gguf: GGUFFile, bits: int | None) -> int:
@@ -173,10 +133,10 @@ def gguf_folder(path: str | os.PathLike[str], *, bits: int | None = None) -> Pat
     started = time.perf_counter()
     digest = file_digest(source)
     folder = env.inference4py_cache() / "gguf" / f"{digest[:32]}-{width_name(bits)}"
-    if _marker(folder).get("sha256") == digest:
+    if read_marker(folder, _MARKER, CONVERTER_VERSION).get("sha256") == digest:
         return folder
     gguf = GGUFFile(source)
-    _remove_abandoned(folder)
+    remove_abandoned(folder)
     if folder.exists():
         _log.warning("rebuilding the conversion of %s: the cached folder %s is incomplete or outdated", source, folder)
         shutil.rmtree(folder, ignore_errors=True)
@@ -186,70 +146,26 @@ def gguf_folder(path: str | os.PathLike[str], *, bits: int | None = None) -> Pat
     return folder
 
 
-def _remove_abandoned(folder: Path) -> None:
-    """Delete what a killed conversion of ``folder`` left (its temporary folders, untouched for hours)."""
-    now = time.time()
-    for work in folder.parent.glob(f".{folder.name}.*"):
-        try:
-            touched = max([work.stat().st_mtime] + [p.stat().st_mtime for p in work.iterdir()])
-        except OSError:
-            continue
-        if now - touched > _ABANDONED:
-            _log.warning("removing %s, left by an interrupted conversion", work)
-            shutil.rmtree(work, ignore_errors=True)
-
-
-def _marker(folder: Path) -> dict[str, Any]:
-    """The provenance of a cached folder written by this converter version, or {} (missing, damaged, older)."""
-    try:
-        recorded = json.loads((folder / _MARKER).read_text())
-    except (OSError, ValueError):
-        return {}
-    return recorded if isinstance(recorded, dict) and recorded.get("converter") == CONVERTER_VERSION else {}
-
-
 def _write(gguf: GGUFFile, target: Path, bits: int | None, *, digest: str | None) -> Path:
     from inference4py.gguf.graph import write_decoder
     from inference4py.gguf.tokenizer import generation_defaults, tokenizer_files
 
     files = tokenizer_files(gguf.metadata)  # before the graph: a bad vocabulary fails fast
     _check_disk(gguf, target.parent, bits)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        config = write_decoder(gguf, work, bits)
-        _dump(work / "config.json", config)
+
+    def fill(work: Path) -> None:
+        _dump(work / "config.json", write_decoder(gguf, work, bits))
         _dump(work / "generation_config.json", generation_defaults(gguf.metadata))
         for name, content in files.items():
             _dump(work / name, content)
-        provenance: dict[str, Any] = {
-            "source": str(gguf.path),
-            "sha256": digest,
-            "bits": bits,  # None: every weight as the file holds it
-            "architecture": gguf.architecture,
-            "name": gguf.get("general.name"),
-            "tensor_types": dict(gguf.types()),
-            "converter": CONVERTER_VERSION,
-        }
-        _dump(work / _MARKER, provenance)  # last: its presence means the folder is complete
-        _readable(work)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(work, target)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return target
 
-
-def _readable(folder: Path) -> None:
-    """The usual permissions (mkdtemp makes a private folder): a converted folder is meant to be shared."""
-    umask = os.umask(0)
-    os.umask(umask)
-    folder.chmod(0o777 & ~umask)
-    for path in folder.iterdir():
-        path.chmod(0o666 & ~umask)
-
-
-def _dump(path: Path, content: Any) -> None:
-    path.write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    provenance: dict[str, Any] = {
+        "source": str(gguf.path),
+        "sha256": digest,
+        "bits": bits,  # None: every weight as the file holds it
+        "architecture": gguf.architecture,
+        "name": gguf.get("general.name"),
+        "tensor_types": dict(gguf.types()),
+        "converter": CONVERTER_VERSION,
+    }
+    return write_folder(target, fill, _MARKER, provenance)

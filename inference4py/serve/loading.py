@@ -1,7 +1,8 @@
 """From a model source to a served task object: what a models folder holds, what kind each model is, and its load.
 
 - :func:`scan_models_dir` lists the models of ``--models-dir``: each ``*.gguf`` file (served under its
-  name without ``.gguf``) and each subfolder that is an ONNX or genai model folder (under its name).
+  name without ``.gguf``), each whisper.cpp ggml ``*.bin`` file (under its name without ``.bin``) and each
+  subfolder that is an ONNX, genai or faster-whisper model folder (under its name).
   A GGUF split into parts, or a subfolder that holds no model, is skipped with a warning.
 - :func:`load_model` loads one source as the task class its kind calls for
   (:func:`~inference4py.tasks.kinds.model_kind`).
@@ -22,7 +23,7 @@ from inference4py.engine.pipeline import GENAI_CONFIG, PipelineSpec, load_pipeli
 from inference4py.errors import ConfigurationError, Inference4pyError
 from inference4py.hub import resolve_model_folder
 from inference4py.tasks.embedding import OnnxEmbedder
-from inference4py.tasks.kinds import Kind, model_kind
+from inference4py.tasks.kinds import Kind, is_whisper_source, model_kind
 from inference4py.tasks.seq2seq_base import Seq2SeqTask
 from inference4py.tasks.text_generation import OnnxTextGenerator
 from inference4py.tasks.whisper import WhisperSpeechModel
@@ -70,6 +71,8 @@ def scan_models_dir(folder: str | os.PathLike[str]) -> dict[str, tuple[str, Kind
                 )
                 continue
             kind, name = "gguf", path.name[: -len(".gguf")]
+        elif path.suffix.lower() == ".bin" and is_whisper_source(str(path)):
+            kind, name = "speech", path.stem  # a whisper.cpp ggml file
         else:
             continue  # a README, a checksum file...
         if name in found:
@@ -83,7 +86,7 @@ def _folder_kind(folder: Path) -> tuple[Kind | None, str]:
     """The kind of model in ``folder``, or None and why it holds none."""
     try:
         found = model_kind(str(folder))
-        if found.kind == "embedding" or found.spec is not None:
+        if found.kind == "embedding" or found.spec is not None or (found.kind == "speech" and found.folder is None):
             return found.kind, ""
         load_pipeline(folder)  # raises what model_kind kept quiet about
     except Inference4pyError as exc:
@@ -100,6 +103,8 @@ def load_model(model: str, *, kv_cache: str = "float") -> Any:
     cache is ``kv_cache`` (``"float"`` or ``"int8"``: ``TextGeneratorBuilder.kv_cache``).
     """
     found = model_kind(model)
+    if found.folder is None and found.kind == "speech":  # a Whisper file, converted by the builder
+        return WhisperSpeechModel.builder().model_path(model).build()
     if found.folder is None:  # a GGUF source, converted by the text generator's load
         return OnnxTextGenerator.builder().model_path(model).kv_cache(kv_cache).build()
     if found.kind == "embedding":
@@ -123,6 +128,8 @@ def load_speech_model(model: str) -> WhisperSpeechModel | None:
         ModelNotFoundError, HubError: as :func:`inference4py.hub.resolve_model_folder`.
         ConfigurationError: an onnxruntime-genai Whisper export, which the native engine does not run.
     """
+    if is_whisper_source(model):
+        return WhisperSpeechModel.builder().model_path(model).build()  # a Whisper file, converted once
     folder = resolve_model_folder(model)
     try:
         spec = load_pipeline(folder)

@@ -4,7 +4,8 @@
 their task (``generate``, ``transcribe``, ...) and load that task's class directly.
 
 :func:`model_kind` looks at a ``--model`` argument (a folder, a Hub id, a GGUF file or
-``pip:NAME``) without loading a session: a GGUF source is a text generator (converted on load); a
+``pip:NAME``) without loading a session: a GGUF source is a text generator and a Whisper file
+(faster-whisper's CTranslate2 folder, whisper.cpp's ggml file) a speech model, both converted on load; a
 folder is a sentence encoder when its files say so (before its pipeline: an encoder-only graph is
 no decoder), a speech model or another encoder-decoder when its pipeline's preset says so, and a
 decoder-only text generator otherwise.  ``model_type`` is config.json's, for the callers that pick a
@@ -22,7 +23,7 @@ from inference4py.errors import Inference4pyError
 if TYPE_CHECKING:
     from inference4py.engine.pipeline import PipelineSpec
 
-__all__ = ["Kind", "ModelKind", "model_kind"]
+__all__ = ["Kind", "ModelKind", "is_whisper_source", "model_kind"]
 
 Kind = Literal["gguf", "embedding", "speech", "encoder-decoder", "decoder"]
 
@@ -46,6 +47,21 @@ class ModelKind:
     model_type: str = ""
 
 
+def is_whisper_source(source: str) -> bool:
+    """A faster-whisper folder, its model.bin, a whisper.cpp file, or a ``pip:`` package holding one."""
+    from inference4py.errors import ModelNotFoundError
+    from inference4py.pip_packages import PIP_PREFIX
+    from inference4py.whisper_files import find_whisper_file, is_whisper_file
+
+    if not source.startswith(PIP_PREFIX):
+        return is_whisper_file(source)
+    try:
+        find_whisper_file(source)
+    except ModelNotFoundError:
+        return False  # a GGUF package, or none: the GGUF source says which
+    return True
+
+
 def model_kind(source: str) -> ModelKind:
     """The kind of model ``source`` holds (a local folder or a Hub id is resolved; nothing is loaded).
 
@@ -57,6 +73,8 @@ def model_kind(source: str) -> ModelKind:
     from inference4py.hub import resolve_model_folder
     from inference4py.tasks.embedding import is_embedding_model
 
+    if is_whisper_source(source):
+        return ModelKind("speech", source)  # converted on load (inference4py.whisper_files)
     if is_gguf_source(source):
         return ModelKind("gguf", source)
     local = Path(source).expanduser()

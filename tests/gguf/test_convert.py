@@ -18,7 +18,7 @@ import pytest
 gguf = pytest.importorskip("gguf")
 pytest.importorskip("onnx")
 
-from inference4py import OnnxTextGenerator  # noqa: E402
+from inference4py import OnnxTextGenerator, converted  # noqa: E402
 from inference4py.cli import main  # noqa: E402
 from inference4py.errors import ConfigurationError, ModelLoadError, UnsupportedModelError  # noqa: E402
 from inference4py.gguf import convert as convert_module  # noqa: E402
@@ -143,7 +143,7 @@ def test_a_cached_conversion_is_found_without_reading_the_file_again(llama_gguf,
     def unread(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the file was read again")
 
-    monkeypatch.setattr(convert_module, "open", unread, raising=False)  # the digest's only read of the file
+    monkeypatch.setattr(converted, "open", unread, raising=False)  # the digest's only read of the file
     monkeypatch.setattr(convert_module, "GGUFFile", None)  # nor parsed
     assert gguf_folder(llama_gguf) == first
     os.utime(llama_gguf, ns=(1, 1))  # a changed file (its mtime) is hashed again

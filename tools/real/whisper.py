@@ -41,7 +41,6 @@ import json
 import os
 import re
 import shutil
-import struct
 import subprocess
 import sys
 import time
@@ -202,19 +201,15 @@ def fetch_ct2(src: Source, downloads: Path, *, force: bool = False) -> Path:
 # --------------------------------------------------------------------------- CTranslate2's model.bin
 
 #: Type ids of CTranslate2's binary format (ctranslate2/specs/model_spec.py, ``_dtype_to_type_id``).
-_CT2_DTYPES = ("float32", "int8", "int16", "int32", "float16", "bfloat16")
-_CT2_BINARY_VERSION = 6  # ``CURRENT_BINARY_VERSION`` of ctranslate2 4.x, the only layout read here
-
-
 @dataclass
 class Ct2Model:
-    """The content of a CTranslate2 model.bin.
+    """The content of a CTranslate2 model.bin (read by the library's reader, inference4py.whisper_files.ct2).
 
     Attributes:
         version: binary format version.
         spec: the spec's name (``WhisperSpec``).
         revision: the spec's revision.
-        variables: name -> array as stored (fp16 stays fp16, int8 stays int8), aliases resolved.
+        variables: name -> array as stored (fp16 stays fp16, int8 stays int8; bf16 widened), aliases resolved.
         aliases: alias name -> the variable it points to (a weight stored once for two names).
         dtypes: name -> CTranslate2 dtype name as stored.
     """
@@ -228,66 +223,16 @@ class Ct2Model:
 
 
 def read_ct2_model(path: Path) -> Ct2Model:
-    """Parse CTranslate2's model.bin (the layout written by ``ModelSpec._serialize``).
+    """Parse CTranslate2's model.bin with the library's reader (its layout is documented there)."""
+    from inference4py.whisper_files.ct2 import read_ct2
 
-    Layout (little endian)::
-
-        u32 binary_version | string spec_name | u32 spec_revision | u32 n_variables
-        n_variables x (string name | u8 rank | rank x u32 dim | u8 dtype_id | u32 n_bytes | n_bytes data)
-        u32 n_aliases | n_aliases x (string alias | string variable_name)
-
-    where ``string`` is ``u16 length (incl. NUL) | utf-8 bytes | NUL``.
-    """
-    data = memoryview(Path(path).read_bytes())
-    pos = 0
-
-    def unpack(fmt: str) -> int:
-        nonlocal pos
-        (value,) = struct.unpack_from("<" + fmt, data, pos)
-        pos += struct.calcsize("<" + fmt)
-        return value
-
-    def string() -> str:
-        nonlocal pos
-        n = unpack("H")
-        text = bytes(data[pos : pos + n - 1]).decode("utf-8")
-        if data[pos + n - 1] != 0:
-            raise ValueError(f"{path}: string at byte {pos} is not NUL-terminated")
-        pos += n
-        return text
-
-    version = unpack("I")
-    if version != _CT2_BINARY_VERSION:
-        raise ValueError(
-            f"{path}: CTranslate2 binary version {version}; this reader knows version {_CT2_BINARY_VERSION}"
-        )
-    spec = string()
-    revision = unpack("I")
-    variables: dict[str, np.ndarray] = {}
-    dtypes: dict[str, str] = {}
-    for _ in range(unpack("I")):
-        name = string()
-        shape = tuple(unpack("I") for _ in range(unpack("B")))
-        dtype = _CT2_DTYPES[unpack("B")]
-        nbytes = unpack("I")
-        raw = np.frombuffer(data, dtype=np.uint8, count=nbytes, offset=pos)
-        pos += nbytes
-        if dtype == "bfloat16":
-            array = (raw.view("<u2").astype(np.uint32) << 16).view(np.float32)
-        else:
-            array = raw.view(np.dtype(dtype).newbyteorder("<"))
-        variables[name] = array.reshape(shape)
-        dtypes[name] = dtype
-    aliases = {}
-    for _ in range(unpack("I")):
-        alias, target = string(), string()
-        aliases[alias] = target
-    if pos != len(data):
-        raise ValueError(f"{path}: {len(data) - pos} bytes left after the aliases")
-    for alias, target in aliases.items():
-        variables[alias] = variables[target]
-        dtypes[alias] = dtypes[target]
-    return Ct2Model(version, spec, revision, variables, aliases, dtypes)
+    ct2 = read_ct2(path)
+    dtypes = {name: ct2.dtype(name) for name in ct2.variables}
+    variables = {
+        name: (value.astype(np.uint32) << 16).view(np.float32) if dtypes[name] == "bfloat16" else np.array(value)
+        for name, value in ct2.variables.items()
+    }
+    return Ct2Model(ct2.version, ct2.spec, ct2.revision, variables, dict(ct2.aliases), dtypes)
 
 
 def dequantized(model: Ct2Model) -> dict[str, np.ndarray]:

@@ -72,6 +72,17 @@ class WhisperBuilder(GenerationBuilder["WhisperSpeechModel"]):
         """Beam width per 30 s window (1 = greedy / sampling)."""
         return self._set(num_beams=n)
 
+    def resolve_folder(self) -> Path:
+        """The local model folder; a faster-whisper (CTranslate2) folder, a whisper.cpp ggml file or a ``pip:``
+        package holding one is converted first (once, cached: :mod:`inference4py.whisper_files`)."""
+        from inference4py.pip_packages import PIP_PREFIX
+        from inference4py.whisper_files import is_whisper_file, whisper_folder
+
+        path = self._model_path
+        if path is not None and (path.startswith(PIP_PREFIX) or is_whisper_file(path)):
+            return whisper_folder(path)
+        return super().resolve_folder()
+
     def __repr__(self) -> str:
         text = super().__repr__()[:-1]
         extra = [f"{k}={v!r}" for k, v in (("language", self._language), ("task", self._whisper_task)) if v]

@@ -1,0 +1,373 @@
+"""Whisper's encoder and decoder as ONNX graphs, built with numpy + onnx from :class:`WhisperWeights`.
+
+The two graphs have the input and output names of optimum's Whisper export, which the native
+runtime (:mod:`inference4py.engine.seq2seq`) already runs:
+
+* ``encoder_model.onnx``: ``input_features`` ``[batch, n_mels, 2 * source]`` -> ``last_hidden_state``
+  ``[batch, source, d]``;
+* ``decoder_model_merged.onnx``: ``input_ids`` ``[batch, new]``, ``encoder_hidden_states``,
+  ``use_cache_branch`` and ``past_key_values.{i}.decoder.key|value`` ``[batch, heads, past, head]`` /
+  ``past_key_values.{i}.encoder.key|value`` ``[batch, heads, source, head]`` -> ``logits``
+  ``[batch, 1, vocab]`` (the last position only: the loop reads no other), ``present.{i}.*`` and
+  ``cross_attentions.{i}`` ``[batch, heads, new, source]`` (the cross-attention weights word
+  timestamps read; a caller that does not bind them pays nothing).
+
+Unlike optimum's merged decoder, only the cross-attention keys and values sit in the ``If`` over
+``use_cache_branch`` (computed from the encoder output on the first run, passed through after);
+the rest of the decoder is one graph that onnxruntime optimizes as a whole.
+
+Weights are written as the file holds them: float32 as is; float16 with a ``Cast`` before use;
+integer codes (CTranslate2's int8) with a ``Cast`` and a ``Div`` by their row divisors.  onnxruntime
+folds those nodes once when the session loads, so the graph computes with exactly the file's
+numbers in float32, while the folder on disk stays the file's size.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inference4py.gguf.store import ExternalData
+from inference4py.whisper_files.weights import Matrix, WhisperWeights
+
+__all__ = ["DECODER_FILE", "ENCODER_FILE", "write_graphs"]
+
+ENCODER_FILE = "encoder_model.onnx"
+DECODER_FILE = "decoder_model_merged.onnx"
+OPSET = 21
+_LN_EPS = 1e-5
+
+
+class _Builder:
+    """Nodes and initializers of one graph; weights go to its own external-data file."""
+
+    def __init__(self, weights: WhisperWeights, store: ExternalData) -> None:
+        from onnx import TensorProto, helper
+
+        self.w = weights
+        self.store = store
+        self.helper = helper
+        self.TensorProto = TensorProto
+        self.nodes: list[Any] = []
+        self.inits: list[Any] = []
+        self._names: set[str] = set()
+        self._consts: dict[tuple[str, bytes], str] = {}
+        self._weights: dict[str, str] = {}  # tensor name -> the float32 value made for it (shared by branches)
+        self._outer_nodes: list[Any] = self.nodes  # the main graph's node list (branches swap self.nodes)
+
+    def fresh(self, name: str) -> str:
+        base, n = name, 1
+        while name in self._names:
+            n += 1
+            name = f"{base}_{n}"
+        self._names.add(name)
+        return name
+
+    def node(self, op: str, inputs: list[str], outputs: int | list[str], name: str, **attrs: Any) -> list[str]:
+        domain = attrs.pop("domain", "")
+        outs = [self.fresh(f"{name}/out{i}") for i in range(outputs)] if isinstance(outputs, int) else outputs
+        self.nodes.append(self.helper.make_node(op, inputs, outs, name=self.fresh(name), domain=domain, **attrs))
+        return outs
+
+    def one(self, op: str, inputs: list[str], name: str, **attrs: Any) -> str:
+        return self.node(op, inputs, 1, name, **attrs)[0]
+
+    def initializer(self, array: np.ndarray, name: str) -> str:
+        name = self.fresh(name)
+        self.inits.append(self.store.array(np.ascontiguousarray(array), name))
+        return name
+
+    def const(self, array: np.ndarray, name: str) -> str:
+        """A small constant, shared by every node that needs the same value."""
+        array = np.ascontiguousarray(array)
+        key = (array.dtype.str + str(array.shape), array.tobytes())
+        if key not in self._consts:
+            self._consts[key] = self.initializer(array, name)
+        return self._consts[key]
+
+    def ints(self, *values: int) -> str:
+        return self.const(np.asarray(values, dtype=np.int64), "ints")
+
+    def scalar(self, value: float) -> str:
+        return self.const(np.asarray(value, dtype=np.float32), "scalar")
+
+    # ------------------------------------------------------------------ weights as stored
+    def stored(self, m: Matrix, name: str, *, transpose: bool) -> str:
+        """A float32 tensor computed from the stored numbers (folded by onnxruntime at load), made once.
+
+        ``transpose`` stores a matrix ``[out, in]`` as ``[in, out]`` (MatMul's right side); the
+        transpose moves the stored numbers, it never changes them.  The Cast / Div nodes go into the
+        main graph even while a branch is being built, so both branches of the decoder's If read one
+        folded copy.
+        """
+        if name in self._weights:
+            return self._weights[name]
+        values = m.values
+        divisor = m.divisor
+        if transpose:
+            values = values.T
+        out = self.initializer(values, name)
+        branch, self.nodes = self.nodes, self._outer_nodes
+        if values.dtype != np.float32:
+            out = self.one("Cast", [out], f"{name}/Cast", to=self.TensorProto.FLOAT)
+            if divisor is not None:
+                shape = (1, -1) if transpose else (-1,) + (1,) * (values.ndim - 1)
+                div = self.initializer(divisor.reshape(shape).astype(np.float32), f"{name}/divisor")
+                out = self.one("Div", [out, div], f"{name}/Div")
+        self.nodes = branch
+        self._weights[name] = out
+        return out
+
+    def vector(self, name: str) -> str:
+        """A float32 bias / norm initializer, made once."""
+        if name not in self._weights:
+            self._weights[name] = self.initializer(self.w.vector(name), name)
+        return self._weights[name]
+
+    def linear(self, x: str, name: str) -> str:
+        weight = self.stored(self.w.matrix(f"{name}.weight"), f"{name}.weight", transpose=True)
+        y = self.one("MatMul", [x, weight], f"{name}/MatMul")
+        return self.one("Add", [y, self.vector(f"{name}.bias")], f"{name}/Add")
+
+    def layer_norm(self, x: str, name: str) -> str:
+        scale, bias = self.vector(f"{name}.weight"), self.vector(f"{name}.bias")
+        return self.one("LayerNormalization", [x, scale, bias], f"{name}/LayerNorm", axis=-1, epsilon=_LN_EPS)
+
+    def gelu(self, x: str, name: str) -> str:
+        return self.one("Gelu", [x], f"{name}/Gelu", approximate="none")
+
+    def embedding_table(self) -> str:
+        """The token embeddings as float32, made once in the outer graph (the tied head reads them too)."""
+        return self.stored(self.w.matrix("decoder.embeddings"), "decoder.embeddings", transpose=False)
+
+    def head_weight(self) -> str:
+        """The output projection's right side: the embedding table (Gemm transB) or the untied projection."""
+        if self.w.tied:
+            return self.embedding_table()
+        return self.stored(self.w.matrix("decoder.projection"), "decoder.projection", transpose=True)
+
+    # ------------------------------------------------------------------ attention pieces
+    def heads(self, x: str, n_heads: int, head: int, name: str) -> str:
+        """``[batch, seq, heads * head]`` -> ``[batch, heads, seq, head]``."""
+        r = self.one("Reshape", [x, self.ints(0, -1, n_heads, head)], f"{name}/Reshape")
+        return self.one("Transpose", [r], f"{name}/Transpose", perm=[0, 2, 1, 3])
+
+    def merge(self, x: str, d_model: int, name: str) -> str:
+        """``[batch, heads, seq, head]`` -> ``[batch, seq, heads * head]``."""
+        t = self.one("Transpose", [x], f"{name}/Transpose", perm=[0, 2, 1, 3])
+        return self.one("Reshape", [t, self.ints(0, -1, d_model)], f"{name}/Reshape")
+
+    def attend(self, q: str, k: str, v: str, head: int, name: str, mask: str | None = None) -> tuple[str, str]:
+        """softmax(q kᵀ / sqrt(head) [+ mask]) v, q scaled before the product as transformers does; also the weights."""
+        kt = self.one("Transpose", [k], f"{name}/KT", perm=[0, 1, 3, 2])
+        scaled = self.one("Mul", [q, self.scalar(float(head) ** -0.5)], f"{name}/Scale")
+        scores = self.one("MatMul", [scaled, kt], f"{name}/Scores")
+        if mask is not None:
+            scores = self.one("Add", [scores, mask], f"{name}/Mask")
+        probs = self.one("Softmax", [scores], f"{name}/Softmax", axis=-1)
+        return self.one("MatMul", [probs, v], f"{name}/Context"), probs
+
+    def graph(self, name: str, inputs: list[Any], outputs: list[Any]) -> Any:
+        return self.helper.make_graph(self.nodes, name, inputs, outputs, initializer=self.inits)
+
+
+def _encoder(b: _Builder) -> tuple[list[Any], list[Any]]:
+    w, d = b.w, b.w.dims
+    h = b.helper
+    features = h.make_tensor_value_info(
+        "input_features", b.TensorProto.FLOAT, ["batch_size", d.n_mels, 2 * d.source_positions]
+    )
+    x = "input_features"
+    for i, stride in ((1, 1), (2, 2)):
+        weight = b.stored(w.matrix(f"encoder.conv{i}.weight"), f"encoder.conv{i}.weight", transpose=False)
+        bias = b.initializer(w.vector(f"encoder.conv{i}.bias"), f"encoder.conv{i}.bias")
+        x = b.one("Conv", [x, weight, bias], f"conv{i}", kernel_shape=[3], pads=[1, 1], strides=[stride])
+        x = b.gelu(x, f"conv{i}")
+    x = b.one("Transpose", [x], "conv/Transpose", perm=[0, 2, 1])  # [batch, source, d]
+    positions = b.initializer(w.vector("encoder.positions"), "encoder.positions")
+    x = b.one("Add", [x, positions], "positions/Add")
+    head = d.d_model // d.encoder_heads
+    for i in range(d.encoder_layers):
+        p = f"encoder.layers.{i}"
+        y = b.layer_norm(x, f"{p}.attn_norm")
+        q, k, v = b.node("Split", [b.linear(y, f"{p}.attn.qkv")], 3, f"{p}/qkv", axis=-1, num_outputs=3)
+        ctx, _ = b.attend(
+            b.heads(q, d.encoder_heads, head, f"{p}/q"),
+            b.heads(k, d.encoder_heads, head, f"{p}/k"),
+            b.heads(v, d.encoder_heads, head, f"{p}/v"),
+            head,
+            f"{p}/attn",
+        )
+        x = b.one("Add", [x, b.linear(b.merge(ctx, d.d_model, f"{p}/ctx"), f"{p}.attn.out")], f"{p}/residual1")
+        y = b.layer_norm(x, f"{p}.ffn_norm")
+        y = b.linear(b.gelu(b.linear(y, f"{p}.fc1"), f"{p}/fc1"), f"{p}.fc2")
+        x = b.one("Add", [x, y], f"{p}/residual2")
+    b.node(
+        "LayerNormalization",
+        [
+            x,
+            b.initializer(w.vector("encoder.norm.weight"), "encoder.norm.weight"),
+            b.initializer(w.vector("encoder.norm.bias"), "encoder.norm.bias"),
+        ],
+        ["last_hidden_state"],
+        "encoder.norm",
+        axis=-1,
+        epsilon=_LN_EPS,
+    )
+    out = h.make_tensor_value_info(
+        "last_hidden_state", b.TensorProto.FLOAT, ["batch_size", d.source_positions, d.d_model]
+    )
+    return [features], [out]
+
+
+def _layers(b: _Builder, x: str, mask: str, first: bool) -> tuple[list[str], list[str]]:
+    """The decoder layers and head of one branch: its output names and the If's names for them.
+
+    ``first``: the cross keys / values are projected from ``encoder_hidden_states`` and become the
+    ``present.{i}.encoder.*`` outputs; otherwise they are read from ``past_key_values.{i}.encoder.*``
+    and those outputs are one-element placeholders (as in optimum's merged decoder: the runtime keeps
+    the first run's and never reads them again, so nothing is copied per step).
+    """
+    w, d = b.w, b.w.dims
+    head = d.d_model // d.decoder_heads
+    tag = "first" if first else "cached"
+    outs: list[str] = []
+    names: list[str] = []
+    attentions = []
+    for i in range(d.decoder_layers):
+        p = f"decoder.layers.{i}"
+        y = b.layer_norm(x, f"{p}.attn_norm")
+        q, k, v = b.node("Split", [b.linear(y, f"{p}.attn.qkv")], 3, f"{tag}/{p}/qkv", axis=-1, num_outputs=3)
+        past_k, past_v = (f"past_key_values.{i}.decoder.{kv}" for kv in ("key", "value"))
+        keys = b.one("Concat", [past_k, b.heads(k, d.decoder_heads, head, f"{tag}/{p}/k")], f"{tag}/{p}/keys", axis=2)
+        values = b.one(
+            "Concat", [past_v, b.heads(v, d.decoder_heads, head, f"{tag}/{p}/v")], f"{tag}/{p}/values", axis=2
+        )
+        ctx, _ = b.attend(
+            b.heads(q, d.decoder_heads, head, f"{tag}/{p}/q"), keys, values, head, f"{tag}/{p}/attn", mask
+        )
+        x = b.one("Add", [x, b.linear(b.merge(ctx, d.d_model, f"{tag}/{p}/ctx"), f"{p}.attn.out")], f"{tag}/{p}/res1")
+        y = b.layer_norm(x, f"{p}.cross_norm")
+        q = b.heads(b.linear(y, f"{p}.cross.q"), d.decoder_heads, head, f"{tag}/{p}/cross_q")
+        if first:
+            kv = b.linear("encoder_hidden_states", f"{p}.cross.kv")
+            ck, cv = b.node("Split", [kv], 2, f"{tag}/{p}/cross_kv", axis=-1, num_outputs=2)
+            ck = b.heads(ck, d.decoder_heads, head, f"{tag}/{p}/cross_k")
+            cv = b.heads(cv, d.decoder_heads, head, f"{tag}/{p}/cross_v")
+            cross = [ck, cv]
+        else:
+            ck, cv = (f"past_key_values.{i}.encoder.{kv}" for kv in ("key", "value"))
+            placeholder = b.const(np.zeros((1, 1, 1, 1), np.float32), "placeholder")
+            cross = [b.one("Identity", [placeholder], f"{tag}/{p}/cross_{kv}") for kv in ("key", "value")]
+        ctx, probs = b.attend(q, ck, cv, head, f"{tag}/{p}/cross")
+        attentions.append(b.one("Identity", [probs], f"{tag}/{p}/cross_attentions"))
+        x = b.one(
+            "Add", [x, b.linear(b.merge(ctx, d.d_model, f"{tag}/{p}/cross_ctx"), f"{p}.cross.out")], f"{tag}/{p}/res2"
+        )
+        y = b.layer_norm(x, f"{p}.ffn_norm")
+        y = b.linear(b.gelu(b.linear(y, f"{p}.fc1"), f"{tag}/{p}/fc1"), f"{p}.fc2")
+        x = b.one("Add", [x, y], f"{tag}/{p}/res3")
+        outs += [keys, values, *cross]
+        names += [f"present.{i}.{side}.{kv}" for side in ("decoder", "encoder") for kv in ("key", "value")]
+    last = b.one("Slice", [x, b.ints(-1), b.ints(np.iinfo(np.int64).max), b.ints(1)], f"{tag}/last")  # [batch, 1, d]
+    last = b.layer_norm(last, "decoder.norm")
+    flat = b.one("Reshape", [last, b.ints(-1, d.d_model)], f"{tag}/head/Reshape")
+    projection = b.head_weight()
+    if w.tied:
+        logits = b.one("Gemm", [flat, projection], f"{tag}/head/Gemm", transB=1)
+    else:
+        logits = b.one("MatMul", [flat, projection], f"{tag}/head/MatMul")
+    logits = b.one("Reshape", [logits, b.ints(-1, 1, d.vocab_size)], f"{tag}/logits")
+    outs = [logits, *outs, *attentions]
+    names = ["logits", *names, *(f"cross_attentions.{i}" for i in range(d.decoder_layers))]
+    return outs, names
+
+
+def _decoder(b: _Builder) -> tuple[list[Any], list[Any]]:
+    w, d, h, T = b.w, b.w.dims, b.helper, b.TensorProto
+    head = d.d_model // d.decoder_heads
+    self_shape = ["batch_size", d.decoder_heads, "past_decoder_sequence_length", head]
+    cross_shape = ["batch_size", d.decoder_heads, "encoder_sequence_length", head]
+    inputs = [
+        h.make_tensor_value_info("input_ids", T.INT64, ["batch_size", "decoder_sequence_length"]),
+        h.make_tensor_value_info(
+            "encoder_hidden_states", T.FLOAT, ["batch_size", "encoder_sequence_length", d.d_model]
+        ),
+    ]
+    for i in range(d.decoder_layers):
+        for kv in ("key", "value"):
+            inputs.append(h.make_tensor_value_info(f"past_key_values.{i}.decoder.{kv}", T.FLOAT, self_shape))
+        for kv in ("key", "value"):
+            inputs.append(h.make_tensor_value_info(f"past_key_values.{i}.encoder.{kv}", T.FLOAT, cross_shape))
+    inputs.append(h.make_tensor_value_info("use_cache_branch", T.BOOL, [1]))
+
+    # shared by both branches: positions past .. past + new, the causal mask [new, past + new], the embeddings
+    past = b.one("Gather", [b.one("Shape", ["past_key_values.0.decoder.key"], "past/Shape"), b.ints(2)], "past/length")
+    new = b.one("Gather", [b.one("Shape", ["input_ids"], "new/Shape"), b.ints(1)], "new/length")
+    past0, new0 = (b.one("Squeeze", [x, b.ints(0)], f"{x}/Squeeze") for x in (past, new))
+    total = b.one("Add", [past0, new0], "total")
+    one, zero = b.const(np.asarray(1, np.int64), "one"), b.const(np.asarray(0, np.int64), "zero")
+    rows = b.one("Range", [past0, total, one], "rows/Range")  # [new]
+    cols = b.one("Range", [zero, total, one], "cols/Range")  # [past + new]
+    later = b.one(
+        "Greater",
+        [
+            b.one("Unsqueeze", [cols, b.ints(0)], "cols/Unsqueeze"),
+            b.one("Unsqueeze", [rows, b.ints(1)], "rows/Unsqueeze"),
+        ],
+        "mask/Greater",
+    )
+    mask = b.one("Where", [later, b.scalar(float(np.finfo(np.float32).min)), b.scalar(0.0)], "mask/Where")
+    x = b.one("Gather", [b.embedding_table(), "input_ids"], "embed/Gather")
+    positions = b.initializer(w.vector("decoder.positions"), "decoder.positions")
+    x = b.one("Add", [x, b.one("Gather", [positions, rows], "positions/Gather")], "embed/Add")
+
+    branches = {}
+    names: list[str] = []
+    outer = b.nodes
+    for first in (True, False):
+        b.nodes = []
+        outs, names = _layers(b, x, mask, first)
+        branches[first] = h.make_graph(
+            b.nodes,
+            "first_run" if first else "with_past",
+            [],
+            [h.make_tensor_value_info(o, T.FLOAT, None) for o in outs],
+        )
+    b.nodes = outer
+    b.node("If", ["use_cache_branch"], names, "decoder/If", then_branch=branches[False], else_branch=branches[True])
+
+    present_self = ["batch_size", d.decoder_heads, "past_decoder_sequence_length + decoder_sequence_length", head]
+    outputs = [h.make_tensor_value_info("logits", T.FLOAT, ["batch_size", 1, d.vocab_size])]
+    for i in range(d.decoder_layers):
+        outputs += [
+            h.make_tensor_value_info(f"present.{i}.decoder.{kv}", T.FLOAT, present_self) for kv in ("key", "value")
+        ]
+        outputs += [h.make_tensor_value_info(f"present.{i}.encoder.{kv}", T.FLOAT, None) for kv in ("key", "value")]
+    attention_shape = ["batch_size", d.decoder_heads, "decoder_sequence_length", "encoder_sequence_length"]
+    outputs += [
+        h.make_tensor_value_info(f"cross_attentions.{i}", T.FLOAT, attention_shape) for i in range(d.decoder_layers)
+    ]
+    return inputs, outputs
+
+
+def write_graphs(weights: WhisperWeights, folder: Path) -> None:
+    """Write ``encoder_model.onnx`` and ``decoder_model_merged.onnx`` (each with its ``.data`` file) into ``folder``."""
+    import onnx
+    from onnx import helper
+
+    for file, build in ((ENCODER_FILE, _encoder), (DECODER_FILE, _decoder)):
+        store = ExternalData(folder, data_file=file + ".data")
+        try:
+            b = _Builder(weights, store)
+            inputs, outputs = build(b)
+            graph = b.graph(file.removesuffix(".onnx"), inputs, outputs)
+        finally:
+            store.close()
+        model = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="inference4py.whisper_files"
+        )
+        model.ir_version = 10
+        onnx.save(model, str(folder / file))
