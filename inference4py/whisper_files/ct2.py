@@ -82,7 +82,7 @@ def read_ct2(path: str | Path) -> Ct2File:
         nonlocal pos
         n = struct.calcsize("<" + fmt)
         need(n, what)
-        (value,) = struct.unpack_from("<" + fmt, data, pos)
+        (value,) = struct.unpack_from("<" + fmt, data[pos : pos + n].tobytes())
         pos += n
         return int(value)
 

@@ -17,9 +17,11 @@ Unlike optimum's merged decoder, only the cross-attention keys and values sit in
 the rest of the decoder is one graph that onnxruntime optimizes as a whole.
 
 Weights are written as the file holds them: float32 as is; float16 with a ``Cast`` before use;
-integer codes (CTranslate2's int8) with a ``Cast`` and a ``Div`` by their row divisors.  onnxruntime
-folds those nodes once when the session loads, so the graph computes with exactly the file's
-numbers in float32, while the folder on disk stays the file's size.
+integer codes with a ``Cast`` and either a ``Div`` by their row divisors (CTranslate2's int8) or a
+``Mul`` by their block scales and an ``Add`` of their block minimums (whisper.cpp's quantized
+blocks, codes unpacked to one byte each).  onnxruntime folds those nodes once when the session
+loads, so the graph computes with exactly the file's numbers in float32, while the folder on disk
+stays about the file's size (twice it for 4- and 5-bit blocks).
 """
 
 from __future__ import annotations
@@ -105,17 +107,29 @@ class _Builder:
         if name in self._weights:
             return self._weights[name]
         values = m.values
-        divisor = m.divisor
-        if transpose:
-            values = values.T
-        out = self.initializer(values, name)
         branch, self.nodes = self.nodes, self._outer_nodes
-        if values.dtype != np.float32:
-            out = self.one("Cast", [out], f"{name}/Cast", to=self.TensorProto.FLOAT)
-            if divisor is not None:
-                shape = (1, -1) if transpose else (-1,) + (1,) * (values.ndim - 1)
-                div = self.initializer(divisor.reshape(shape).astype(np.float32), f"{name}/divisor")
-                out = self.one("Div", [out, div], f"{name}/Div")
+        if m.scales is not None:  # ggml blocks: codes * scale (+ minimum) per block, then the matrix's shape
+            rows, blocks = m.scales.shape
+            codes = self.initializer(values.reshape(rows, blocks, m.block), name)
+            out = self.one("Cast", [codes], f"{name}/Cast", to=self.TensorProto.FLOAT)
+            scales = self.initializer(m.scales.reshape(rows, blocks, 1).astype(np.float32), f"{name}/scales")
+            out = self.one("Mul", [out, scales], f"{name}/Mul")
+            if m.minimums is not None:
+                mins = self.initializer(m.minimums.reshape(rows, blocks, 1).astype(np.float32), f"{name}/minimums")
+                out = self.one("Add", [out, mins], f"{name}/Add")
+            out = self.one("Reshape", [out, self.ints(*values.shape)], f"{name}/Reshape")
+            if transpose:
+                out = self.one("Transpose", [out], f"{name}/Transpose", perm=[1, 0])
+        else:
+            if transpose:
+                values = values.T
+            out = self.initializer(values, name)
+            if values.dtype != np.float32:
+                out = self.one("Cast", [out], f"{name}/Cast", to=self.TensorProto.FLOAT)
+                if m.divisor is not None:
+                    shape = (1, -1) if transpose else (-1,) + (1,) * (values.ndim - 1)
+                    div = self.initializer(m.divisor.reshape(shape).astype(np.float32), f"{name}/divisor")
+                    out = self.one("Div", [out, div], f"{name}/Div")
         self.nodes = branch
         self._weights[name] = out
         return out

@@ -19,7 +19,7 @@ divisor, CTranslate2's int8) so that the graph can compute with exactly those nu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,22 +65,62 @@ class Dims:
 
 @dataclass(frozen=True)
 class Matrix:
-    """A weight as stored: ``values`` (float32 / float16, or integer codes), and for codes the
-    per-row ``divisor`` (the weight is ``values / divisor[row]``)."""
+    """A weight as stored: ``values`` (float32 / float16, or integer codes) and, for codes, how they become numbers:
+
+    * ``divisor`` (CTranslate2's int8 / int16): the weight is ``values / divisor[row]``;
+    * ``scales`` (and ``minimums``), one per ``block`` values of a row (ggml's blocks): the weight is
+      ``values * scale (+ minimum)``, computed in float32 as ggml's own dequantization does.
+    """
 
     values: np.ndarray
     divisor: np.ndarray | None = None
+    scales: np.ndarray | None = None  # [rows, cols // block] float32
+    minimums: np.ndarray | None = None  # [rows, cols // block] float32
+    block: int = 0
 
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(int(d) for d in self.values.shape)
 
     def float32(self) -> np.ndarray:
-        """The exact float32 numbers (float16 widened, codes divided as the format defines)."""
+        """The exact float32 numbers (float16 widened, codes turned into numbers as the format defines)."""
+        if self.scales is not None:
+            rows = self.values.shape[0]
+            out = self.values.reshape(rows, -1, self.block).astype(np.float32) * self.scales[:, :, None]
+            if self.minimums is not None:
+                out = out + self.minimums[:, :, None]
+            return out.reshape(self.values.shape)
         if self.divisor is None:
             return np.asarray(self.values, dtype=np.float32)
         rows = self.values.reshape(self.values.shape[0], -1).astype(np.float32)
         return (rows / self.divisor[:, None]).reshape(self.values.shape)
+
+    @staticmethod
+    def stack(parts: list[Matrix]) -> Matrix:
+        """The rows of ``parts`` one after the other, still as stored when they are stored alike."""
+        first = parts[0]
+        alike = {(p.values.dtype, p.divisor is None, p.scales is None, p.minimums is None, p.block) for p in parts}
+        if len(alike) != 1:  # mixed storage (rare): the exact float32 numbers
+            return Matrix(np.concatenate([p.float32() for p in parts]))
+
+        def rows(arrays: list[np.ndarray | None]) -> np.ndarray | None:
+            return None if arrays[0] is None else np.concatenate(arrays)  # type: ignore[arg-type]
+
+        return Matrix(
+            np.concatenate([p.values for p in parts]),
+            rows([p.divisor for p in parts]),
+            rows([p.scales for p in parts]),
+            rows([p.minimums for p in parts]),
+            first.block,
+        )
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """A matrix read from the file only when the graph is written (quantized blocks are unpacked one at a time)."""
+
+    shape: tuple[int, ...]
+    load: Callable[[], Matrix]
 
 
 @dataclass(frozen=True)
@@ -88,19 +128,21 @@ class WhisperWeights:
     """Every tensor of one Whisper model (see the module docstring for the names)."""
 
     dims: Dims
-    tensors: Mapping[str, Matrix | np.ndarray]
+    tensors: Mapping[str, Matrix | Lazy | np.ndarray]
     source: str = ""
-    notes: dict[str, str] = field(default_factory=dict)
+    formats: dict[str, str] = field(default_factory=dict)  # matrix name -> the file's type name, when it has one
 
     def matrix(self, name: str) -> Matrix:
         value = self.tensors[name]
+        if isinstance(value, Lazy):
+            return value.load()
         return value if isinstance(value, Matrix) else Matrix(np.asarray(value))
 
     def vector(self, name: str) -> np.ndarray:
         """A bias, norm or position table as float32 (exact: float16 and bfloat16 widen without rounding)."""
         value = self.tensors[name]
-        if isinstance(value, Matrix):
-            return value.float32()
+        if isinstance(value, (Matrix, Lazy)):
+            return self.matrix(name).float32()
         return np.asarray(value, dtype=np.float32)
 
     @property
@@ -110,7 +152,9 @@ class WhisperWeights:
 
     def storage(self) -> list[str]:
         """The storage types of the matrices, for the folder's provenance (``float16``, ``int8``...)."""
-        return sorted({v.values.dtype.name for v in self.tensors.values() if isinstance(v, Matrix)})
+        return sorted(
+            set(self.formats.values()) or {v.values.dtype.name for v in self.tensors.values() if isinstance(v, Matrix)}
+        )
 
     def check(self) -> None:
         """Every tensor has the shape the dims say.
@@ -143,9 +187,8 @@ class WhisperWeights:
                     want[f"{p}.cross.kv.weight"] = (2 * d.d_model, d.d_model)
                     want[f"{p}.cross.out.weight"] = (d.d_model, d.d_model)
         for name, shape in want.items():
-            got = tuple(
-                np.shape(self.tensors[name].values if isinstance(self.tensors[name], Matrix) else self.tensors[name])
-            )  # type: ignore[union-attr]
+            value = self.tensors[name]
+            got = value.shape if isinstance(value, (Matrix, Lazy)) else tuple(np.shape(value))
             if got != shape:
                 raise ModelLoadError(
                     f"{self.source}: {name} has shape {got}, but the model's dimensions ({d}) need {shape}. The file "

@@ -184,3 +184,82 @@ def test_the_reader_keeps_the_stored_numbers():
     stored = ct2.variables["decoder/layer_0/self_attention/linear_0/weight"]
     scale = ct2.variables["decoder/layer_0/self_attention/linear_0/weight_scale"]
     np.testing.assert_array_equal(qkv.float32(), stored.astype(np.float32) / scale[:, None])
+
+
+# --------------------------------------------------------------------------- whisper.cpp ggml files
+
+GGML = [name for name, v in VARIANTS.items() if v["format"] == "ggml"]
+
+
+def _with_fixture_settings(variant: str, tmp_path: Path) -> Path:
+    """The converted ggml folder with the fixture's generation config: the fixture's suppress list adds its toy
+    vocabulary's lone bytes, which no rule derives (on real vocabularies the derived list is OpenAI's: real tier)."""
+    copy = tmp_path / variant
+    shutil.copytree(whisper_folder(FIXTURES / VARIANTS[variant]["path"]), copy)
+    (copy / "generation_config.json").write_text(json.dumps(VARIANTS[variant]["generation_config"]))
+    return copy
+
+
+@pytest.mark.parametrize("variant", GGML)
+def test_ggml_ids_equal_transformers_on_the_files_numbers(variant, tmp_path):
+    with WhisperSpeechModel.builder().model_path(_with_fixture_settings(variant, tmp_path)).build() as model:
+        for case in VARIANTS[variant]["cases"]:
+            assert list(transcribe(model, case).token_ids) == case["token_ids"], case["name"]
+
+
+def test_ggml_tokenizer_and_settings_come_from_the_file():
+    from tokenizers import Tokenizer
+
+    folder = whisper_folder(FIXTURES / VARIANTS["ggml-q8_0"]["path"])
+    ours = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    theirs = Tokenizer.from_file(str(FIXTURES / "models/whisper/tokenizer.json"))
+    for text in ("Hello world!", " The quick brown fox, café.", "  spaces\n\tand 12345", "<|en|><|0.00|>"):
+        assert ours.encode(text, add_special_tokens=False).ids == theirs.encode(text, add_special_tokens=False).ids
+    assert ours.get_vocab() == theirs.get_vocab()  # every text, special and timestamp token at its id
+    gen = json.loads((folder / "generation_config.json").read_text())
+    want = VARIANTS["ggml-q8_0"]["generation_config"]
+    for key in ("lang_to_id", "task_to_id", "no_timestamps_token_id", "decoder_start_token_id", "is_multilingual"):
+        assert gen[key] == want[key], key
+    symbols = {theirs.token_to_id(c) for c in '"#()*+/:;<=>@[\\]^_`{|}~'} - {None}
+    assert symbols | {want["decoder_start_token_id"]} <= set(
+        gen["suppress_tokens"]
+    )  # OpenAI's rule (the toy's own list adds lone bytes)
+    marker = json.loads((folder / "inference4py-whisper.json").read_text())
+    assert marker["format"] == "ggml" and marker["storage"] == ["F16", "F32", "Q8_0"]
+    import onnx
+
+    graph = onnx.load(str(folder / "decoder_model_merged.onnx"), load_external_data=False).graph
+    types = {t.name: t.data_type for t in graph.initializer}
+    assert types["decoder.layers.0.fc1.weight"] == onnx.TensorProto.INT8  # q8_0 codes as stored, scales beside
+
+
+def test_bad_ggml_files_are_clear_errors(tmp_path):
+    blob = (FIXTURES / VARIANTS["ggml-f16"]["path"]).read_bytes()
+    cut = tmp_path / "ggml-cut.bin"
+    cut.write_bytes(blob[: len(blob) - 1000])
+    with pytest.raises(ModelLoadError, match=r"ggml-cut.bin is truncated: .* Download the ggml file again"):
+        whisper_folder(cut)
+    header = tmp_path / "ggml-header.bin"
+    header.write_bytes(blob[:20])
+    with pytest.raises(ModelLoadError, match=r"truncated"):
+        whisper_folder(header)
+    unknown = bytearray(blob)
+    start = blob.index(b"encoder.positional_embedding") - 4 * 5  # n_dims, name length, type, ne0, ne1
+    unknown[start + 8 : start + 12] = (19).to_bytes(4, "little")  # a ggml type this reader does not know
+    odd = tmp_path / "ggml-odd.bin"
+    odd.write_bytes(bytes(unknown))
+    with pytest.raises(UnsupportedModelError, match=r"encoder.positional_embedding has ggml type 19"):
+        whisper_folder(odd)
+    not_ggml = tmp_path / "ggml-fake.bin"
+    not_ggml.write_bytes(b"\0" * 4096)
+    with pytest.raises(ModelNotFoundError, match=r"neither a whisper.cpp ggml file"):
+        whisper_folder(not_ggml)
+
+
+def test_a_ggml_file_in_the_models_dir_is_served_by_its_name(tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copy(FIXTURES / VARIANTS["ggml-f16"]["path"], models / "ggml-tiny.bin")
+    (models / "notes.bin").write_bytes(b"not a model")
+    assert scan_models_dir(models) == {"ggml-tiny": (str(models / "ggml-tiny.bin"), "speech")}
+    assert model_kind(str(models / "ggml-tiny.bin")).kind == "speech"

@@ -200,7 +200,7 @@ def fetch_ct2(src: Source, downloads: Path, *, force: bool = False) -> Path:
 
 # --------------------------------------------------------------------------- CTranslate2's model.bin
 
-#: Type ids of CTranslate2's binary format (ctranslate2/specs/model_spec.py, ``_dtype_to_type_id``).
+
 @dataclass
 class Ct2Model:
     """The content of a CTranslate2 model.bin (read by the library's reader, inference4py.whisper_files.ct2).
