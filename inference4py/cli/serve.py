@@ -139,6 +139,25 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="finished /v1/responses answers kept in memory for previous_response_id (0 keeps none; default: 256)",
     )
+    ray = parser.add_argument_group('Ray Serve (pip install "inference4py[serve,ray]"; docs/scale-out.md)')
+    ray.add_argument("--ray", action="store_true", help="serve from Ray Serve replicas, routed by conversation prefix")
+    ray.add_argument("--replicas", type=_positive_int, default=1, metavar="N", help="replicas (default: 1)")
+    ray.add_argument(
+        "--autoscale",
+        type=_min_max,
+        metavar="MIN,MAX",
+        help="let Serve scale between MIN and MAX replicas on ongoing requests (instead of --replicas)",
+    )
+    ray.add_argument(
+        "--ray-address", metavar="ADDR", help="join a running cluster (ray start --head); default: a local Ray"
+    )
+    ray.add_argument(
+        "--replica-cpus", type=_positive, default=1.0, metavar="N", help="CPUs each replica reserves (default: 1)"
+    )
+    ray.add_argument("--replica-memory-gb", type=_positive, metavar="GB", help="memory each replica reserves in Ray")
+    ray.add_argument(
+        "--no-prefix-routing", action="store_true", help="Serve's default router instead of prefix affinity"
+    )
 
 
 def _positive_int(text: str) -> int:
@@ -169,6 +188,17 @@ def _kv_cache_choice(text: str) -> tuple[str | None, str]:
             f"give TYPE or NAME=TYPE with TYPE one of {', '.join(KV_CACHE_TYPES)}, got {text!r}"
         )
     return (name or None), kind
+
+
+def _min_max(text: str) -> tuple[int, int]:
+    low, sep, high = text.partition(",")
+    try:
+        pair = (int(low), int(high))
+    except ValueError:
+        pair = (0, -1)
+    if not sep or not 0 < pair[0] <= pair[1]:
+        raise argparse.ArgumentTypeError(f"give MIN,MAX with 0 < MIN <= MAX, e.g. 1,4; got {text!r}")
+    return pair
 
 
 def _non_negative(text: str) -> float:
@@ -203,6 +233,23 @@ def _run_serve(args: argparse.Namespace) -> int:
         kv_cache=next((kind for name, kind in reversed(args.kv_cache) if name is None), "float"),
         model_kv_cache={name: kind for name, kind in args.kv_cache if name is not None},
     )
+    if args.ray:
+        from inference4py.serve.ray_serve import run_on_ray
+
+        run_on_ray(
+            args.model,
+            names=args.served_model_name,
+            settings=settings,
+            host=args.host,
+            port=args.port,
+            replicas=args.replicas,
+            autoscale=args.autoscale,
+            address=args.ray_address,
+            num_cpus=args.replica_cpus,
+            memory_gb=args.replica_memory_gb,
+            prefix_routing=not args.no_prefix_routing,
+        )
+        return EXIT_OK
     serve(
         args.model,
         names=args.served_model_name,

@@ -1,0 +1,356 @@
+"""The OpenAI server as a Ray Serve application: replicas, autoscaling and prefix-aware routing.
+
+Two deployments, both Ray Serve's:
+
+* ``Ingress`` (the HTTP entry, light): reads each request, names its conversation prefix and passes
+  it on, streaming the answer back as it comes;
+* ``ModelServer`` (``--replicas N`` or ``--autoscale MIN,MAX`` on ongoing requests): each replica
+  loads the models and runs the same app as ``inference4py serve`` in process (its continuous
+  batching scheduler, prefix cache, metrics), answering the forwarded request as uvicorn would.
+
+Routing is Serve's: :class:`PrefixAffinityRouter` is a ``RequestRouter`` that sends the requests
+sharing a prompt prefix (a conversation's turns, a shared system prompt with the same first
+question) to the replica chosen for that prefix by rendezvous hashing (the same one while the
+replicas stay the same, and only that prefix's share moves when one comes or goes), unless that
+replica's queue is longer than the shortest by ``imbalance`` requests: then the least loaded one.
+Each answer carries the replica that served it in ``x-inference4py-replica``.
+
+A replica that dies mid-stream ends its open streams with an error event (an SSE ``error``
+object; a plain response is cut short) and Ray restarts it; a replica that cannot load its model
+fails its start and Serve retries it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from inference4py.errors import ConfigurationError
+from inference4py.serve.settings import ServerSettings
+
+__all__ = ["REPLICA_HEADER", "AppCaller", "ForwardedRequest", "build_app", "prefix_key", "rendezvous"]
+
+_log = logging.getLogger("inference4py.serve")
+
+REPLICA_HEADER = "x-inference4py-replica"
+PREFIX_CHARS = 2048  # how much of a conversation's start names it
+_HOP_HEADERS = {b"content-length", b"transfer-encoding", b"connection"}
+
+
+@dataclass
+class ForwardedRequest:
+    """One HTTP request as the ingress passes it to a replica (``prompt``: the prefix the router reads)."""
+
+    method: str
+    path: str
+    query: bytes
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+    prompt: str = ""  # the conversation's start, as text ("" for requests without one)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _text(content: Any) -> str:
+    """The text of a message's content (a string, or the text parts of a list)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text", "")) if isinstance(part, dict) else str(part) for part in content if part is not None
+        )
+    return ""
+
+
+def prefix_key(path: str, body: bytes) -> str:
+    """The start of a request's conversation: what a prefix cache would hold for it.
+
+    Chat (``messages``), Messages (``system`` + ``messages``) and Responses (``instructions`` +
+    ``input``): the system text and the first two messages; completions: the prompt's start.  Later
+    turns of one conversation share this start, so they name the same replica.
+    """
+    if not body or not path.startswith("v1/") and not path.startswith("/v1/"):
+        return ""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return ""
+    if not isinstance(data, dict):
+        return ""
+    parts = [str(data.get("model", ""))]
+    parts.append(_text(data.get("system")) + _text(data.get("instructions")))
+    messages = data.get("messages")
+    if messages is None and isinstance(data.get("input"), list):
+        messages = data["input"]
+    if isinstance(messages, list):
+        for message in messages[:2]:
+            if isinstance(message, dict):
+                parts.append(f"{message.get('role', '')}:{_text(message.get('content'))}")
+    elif isinstance(data.get("input"), str):
+        parts.append(data["input"])
+    prompt = data.get("prompt")
+    if isinstance(prompt, str):
+        parts.append(prompt)
+    elif isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        parts.append(prompt[0])
+    text = "\n".join(parts)
+    return text[:PREFIX_CHARS] if len(text) > len(parts[0]) + len(parts) else ""
+
+
+def rendezvous(key: str, replica: str) -> int:
+    """The weight of ``replica`` for ``key`` (highest random weight hashing: the heaviest replica holds the key)."""
+    return int.from_bytes(hashlib.blake2b(f"{key}\0{replica}".encode(), digest_size=8).digest(), "big")
+
+
+def _require_ray() -> Any:
+    try:
+        from ray import serve
+    except ImportError as exc:
+        raise ConfigurationError(
+            'inference4py serve --ray needs Ray Serve: pip install "inference4py[serve,ray]".'
+        ) from exc
+    return serve
+
+
+class AppCaller:
+    """Runs an ASGI app in process: its lifespan once, then one forwarded request at a time per call."""
+
+    def __init__(self, app: Any, replica: str) -> None:
+        self.app = app
+        self.replica = replica
+        self._lifespan: asyncio.Task[None] | None = None
+        self._shutdown: asyncio.Event | None = None
+
+    async def start(self) -> None:
+        started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._shutdown = asyncio.Event()
+        shutdown = self._shutdown
+        sent_startup = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent_startup
+            if not sent_startup:
+                sent_startup = True
+                return {"type": "lifespan.startup"}
+            await shutdown.wait()
+            return {"type": "lifespan.shutdown"}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "lifespan.startup.complete" and not started.done():
+                started.set_result(None)
+            elif message["type"] == "lifespan.startup.failed" and not started.done():
+                started.set_exception(RuntimeError(message.get("message", "the app did not start")))
+
+        self._lifespan = asyncio.create_task(self.app({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send))
+        await started
+
+    async def stop(self) -> None:
+        if self._shutdown is not None and self._lifespan is not None:
+            self._shutdown.set()
+            await asyncio.wait_for(self._lifespan, timeout=60)
+
+    async def __call__(self, request: ForwardedRequest) -> AsyncIterator[Any]:
+        """The response: first ``{"status", "headers"}``, then the body's pieces (bytes)."""
+        messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        gone = asyncio.Event()
+        body_sent = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal body_sent
+            if not body_sent:
+                body_sent = True
+                return {"type": "http.request", "body": request.body, "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            await messages.put(message)
+
+        path = "/" + request.path.lstrip("/")
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "method": request.method,
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": request.query,
+            "root_path": "",
+            "headers": request.headers,
+            "client": ("127.0.0.1", 0),
+            "server": ("127.0.0.1", 80),
+            "state": {},
+        }
+        task = asyncio.create_task(self.app(scope, receive, send))
+        try:
+            while True:
+                getter = asyncio.ensure_future(messages.get())
+                done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    getter.cancel()
+                    if task.exception() is not None:
+                        raise task.exception()  # type: ignore[misc]
+                    return
+                message = getter.result()
+                if message["type"] == "http.response.start":
+                    headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in _HOP_HEADERS]
+                    headers.append((REPLICA_HEADER.encode(), self.replica.encode()))
+                    yield {"status": message["status"], "headers": headers}
+                elif message["type"] == "http.response.body":
+                    if message.get("body"):
+                        yield message["body"]
+                    if not message.get("more_body", False):
+                        return
+        finally:
+            gone.set()  # a client that left: the app cancels its job
+            if not task.done():
+                try:
+                    await asyncio.wait_for(task, timeout=30)
+                except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - the response is over either way
+                    task.cancel()
+
+
+def build_app(
+    models: Sequence[str],
+    *,
+    names: Sequence[str] = (),
+    settings: ServerSettings | None = None,
+    replicas: int = 1,
+    autoscale: tuple[int, int] | None = None,
+    num_cpus: float = 1.0,
+    memory_gb: float | None = None,
+    prefix_routing: bool = True,
+    max_ongoing_requests: int = 64,
+) -> Any:
+    """A Ray Serve application serving ``models`` over the OpenAI API from ``replicas`` replicas.
+
+    Run it with ``ray.serve.run(app)`` (or from a Serve config file through an import path to a
+    function returning it), on a local Ray or a cluster (``ray start --head`` / ``--address``).
+
+    Args:
+        models: model sources as for ``inference4py serve --model`` (folders, hub ids, GGUF files,
+            ``pip:NAME``); GGUF and Whisper files are converted here, once, before any replica starts.
+        names: served names, one per model (default: from the sources).
+        settings: the server's limits, as for :func:`inference4py.serve.serve`.
+        replicas: a fixed number of replicas (ignored with ``autoscale``).
+        autoscale: (min, max) replicas, scaled by Serve on ongoing requests per replica.
+        num_cpus: CPUs each replica reserves in Ray (its onnxruntime threads should match).
+        memory_gb: memory each replica reserves in Ray (default: none declared).
+        prefix_routing: route by conversation prefix (:class:`PrefixAffinityRouter`); False uses
+            Serve's default (the less loaded of two random replicas).
+        max_ongoing_requests: requests a replica takes at once (Serve queues the rest).
+
+    Raises:
+        ConfigurationError: Ray Serve is not installed, or bad counts.
+    """
+    serve = _require_ray()
+    from ray.serve.config import AutoscalingConfig, RequestRouterConfig
+
+    if not models and (settings is None or settings.models_dir is None):
+        raise ConfigurationError("Give at least one model to serve: --model FOLDER_OR_REPO_ID.")
+    if replicas < 1 or (autoscale is not None and not 0 < autoscale[0] <= autoscale[1]):
+        raise ConfigurationError(
+            f"replicas must be at least 1 and --autoscale MIN,MAX needs 0 < MIN <= MAX (got {replicas}, {autoscale})."
+        )
+    if names and len(names) != len(models):
+        raise ConfigurationError("Give one --served-model-name per --model, or none.")
+    sources = [_converted_once(m) for m in models]
+    options: dict[str, Any] = {
+        "ray_actor_options": {"num_cpus": num_cpus, **({"memory": int(memory_gb * (1 << 30))} if memory_gb else {})},
+        "max_ongoing_requests": max_ongoing_requests,
+        "health_check_period_s": 5,
+        "health_check_timeout_s": 30,
+    }
+    if autoscale is not None:
+        options["autoscaling_config"] = AutoscalingConfig(
+            min_replicas=autoscale[0], max_replicas=autoscale[1], target_ongoing_requests=4
+        )
+    else:
+        options["num_replicas"] = replicas
+    if prefix_routing:
+        options["request_router_config"] = RequestRouterConfig(
+            request_router_class="inference4py.serve.ray_deployments.PrefixAffinityRouter",  # type: ignore[arg-type]
+            request_router_kwargs={"imbalance": 4},
+        )
+    from inference4py.serve.ray_deployments import Ingress, ModelServer
+
+    model_server = serve.deployment(ModelServer, name="ModelServer", **options)
+    ingress = serve.deployment(Ingress, name="Ingress", ray_actor_options={"num_cpus": 0})
+    names_list = list(names) or [_served_name(m) for m in models]
+    return ingress.bind(model_server.bind(sources, names_list, settings or ServerSettings()))
+
+
+def _served_name(model: str) -> str:
+    from inference4py.serve import served_name
+
+    return served_name(model)
+
+
+def _converted_once(model: str) -> str:
+    """A GGUF or Whisper source converted now, in the driver, so that replicas load the cached folder."""
+    from inference4py.gguf.sources import is_gguf_source
+    from inference4py.tasks.kinds import is_whisper_source
+
+    if is_whisper_source(model):
+        from inference4py.whisper_files import whisper_folder
+
+        whisper_folder(model)
+    elif is_gguf_source(model) and not model.startswith("pip:"):
+        from inference4py.gguf.convert import gguf_folder
+
+        gguf_folder(model)
+    return model
+
+
+def run_on_ray(
+    models: Sequence[str],
+    *,
+    names: Sequence[str] = (),
+    settings: ServerSettings | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    address: str | None = None,
+    replicas: int = 1,
+    autoscale: tuple[int, int] | None = None,
+    num_cpus: float = 1.0,
+    memory_gb: float | None = None,
+    prefix_routing: bool = True,
+) -> None:
+    """``inference4py serve --ray``: start (or join, ``address``) Ray and run :func:`build_app` (its other
+    arguments) on ``host:port`` until Ctrl-C or SIGTERM."""
+    import signal
+    import threading
+
+    serve = _require_ray()
+    import ray
+
+    app = build_app(  # bad options fail before Ray starts
+        models,
+        names=names,
+        settings=settings,
+        replicas=replicas,
+        autoscale=autoscale,
+        num_cpus=num_cpus,
+        memory_gb=memory_gb,
+        prefix_routing=prefix_routing,
+    )
+    ray.init(address=address, include_dashboard=False) if address else ray.init(include_dashboard=False)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # after ray.init, which installs a handler of its own
+    try:
+        serve.start(http_options={"host": host, "port": port})
+        serve.run(app, name="inference4py", route_prefix="/")
+        _log.warning("serving on http://%s:%d from Ray Serve (Ctrl-C or SIGTERM stops)", host, port)
+        while not stop.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        _log.warning("stopping the Ray Serve application")
+        serve.shutdown()
+        ray.shutdown()
