@@ -17,7 +17,16 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
 from ray.serve.request_router import FIFOMixin, RequestRouter
 
-from inference4py.serve.ray_serve import AppCaller, ForwardedRequest, prefix_key, rendezvous
+from inference4py.serve.forwarding import (
+    REPLICA_HEADER,
+    AppCaller,
+    ForwardedRequest,
+    ResponseOwners,
+    prefix_key,
+    previous_response,
+    rendezvous,
+    response_id,
+)
 from inference4py.serve.settings import ServerSettings
 
 __all__ = ["Ingress", "ModelServer", "PrefixAffinityRouter"]
@@ -35,9 +44,14 @@ class PrefixAffinityRouter(FIFOMixin, RequestRouter):
     async def choose_replicas(self, candidate_replicas: list[Any], pending_request: Any = None) -> list[list[Any]]:
         if not candidate_replicas:
             return []
-        key = ""
+        forwarded = None
         if pending_request is not None:
-            key = next((a.prompt for a in pending_request.args if isinstance(a, ForwardedRequest)), "")
+            forwarded = next((a for a in pending_request.args if isinstance(a, ForwardedRequest)), None)
+        key = forwarded.prompt if forwarded is not None else ""
+        if forwarded is not None and forwarded.replica is not None:  # it holds the previous response
+            held = [r for r in candidate_replicas if r.replica_id.unique_id == forwarded.replica]
+            if held:
+                return [held]
         lengths = self.replica_queue_len_cache
 
         def load(replica: Any) -> int:
@@ -83,10 +97,17 @@ class ModelServer:
             raise RuntimeError(f"replica {self.replica}: /health answered {start and start['status']}")
 
 
-async def _rest(stream: Any, events: bool) -> AsyncIterator[bytes]:
-    """The body after its start; a replica lost mid-stream ends an event stream with an error event."""
+async def _rest(stream: Any, events: bool, owners: ResponseOwners | None, replica: str) -> AsyncIterator[bytes]:
+    """The body after its start; a replica lost mid-stream ends an event stream with an error event.
+
+    ``owners``: a Responses answer, whose id (in its JSON or the stream's first event) is remembered
+    with the replica that made it.
+    """
     try:
         async for piece in stream:
+            if owners is not None and (found := response_id(piece)) is not None:
+                owners.remember(found, replica)
+                owners = None
             yield piece
     except Exception as exc:  # noqa: BLE001 - the replica died or was cancelled
         _log.warning("a replica was lost mid-response: %s", exc)
@@ -105,10 +126,13 @@ class Ingress:
 
     def __init__(self, model: Any) -> None:
         self.model = model
+        self.owners = ResponseOwners()
 
     @app.api_route("/{path:path}", methods=_METHODS)
     async def forward(self, request: Request, path: str) -> Response:
         body = await request.body()
+        responses = path.rstrip("/").endswith("v1/responses")
+        owner = self.owners.owner(previous_response(body)) if responses else None
         forwarded = ForwardedRequest(
             request.method,
             path,
@@ -116,6 +140,7 @@ class Ingress:
             list(request.scope["headers"]),
             body,
             prefix_key(path, body),
+            owner,
         )
         stream = self.model.options(stream=True).handle.remote(forwarded)
         try:
@@ -135,4 +160,6 @@ class Ingress:
             )
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in start["headers"]}
         events = "text/event-stream" in headers.get("content-type", "")
-        return StreamingResponse(_rest(stream, events), status_code=start["status"], headers=headers)
+        owners = self.owners if responses and start["status"] == 200 else None
+        body_stream = _rest(stream, events, owners, headers.get(REPLICA_HEADER, ""))
+        return StreamingResponse(body_stream, status_code=start["status"], headers=headers)

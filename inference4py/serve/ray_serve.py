@@ -22,88 +22,17 @@ fails its start and Serve retries it.
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import json
 import logging
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 from inference4py.errors import ConfigurationError
+from inference4py.serve.forwarding import REPLICA_HEADER
 from inference4py.serve.settings import ServerSettings
 
-__all__ = ["REPLICA_HEADER", "AppCaller", "ForwardedRequest", "app_builder", "build_app", "prefix_key", "rendezvous"]
+__all__ = ["REPLICA_HEADER", "app_builder", "build_app", "run_on_ray"]
 
 _log = logging.getLogger("inference4py.serve")
-
-REPLICA_HEADER = "x-inference4py-replica"
-PREFIX_CHARS = 2048  # how much of a conversation's start names it
-_HOP_HEADERS = {b"content-length", b"transfer-encoding", b"connection"}
-
-
-@dataclass
-class ForwardedRequest:
-    """One HTTP request as the ingress passes it to a replica (``prompt``: the prefix the router reads)."""
-
-    method: str
-    path: str
-    query: bytes
-    headers: list[tuple[bytes, bytes]]
-    body: bytes
-    prompt: str = ""  # the conversation's start, as text ("" for requests without one)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _text(content: Any) -> str:
-    """The text of a message's content (a string, or the text parts of a list)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(part.get("text", "")) if isinstance(part, dict) else str(part) for part in content if part is not None
-        )
-    return ""
-
-
-def prefix_key(path: str, body: bytes) -> str:
-    """The start of a request's conversation: what a prefix cache would hold for it.
-
-    Chat (``messages``), Messages (``system`` + ``messages``) and Responses (``instructions`` +
-    ``input``): the system text and the first two messages; completions: the prompt's start.  Later
-    turns of one conversation share this start, so they name the same replica.
-    """
-    if not body or not path.startswith("v1/") and not path.startswith("/v1/"):
-        return ""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return ""
-    if not isinstance(data, dict):
-        return ""
-    parts = [str(data.get("model", ""))]
-    parts.append(_text(data.get("system")) + _text(data.get("instructions")))
-    messages = data.get("messages")
-    if messages is None and isinstance(data.get("input"), list):
-        messages = data["input"]
-    if isinstance(messages, list):
-        for message in messages[:2]:
-            if isinstance(message, dict):
-                parts.append(f"{message.get('role', '')}:{_text(message.get('content'))}")
-    elif isinstance(data.get("input"), str):
-        parts.append(data["input"])
-    prompt = data.get("prompt")
-    if isinstance(prompt, str):
-        parts.append(prompt)
-    elif isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-        parts.append(prompt[0])
-    text = "\n".join(parts)
-    return text[:PREFIX_CHARS] if len(text) > len(parts[0]) + len(parts) else ""
-
-
-def rendezvous(key: str, replica: str) -> int:
-    """The weight of ``replica`` for ``key`` (highest random weight hashing: the heaviest replica holds the key)."""
-    return int.from_bytes(hashlib.blake2b(f"{key}\0{replica}".encode(), digest_size=8).digest(), "big")
 
 
 def _require_ray() -> Any:
@@ -114,105 +43,6 @@ def _require_ray() -> Any:
             'inference4py serve --ray needs Ray Serve: pip install "inference4py[serve,ray]".'
         ) from exc
     return serve
-
-
-class AppCaller:
-    """Runs an ASGI app in process: its lifespan once, then one forwarded request at a time per call."""
-
-    def __init__(self, app: Any, replica: str) -> None:
-        self.app = app
-        self.replica = replica
-        self._lifespan: asyncio.Task[None] | None = None
-        self._shutdown: asyncio.Event | None = None
-
-    async def start(self) -> None:
-        started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._shutdown = asyncio.Event()
-        shutdown = self._shutdown
-        sent_startup = False
-
-        async def receive() -> dict[str, Any]:
-            nonlocal sent_startup
-            if not sent_startup:
-                sent_startup = True
-                return {"type": "lifespan.startup"}
-            await shutdown.wait()
-            return {"type": "lifespan.shutdown"}
-
-        async def send(message: dict[str, Any]) -> None:
-            if message["type"] == "lifespan.startup.complete" and not started.done():
-                started.set_result(None)
-            elif message["type"] == "lifespan.startup.failed" and not started.done():
-                started.set_exception(RuntimeError(message.get("message", "the app did not start")))
-
-        self._lifespan = asyncio.create_task(self.app({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send))
-        await started
-
-    async def stop(self) -> None:
-        if self._shutdown is not None and self._lifespan is not None:
-            self._shutdown.set()
-            await asyncio.wait_for(self._lifespan, timeout=60)
-
-    async def __call__(self, request: ForwardedRequest) -> AsyncIterator[Any]:
-        """The response: first ``{"status", "headers"}``, then the body's pieces (bytes)."""
-        messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        gone = asyncio.Event()
-        body_sent = False
-
-        async def receive() -> dict[str, Any]:
-            nonlocal body_sent
-            if not body_sent:
-                body_sent = True
-                return {"type": "http.request", "body": request.body, "more_body": False}
-            await gone.wait()
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            await messages.put(message)
-
-        path = "/" + request.path.lstrip("/")
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": "1.1",
-            "method": request.method,
-            "scheme": "http",
-            "path": path,
-            "raw_path": path.encode(),
-            "query_string": request.query,
-            "root_path": "",
-            "headers": request.headers,
-            "client": ("127.0.0.1", 0),
-            "server": ("127.0.0.1", 80),
-            "state": {},
-        }
-        task = asyncio.create_task(self.app(scope, receive, send))
-        try:
-            while True:
-                getter = asyncio.ensure_future(messages.get())
-                done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-                if getter not in done:
-                    getter.cancel()
-                    if task.exception() is not None:
-                        raise task.exception()  # type: ignore[misc]
-                    return
-                message = getter.result()
-                if message["type"] == "http.response.start":
-                    headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in _HOP_HEADERS]
-                    headers.append((REPLICA_HEADER.encode(), self.replica.encode()))
-                    yield {"status": message["status"], "headers": headers}
-                elif message["type"] == "http.response.body":
-                    if message.get("body"):
-                        yield message["body"]
-                    if not message.get("more_body", False):
-                        return
-        finally:
-            gone.set()  # a client that left: the app cancels its job
-            if not task.done():
-                try:
-                    await asyncio.wait_for(task, timeout=30)
-                except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - the response is over either way
-                    task.cancel()
 
 
 def build_app(

@@ -21,7 +21,8 @@ serve = pytest.importorskip("ray.serve")
 from openai import OpenAI  # noqa: E402
 
 from inference4py.serve import create_app, load_models  # noqa: E402
-from inference4py.serve.ray_serve import REPLICA_HEADER, app_builder, build_app, prefix_key  # noqa: E402
+from inference4py.serve.forwarding import REPLICA_HEADER, prefix_key  # noqa: E402
+from inference4py.serve.ray_serve import app_builder, build_app  # noqa: E402
 from tests.conftest import MODELS, long_context_copy  # noqa: E402
 from tests.serve.support import free_port, running  # noqa: E402
 
