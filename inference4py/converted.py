@@ -25,7 +25,7 @@ from typing import Any
 
 from inference4py import env
 
-__all__ = ["dump_json", "file_digest", "read_marker", "remove_abandoned", "write_folder"]
+__all__ = ["check_disk", "dump_json", "file_digest", "read_marker", "remove_abandoned", "write_folder"]
 
 _log = logging.getLogger("inference4py.convert")
 _ABANDONED = 6 * 3600  # seconds after which a temporary folder nobody writes to is a killed conversion's
@@ -67,6 +67,26 @@ def file_digest(path: str | os.PathLike[str]) -> str:
     except OSError:  # a read-only cache only costs the next lookup a re-read
         pass
     return digest.hexdigest()
+
+
+def check_disk(what: str, needed: int, folder: Path) -> None:
+    """A clear error before anything is written when the disk under ``folder`` has less than ``needed`` bytes free.
+
+    Raises:
+        ConfigurationError: too little free disk (the message says how much is needed and free).
+    """
+    from inference4py.errors import ConfigurationError
+
+    probe = folder
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < needed:
+        raise ConfigurationError(
+            f"Not enough free disk to convert {what}: the folder needs about {needed / 1e9:.2f} GB and {probe} has "
+            f"{free / 1e9:.2f} GB free. Free some space, or point INFERENCE4PY_CACHE (or the output folder) at a "
+            "larger disk."
+        )
 
 
 def read_marker(folder: Path, marker: str, version: int) -> dict[str, Any]:

@@ -482,13 +482,10 @@ def _chunks(t: TensorPlan, rng: np.random.Generator, chunk_bytes: int) -> Iterat
 
 def _byte_tokens() -> list[str]:
     """GPT-2's byte-level alphabet, in its vocabulary order (printable bytes first)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
-    chars = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in chars:
-            chars[b] = chr(256 + extra)
-            extra += 1
+    from inference4py.whisper_files.vocabulary import byte_to_char
+
+    chars = byte_to_char()
+    printable = [b for b in range(256) if chars[b] == chr(b)]
     return [chars[b] for b in printable] + [chars[b] for b in range(256) if b not in printable]
 
 

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from inference4py import env
+from inference4py.converted import check_disk, file_digest, read_marker, remove_abandoned, write_folder
 from inference4py.converted import dump_json as _dump
-from inference4py.converted import file_digest, read_marker, remove_abandoned, write_folder
 from inference4py.errors import ConfigurationError
 from inference4py.gguf.blocks import LAYOUTS
 from inference4py.gguf.hyper import MAX_ROPE_POSITIONS
@@ -80,17 +80,7 @@ def estimated_size(gguf: GGUFFile, bits: int | None) -> int:
 
 def _check_disk(gguf: GGUFFile, folder: Path, bits: int | None) -> None:
     """A clear error before writing anything when the disk cannot hold the folder."""
-    needed = estimated_size(gguf, bits) + _SPARE_DISK
-    probe = folder
-    while not probe.exists():
-        probe = probe.parent
-    free = shutil.disk_usage(probe).free
-    if free < needed:
-        raise ConfigurationError(
-            f"Not enough free disk to convert {gguf.path.name}: the {width_name(bits)} folder needs about "
-            f"{needed / 1e9:.2f} GB and {probe} has {free / 1e9:.2f} GB free. Free some space, or point "
-            "INFERENCE4PY_CACHE (or the output folder) at a larger disk."
-        )
+    check_disk(f"{gguf.path.name} ({width_name(bits)})", estimated_size(gguf, bits) + _SPARE_DISK, folder)
 
 
 def convert_gguf(

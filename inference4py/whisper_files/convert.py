@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from inference4py import env
-from inference4py.converted import dump_json, file_digest, read_marker, remove_abandoned, write_folder
+from inference4py.converted import check_disk, dump_json, file_digest, read_marker, remove_abandoned, write_folder
 from inference4py.errors import ConfigurationError, ModelLoadError
 from inference4py.whisper_files.sources import WhisperFile, find_whisper_file
 from inference4py.whisper_files.weights import WhisperWeights
@@ -96,22 +96,9 @@ def _digest(source: WhisperFile) -> str:
     return h.hexdigest()
 
 
-def _check_disk(source: WhisperFile, parent: Path) -> None:
-    needed = source.path.stat().st_size + (64 << 20)
-    probe = parent
-    while not probe.exists():
-        probe = probe.parent
-    free = shutil.disk_usage(probe).free
-    if free < needed:
-        raise ConfigurationError(
-            f"Not enough free disk to convert {source.path}: the folder needs about {needed / 1e9:.2f} GB and {probe} "
-            f"has {free / 1e9:.2f} GB free. Free some space, or point INFERENCE4PY_CACHE at a larger disk."
-        )
-
-
 def _write(source: WhisperFile, target: Path, digest: str | None) -> Path:
     weights, tokenizer, carried = _load(source)  # a bad file fails before anything is written
-    _check_disk(source, target.parent)
+    check_disk(str(source.path), source.path.stat().st_size + (64 << 20), target.parent)
     return write_folder(
         target, lambda work: _fill(weights, tokenizer, carried, work), _MARKER, _provenance(source, weights, digest)
     )

@@ -31,7 +31,7 @@ from inference4py.errors import ModelLoadError, UnsupportedModelError
 from inference4py.gguf.blocks import LAYOUTS, block_bytes, unpack
 from inference4py.whisper_files.weights import Dims, Lazy, Matrix, WhisperWeights
 
-__all__ = ["read_ggml"]
+__all__ = ["HPARAMS", "MAGIC", "read_ggml"]
 
 MAGIC = 0x67676D6C
 _TYPES = {
@@ -48,7 +48,7 @@ _TYPES = {
     13: "Q5_K",
     14: "Q6_K",
 }
-_HPARAMS = (
+HPARAMS = (
     "n_vocab",
     "n_audio_ctx",
     "n_audio_state",
@@ -190,8 +190,8 @@ def read_ggml(path: str | Path) -> tuple[WhisperWeights, dict[str, Any], dict[st
     (magic,) = f.ints(1, "the magic number", "I")
     if magic != MAGIC:
         raise ModelLoadError(f"{path} does not start with 'ggml': it is not a whisper.cpp model file. {_HOW_TO_FIX}")
-    hp = dict(zip(_HPARAMS, f.ints(len(_HPARAMS), "the header")))
-    if min(hp[k] for k in _HPARAMS[:10]) <= 0:
+    hp = dict(zip(HPARAMS, f.ints(len(HPARAMS), "the header")))
+    if min(hp[k] for k in HPARAMS[:10]) <= 0:
         raise ModelLoadError(f"{path}: the header holds a size of zero or less ({hp}). {_HOW_TO_FIX}")
     n_mel, n_fft = f.ints(2, "the mel filters' shape")
     f.take(4 * n_mel * n_fft, "the mel filters")  # Whisper's own filters: the library computes the same

@@ -23,7 +23,7 @@ from typing import Any
 
 from inference4py.errors import UnsupportedModelError
 
-__all__ = ["TIMESTAMPS", "non_speech_tokens", "special_tokens", "tokenizer_json"]
+__all__ = ["TIMESTAMPS", "byte_to_char", "non_speech_tokens", "special_tokens", "tokenizer_json"]
 
 TIMESTAMPS = 1501  # <|0.00|> .. <|30.00|>
 _AFTER_LANGUAGES = (
@@ -37,7 +37,7 @@ _AFTER_LANGUAGES = (
 
 
 @cache
-def _byte_to_char() -> dict[int, str]:
+def byte_to_char() -> dict[int, str]:
     """GPT-2's printable stand-in for each byte (the ByteLevel pre-tokenizer's alphabet)."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     chars = {b: chr(b) for b in printable}
@@ -98,7 +98,7 @@ def _merges(tokens: Sequence[bytes]) -> list[tuple[bytes, bytes]]:
 
 def tokenizer_json(tokens: Sequence[bytes], specials: Sequence[str]) -> dict[str, Any]:
     """A tokenizers ``tokenizer.json`` (byte-level BPE, GPT-2's pre-tokenizer) with ``specials`` after the text tokens."""
-    char = _byte_to_char()
+    char = byte_to_char()
 
     def text(b: bytes) -> str:
         return "".join(char[x] for x in b)

@@ -155,6 +155,20 @@ def test_a_conversations_turns_stay_on_one_replica(cluster):
     assert any(len(r) > 1 for r in spread), spread  # Serve's default router: turns go anywhere
 
 
+def test_replicas_cpus_memory_and_autoscaling_reach_serve():
+    """What Serve is told per replica (no cluster needed to build the application)."""
+    app = build_app([str(MODELS / "qwen2")], autoscale=(1, 3), num_cpus=2, memory_gb=1.5)
+    ingress = app._bound_deployment  # Serve's Application: the ingress, bound to the model deployment
+    model = ingress.init_args[0]._bound_deployment
+    scaling = model._deployment_config.autoscaling_config
+    assert (scaling.min_replicas, scaling.max_replicas) == (1, 3)
+    options = model.ray_actor_options
+    assert options["num_cpus"] == 2 and options["memory"] == int(1.5 * (1 << 30))
+    assert options["runtime_env"]["env_vars"]["INFERENCE4PY_NUM_THREADS"] == "2"
+    fixed = build_app([str(MODELS / "qwen2")], replicas=3)._bound_deployment.init_args[0]._bound_deployment
+    assert fixed.num_replicas == 3
+
+
 def test_a_serve_config_with_an_unknown_key_is_refused():
     from inference4py.errors import ConfigurationError
 
