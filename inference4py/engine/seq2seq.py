@@ -5,8 +5,10 @@ carries two caches:
 
 * self-attention (``past_key_values.{i}.decoder.*``): grows by one position per step;
 * cross-attention (``past_key_values.{i}.encoder.*``): produced by the first decoder
-  run from the encoder output, then frozen.  Later steps bind the very same
-  OrtValues again: it is never recomputed nor copied.
+  run from the encoder output, then frozen (or, when the encoder outputs it as
+  ``present.{i}.encoder.*``, taken from the encoder and the decoder is one graph
+  without a first-run branch).  Later steps bind the very same OrtValues again: it
+  is never recomputed nor copied.
 """
 
 from __future__ import annotations
@@ -80,7 +82,8 @@ class Seq2SeqRuntime:
                 "expected 'input_ids' or 'input_features'."
             )
         self.encoder_inputs = enc_inputs
-        self.encoder_output = next(iter(graph_outputs(self.encoder).values()))
+        encoder_outputs = graph_outputs(self.encoder)
+        self.encoder_output = next(iter(encoder_outputs.values()))
         self.first = DecoderGraph(open_session(spec, "decoder", options), config, spec.session("decoder").file, spec)
         self.rest = (
             DecoderGraph(
@@ -90,6 +93,14 @@ class Seq2SeqRuntime:
             else self.first
         )
         self.layout = self.rest.layout
+        # cross cache the encoder hands over (input name -> the encoder's output), when it outputs one
+        wanted = {e.input: e.input.replace("past_key_values", "present") for e in self.layout.cross_entries}
+        self.encoder_cross = {i: o for i, o in wanted.items() if o in encoder_outputs}
+        if self.encoder_cross and len(self.encoder_cross) != len(wanted):
+            raise UnsupportedModelError(
+                f"{spec.session('encoder').file} outputs part of the cross-attention cache "
+                f"({len(self.encoder_cross)} of {len(wanted)} tensors): export it whole, or not at all."
+            )
         if not self.layout.self_entries:
             raise UnsupportedModelError(
                 f"{self.rest.name} has no self-attention cache inputs; export the model with past key values "
@@ -111,8 +122,11 @@ class Seq2SeqRuntime:
         self.encoder_runs = 0  # observable: tests check the encoder runs once per generation
 
     # ------------------------------------------------------------------ encoder
-    def encode(self, inputs: np.ndarray, attention_mask: np.ndarray | None = None) -> tuple[ort.OrtValue, np.ndarray]:
-        """Run the encoder: returns (hidden states OrtValue, attention mask [batch, src_len])."""
+    def encode(
+        self, inputs: np.ndarray, attention_mask: np.ndarray | None = None
+    ) -> tuple[ort.OrtValue, np.ndarray, dict[str, ort.OrtValue]]:
+        """Run the encoder: (hidden states, attention mask ``[batch, src_len]``, the cross cache it outputs:
+        decoder input name -> value, empty when the first decoder run makes it)."""
         arr = np.asarray(inputs)
         if self.encoder_input == "input_ids":
             arr = arr.astype(self.encoder_inputs["input_ids"].dtype, copy=False)
@@ -143,14 +157,16 @@ class Seq2SeqRuntime:
                 "attention_mask", mask.astype(self.encoder_inputs["attention_mask"].dtype, copy=False)
             )
         binding.bind_output(self.encoder_output.name, "cpu")
+        for name in self.encoder_cross.values():
+            binding.bind_output(name, "cpu")
         run_binding(self.encoder, binding, what=f"encoder ({self.spec.session('encoder').file})")
         self.encoder_runs += 1
-        return binding.get_outputs()[0], mask
+        outputs = binding.get_outputs()
+        return outputs[0], mask, dict(zip(self.encoder_cross, outputs[1:]))
 
     def new_state(self, inputs: np.ndarray, attention_mask: np.ndarray | None = None) -> Seq2SeqState:
         """Encode ``inputs`` and return a fresh decoding state attending to them."""
-        hidden, mask = self.encode(inputs, attention_mask)
-        return Seq2SeqState(self, hidden, mask)
+        return Seq2SeqState(self, *self.encode(inputs, attention_mask))
 
 
 class Seq2SeqState:
@@ -165,7 +181,13 @@ class Seq2SeqState:
 
     _ones: np.ndarray  # a reusable run of ones; decoder_attention_mask views its start
 
-    def __init__(self, runtime: Seq2SeqRuntime, hidden: ort.OrtValue, encoder_mask: np.ndarray) -> None:
+    def __init__(
+        self,
+        runtime: Seq2SeqRuntime,
+        hidden: ort.OrtValue,
+        encoder_mask: np.ndarray,
+        cross: dict[str, Any] | None = None,
+    ) -> None:
         self.rt = runtime
         self.hidden = hidden  # [batch, src_len, d_model]
         self.encoder_mask = encoder_mask  # [batch, src_len]
@@ -174,7 +196,9 @@ class Seq2SeqState:
         # self cache: one OrtValue (native or wrapped, see StepBinding) per entry of
         # rt.layout.self_entries, in that order; None before the first run
         self._self: list[Any] | None = None
-        self.cross: dict[str, Any] = {}  # input name -> OrtValue, set once by the first decoder run
+        # input name -> OrtValue: from the encoder (``cross``), else set once by the first decoder run
+        self.cross: dict[str, Any] = dict(cross or {})
+        self._cross_from_encoder = bool(cross)
         self.cross_computations = 0
         self._binding: StepBinding | None = None  # the step graph's binding, made once
         self._step_ready = False
@@ -236,7 +260,8 @@ class Seq2SeqState:
         self._step_ready = False
         if length == 0:
             self._self = None
-            self.cross = {}  # recomputed by the next first run
+            if not self._cross_from_encoder:
+                self.cross = {}  # recomputed by the next first run
             self.length = 0
             return
         assert self._self is not None
@@ -327,7 +352,7 @@ class Seq2SeqState:
         out_names = ["logits"]
         if g.layout.entries:
             out_names += [e.output for e in g.layout.self_entries]
-            if first_run:
+            if first_run and not self._cross_from_encoder:
                 out_names += [e.output for e in g.cross_outputs]
         else:
             out_names += g.emitted
@@ -336,7 +361,7 @@ class Seq2SeqState:
         fast.run(what=g.name)
         produced = dict(zip(out_names, fast.outputs()))
         self._self = [produced[entry.output] for entry in self.rt.layout.self_entries]
-        if first_run:
+        if first_run and not self._cross_from_encoder:
             for entry in self.rt.layout.cross_entries:
                 out = entry.output or entry.input.replace("past_key_values", "present")
                 self.cross[entry.input] = produced[out]

@@ -28,7 +28,7 @@ __all__ = ["convert_whisper", "whisper_folder"]
 
 _log = logging.getLogger("inference4py.whisper")
 
-CONVERTER_VERSION = 1  # bump when the folders it writes change: old cache entries are then rebuilt
+CONVERTER_VERSION = 2  # bump when the folders it writes change: old cache entries are then rebuilt
 _MARKER = "inference4py-whisper.json"
 
 

@@ -1,20 +1,21 @@
 """Whisper's encoder and decoder as ONNX graphs, built with numpy + onnx from :class:`WhisperWeights`.
 
-The two graphs have the input and output names of optimum's Whisper export, which the native
-runtime (:mod:`inference4py.engine.seq2seq`) already runs:
+The two graphs use optimum's input and output names, which the native runtime
+(:mod:`inference4py.engine.seq2seq`) runs:
 
 * ``encoder_model.onnx``: ``input_features`` ``[batch, n_mels, 2 * source]`` -> ``last_hidden_state``
-  ``[batch, source, d]``;
-* ``decoder_model_merged.onnx``: ``input_ids`` ``[batch, new]``, ``encoder_hidden_states``,
-  ``use_cache_branch`` and ``past_key_values.{i}.decoder.key|value`` ``[batch, heads, past, head]`` /
-  ``past_key_values.{i}.encoder.key|value`` ``[batch, heads, source, head]`` -> ``logits``
-  ``[batch, 1, vocab]`` (the last position only: the loop reads no other), ``present.{i}.*`` and
-  ``cross_attentions.{i}`` ``[batch, heads, new, source]`` (the cross-attention weights word
-  timestamps read; a caller that does not bind them pays nothing).
+  ``[batch, source, d]`` and every decoder layer's cross-attention keys and values
+  ``present.{i}.encoder.key|value`` ``[batch, heads, source, head]``, projected once per window;
+* ``decoder_model_merged.onnx`` (the file name the encoder-decoder preset looks for): ``input_ids``
+  ``[batch, new]``, ``past_key_values.{i}.decoder.key|value`` ``[batch, heads, past, head]`` and
+  ``past_key_values.{i}.encoder.key|value`` -> ``logits`` ``[batch, 1, vocab]`` (the last position
+  only: the loop reads no other), ``present.{i}.decoder.*`` and ``cross_attentions.{i}`` ``[batch,
+  heads, new, source]`` (the weights word timestamps read; a caller that does not bind them pays
+  nothing).
 
-Unlike optimum's merged decoder, only the cross-attention keys and values sit in the ``If`` over
-``use_cache_branch`` (computed from the encoder output on the first run, passed through after);
-the rest of the decoder is one graph that onnxruntime optimizes as a whole.
+Unlike optimum's merged decoder, the decoder has no ``If`` over a first-run branch: the encoder hands
+the cross cache over (the runtime takes it from the encoder's outputs), so the decoder is one graph
+that onnxruntime optimizes and packs once.
 
 Weights are written as the file holds them: float32 as is; float16 with a ``Cast`` before use;
 integer codes with a ``Cast`` and either a ``Div`` by their row divisors (CTranslate2's int8) or a
@@ -37,7 +38,7 @@ from inference4py.whisper_files.weights import Matrix, WhisperWeights
 __all__ = ["DECODER_FILE", "ENCODER_FILE", "write_graphs"]
 
 ENCODER_FILE = "encoder_model.onnx"
-DECODER_FILE = "decoder_model_merged.onnx"
+DECODER_FILE = "decoder_model_merged.onnx"  # the encoder-decoder preset's name (no If inside: see above)
 OPSET = 21
 FUSED_ENCODER_ATTENTION = True  # com.microsoft MultiHeadAttention for the encoder's self-attention
 _LN_EPS = 1e-5
@@ -57,8 +58,7 @@ class _Builder:
         self.inits: list[Any] = []
         self._names: set[str] = set()
         self._consts: dict[tuple[str, bytes], str] = {}
-        self._weights: dict[str, str] = {}  # tensor name -> the float32 value made for it (shared by branches)
-        self._outer_nodes: list[Any] = self.nodes  # the main graph's node list (branches swap self.nodes)
+        self._weights: dict[str, str] = {}  # tensor name -> the float32 value made for it (made once)
 
     def fresh(self, name: str) -> str:
         base, n = name, 1
@@ -101,14 +101,11 @@ class _Builder:
         """A float32 tensor computed from the stored numbers (folded by onnxruntime at load), made once.
 
         ``transpose`` stores a matrix ``[out, in]`` as ``[in, out]`` (MatMul's right side); the
-        transpose moves the stored numbers, it never changes them.  The Cast / Div nodes go into the
-        main graph even while a branch is being built, so both branches of the decoder's If read one
-        folded copy.
+        transpose moves the stored numbers, it never changes them.
         """
         if name in self._weights:
             return self._weights[name]
         values = m.values
-        branch, self.nodes = self.nodes, self._outer_nodes
         if m.scales is not None:  # ggml blocks: codes * scale (+ minimum) per block, then the matrix's shape
             rows, blocks = m.scales.shape
             codes = self.initializer(values.reshape(rows, blocks, m.block), name)
@@ -131,7 +128,6 @@ class _Builder:
                     shape = (1, -1) if transpose else (-1,) + (1,) * (values.ndim - 1)
                     div = self.initializer(m.divisor.reshape(shape).astype(np.float32), f"{name}/divisor")
                     out = self.one("Div", [out, div], f"{name}/Div")
-        self.nodes = branch
         self._weights[name] = out
         return out
 
@@ -238,73 +234,25 @@ def _encoder(b: _Builder) -> tuple[list[Any], list[Any]]:
         axis=-1,
         epsilon=_LN_EPS,
     )
-    out = h.make_tensor_value_info(
-        "last_hidden_state", b.TensorProto.FLOAT, ["batch_size", d.source_positions, d.d_model]
-    )
-    return [features], [out]
-
-
-def _layers(b: _Builder, x: str, mask: str, first: bool) -> tuple[list[str], list[str]]:
-    """The decoder layers and head of one branch: its output names and the If's names for them.
-
-    ``first``: the cross keys / values are projected from ``encoder_hidden_states`` and become the
-    ``present.{i}.encoder.*`` outputs; otherwise they are read from ``past_key_values.{i}.encoder.*``
-    and those outputs are one-element placeholders (as in optimum's merged decoder: the runtime keeps
-    the first run's and never reads them again, so nothing is copied per step).
-    """
-    w, d = b.w, b.w.dims
+    outputs = [
+        h.make_tensor_value_info(
+            "last_hidden_state", b.TensorProto.FLOAT, ["batch_size", d.source_positions, d.d_model]
+        )
+    ]
+    # every decoder layer's cross-attention keys and values, projected once per window here
     head = d.d_model // d.decoder_heads
-    tag = "first" if first else "cached"
-    outs: list[str] = []
-    names: list[str] = []
-    attentions = []
+    shape = ["batch_size", d.decoder_heads, d.source_positions, head]
     for i in range(d.decoder_layers):
         p = f"decoder.layers.{i}"
-        y = b.layer_norm(x, f"{p}.attn_norm")
-        q, k, v = b.node("Split", [b.linear(y, f"{p}.attn.qkv")], 3, f"{tag}/{p}/qkv", axis=-1, num_outputs=3)
-        past_k, past_v = (f"past_key_values.{i}.decoder.{kv}" for kv in ("key", "value"))
-        keys = b.one("Concat", [past_k, b.heads(k, d.decoder_heads, head, f"{tag}/{p}/k")], f"{tag}/{p}/keys", axis=2)
-        values = b.one(
-            "Concat", [past_v, b.heads(v, d.decoder_heads, head, f"{tag}/{p}/v")], f"{tag}/{p}/values", axis=2
+        k, v = b.node(
+            "Split", [b.linear("last_hidden_state", f"{p}.cross.kv")], 2, f"{p}/cross_kv", axis=-1, num_outputs=2
         )
-        ctx, _ = b.attend(
-            b.heads(q, d.decoder_heads, head, f"{tag}/{p}/q"), keys, values, head, f"{tag}/{p}/attn", mask
-        )
-        x = b.one("Add", [x, b.linear(b.merge(ctx, d.d_model, f"{tag}/{p}/ctx"), f"{p}.attn.out")], f"{tag}/{p}/res1")
-        y = b.layer_norm(x, f"{p}.cross_norm")
-        q = b.heads(b.linear(y, f"{p}.cross.q"), d.decoder_heads, head, f"{tag}/{p}/cross_q")
-        if first:
-            kv = b.linear("encoder_hidden_states", f"{p}.cross.kv")
-            ck, cv = b.node("Split", [kv], 2, f"{tag}/{p}/cross_kv", axis=-1, num_outputs=2)
-            ck = b.heads(ck, d.decoder_heads, head, f"{tag}/{p}/cross_k")
-            cv = b.heads(cv, d.decoder_heads, head, f"{tag}/{p}/cross_v")
-            cross = [ck, cv]
-        else:
-            ck, cv = (f"past_key_values.{i}.encoder.{kv}" for kv in ("key", "value"))
-            placeholder = b.const(np.zeros((1, 1, 1, 1), np.float32), "placeholder")
-            cross = [b.one("Identity", [placeholder], f"{tag}/{p}/cross_{kv}") for kv in ("key", "value")]
-        ctx, probs = b.attend(q, ck, cv, head, f"{tag}/{p}/cross")
-        attentions.append(b.one("Identity", [probs], f"{tag}/{p}/cross_attentions"))
-        x = b.one(
-            "Add", [x, b.linear(b.merge(ctx, d.d_model, f"{tag}/{p}/cross_ctx"), f"{p}.cross.out")], f"{tag}/{p}/res2"
-        )
-        y = b.layer_norm(x, f"{p}.ffn_norm")
-        y = b.linear(b.gelu(b.linear(y, f"{p}.fc1"), f"{tag}/{p}/fc1"), f"{p}.fc2")
-        x = b.one("Add", [x, y], f"{tag}/{p}/res3")
-        outs += [keys, values, *cross]
-        names += [f"present.{i}.{side}.{kv}" for side in ("decoder", "encoder") for kv in ("key", "value")]
-    last = b.one("Slice", [x, b.ints(-1), b.ints(np.iinfo(np.int64).max), b.ints(1)], f"{tag}/last")  # [batch, 1, d]
-    last = b.layer_norm(last, "decoder.norm")
-    flat = b.one("Reshape", [last, b.ints(-1, d.d_model)], f"{tag}/head/Reshape")
-    projection = b.head_weight()
-    if w.tied:
-        logits = b.one("Gemm", [flat, projection], f"{tag}/head/Gemm", transB=1)
-    else:
-        logits = b.one("MatMul", [flat, projection], f"{tag}/head/MatMul")
-    logits = b.one("Reshape", [logits, b.ints(-1, 1, d.vocab_size)], f"{tag}/logits")
-    outs = [logits, *outs, *attentions]
-    names = ["logits", *names, *(f"cross_attentions.{i}" for i in range(d.decoder_layers))]
-    return outs, names
+        for name, value in (("key", k), ("value", v)):
+            r = b.one("Reshape", [value, b.ints(0, -1, d.decoder_heads, head)], f"{p}/cross_{name}/Reshape")
+            out = f"present.{i}.encoder.{name}"
+            b.node("Transpose", [r], [out], f"{p}/cross_{name}/Transpose", perm=[0, 2, 1, 3])
+            outputs.append(h.make_tensor_value_info(out, b.TensorProto.FLOAT, shape))
+    return [features], outputs
 
 
 def _decoder(b: _Builder) -> tuple[list[Any], list[Any]]:
@@ -312,20 +260,14 @@ def _decoder(b: _Builder) -> tuple[list[Any], list[Any]]:
     head = d.d_model // d.decoder_heads
     self_shape = ["batch_size", d.decoder_heads, "past_decoder_sequence_length", head]
     cross_shape = ["batch_size", d.decoder_heads, "encoder_sequence_length", head]
-    inputs = [
-        h.make_tensor_value_info("input_ids", T.INT64, ["batch_size", "decoder_sequence_length"]),
-        h.make_tensor_value_info(
-            "encoder_hidden_states", T.FLOAT, ["batch_size", "encoder_sequence_length", d.d_model]
-        ),
-    ]
+    inputs = [h.make_tensor_value_info("input_ids", T.INT64, ["batch_size", "decoder_sequence_length"])]
     for i in range(d.decoder_layers):
         for kv in ("key", "value"):
             inputs.append(h.make_tensor_value_info(f"past_key_values.{i}.decoder.{kv}", T.FLOAT, self_shape))
         for kv in ("key", "value"):
             inputs.append(h.make_tensor_value_info(f"past_key_values.{i}.encoder.{kv}", T.FLOAT, cross_shape))
-    inputs.append(h.make_tensor_value_info("use_cache_branch", T.BOOL, [1]))
 
-    # shared by both branches: positions past .. past + new, the causal mask [new, past + new], the embeddings
+    # positions past .. past + new, and the causal mask [new, past + new]
     past = b.one("Gather", [b.one("Shape", ["past_key_values.0.decoder.key"], "past/Shape"), b.ints(2)], "past/length")
     new = b.one("Gather", [b.one("Shape", ["input_ids"], "new/Shape"), b.ints(1)], "new/length")
     past0, new0 = (b.one("Squeeze", [x, b.ints(0)], f"{x}/Squeeze") for x in (past, new))
@@ -343,40 +285,57 @@ def _decoder(b: _Builder) -> tuple[list[Any], list[Any]]:
     )
     mask = b.one("Where", [later, b.scalar(float(np.finfo(np.float32).min)), b.scalar(0.0)], "mask/Where")
     x = b.one("Gather", [b.embedding_table(), "input_ids"], "embed/Gather")
-    positions = b.vector("decoder.positions")
-    x = b.one("Add", [x, b.one("Gather", [positions, rows], "positions/Gather")], "embed/Add")
+    x = b.one("Add", [x, b.one("Gather", [b.vector("decoder.positions"), rows], "positions/Gather")], "embed/Add")
 
-    branches = {}
-    names: list[str] = []
-    outer = b.nodes
-    for first in (True, False):
-        b.nodes = []
-        outs, names = _layers(b, x, mask, first)
-        branches[first] = h.make_graph(
-            b.nodes,
-            "first_run" if first else "with_past",
-            [],
-            [h.make_tensor_value_info(o, T.FLOAT, None) for o in outs],
-        )
-    b.nodes = outer
-    b.node("If", ["use_cache_branch"], names, "decoder/If", then_branch=branches[False], else_branch=branches[True])
-
-    present_self = ["batch_size", d.decoder_heads, "past_decoder_sequence_length + decoder_sequence_length", head]
-    outputs = [h.make_tensor_value_info("logits", T.FLOAT, ["batch_size", 1, d.vocab_size])]
-    for i in range(d.decoder_layers):
-        outputs += [
-            h.make_tensor_value_info(f"present.{i}.decoder.{kv}", T.FLOAT, present_self) for kv in ("key", "value")
-        ]
-        outputs += [h.make_tensor_value_info(f"present.{i}.encoder.{kv}", T.FLOAT, None) for kv in ("key", "value")]
+    present_shape = ["batch_size", d.decoder_heads, "past_decoder_sequence_length + decoder_sequence_length", head]
     attention_shape = ["batch_size", d.decoder_heads, "decoder_sequence_length", "encoder_sequence_length"]
-    outputs += [
-        h.make_tensor_value_info(f"cross_attentions.{i}", T.FLOAT, attention_shape) for i in range(d.decoder_layers)
-    ]
-    return inputs, outputs
+    presents, attentions = [], []
+    for i in range(d.decoder_layers):
+        p = f"decoder.layers.{i}"
+        y = b.layer_norm(x, f"{p}.attn_norm")
+        q, k, v = b.node("Split", [b.linear(y, f"{p}.attn.qkv")], 3, f"{p}/qkv", axis=-1, num_outputs=3)
+        keys, values = (f"present.{i}.decoder.{kv}" for kv in ("key", "value"))
+        b.node(
+            "Concat",
+            [f"past_key_values.{i}.decoder.key", b.heads(k, d.decoder_heads, head, f"{p}/k")],
+            [keys],
+            f"{p}/keys",
+            axis=2,
+        )
+        b.node(
+            "Concat",
+            [f"past_key_values.{i}.decoder.value", b.heads(v, d.decoder_heads, head, f"{p}/v")],
+            [values],
+            f"{p}/values",
+            axis=2,
+        )
+        ctx, _ = b.attend(b.heads(q, d.decoder_heads, head, f"{p}/q"), keys, values, head, f"{p}/attn", mask)
+        x = b.one("Add", [x, b.linear(b.merge(ctx, d.d_model, f"{p}/ctx"), f"{p}.attn.out")], f"{p}/res1")
+        y = b.layer_norm(x, f"{p}.cross_norm")
+        q = b.heads(b.linear(y, f"{p}.cross.q"), d.decoder_heads, head, f"{p}/cross_q")
+        cross_k, cross_v = (f"past_key_values.{i}.encoder.{kv}" for kv in ("key", "value"))
+        ctx, probs = b.attend(q, cross_k, cross_v, head, f"{p}/cross")
+        b.node("Identity", [probs], [f"cross_attentions.{i}"], f"{p}/cross_attentions")
+        x = b.one("Add", [x, b.linear(b.merge(ctx, d.d_model, f"{p}/cross_ctx"), f"{p}.cross.out")], f"{p}/res2")
+        y = b.layer_norm(x, f"{p}.ffn_norm")
+        y = b.linear(b.gelu(b.linear(y, f"{p}.fc1"), f"{p}/fc1"), f"{p}.fc2")
+        x = b.one("Add", [x, y], f"{p}/res3")
+        presents += [h.make_tensor_value_info(n, T.FLOAT, present_shape) for n in (keys, values)]
+        attentions.append(h.make_tensor_value_info(f"cross_attentions.{i}", T.FLOAT, attention_shape))
+    last = b.one("Slice", [x, b.ints(-1), b.ints(np.iinfo(np.int64).max), b.ints(1)], "last")  # [batch, 1, d]
+    last = b.layer_norm(last, "decoder.norm")
+    flat = b.one("Reshape", [last, b.ints(-1, d.d_model)], "head/Reshape")
+    if b.w.tied:
+        logits = b.one("Gemm", [flat, b.head_weight()], "head/Gemm", transB=1)
+    else:
+        logits = b.one("MatMul", [flat, b.head_weight()], "head/MatMul")
+    b.node("Reshape", [logits, b.ints(-1, 1, d.vocab_size)], ["logits"], "logits/Reshape")
+    outputs = [h.make_tensor_value_info("logits", T.FLOAT, ["batch_size", 1, d.vocab_size])]
+    return inputs, outputs + presents + attentions
 
 
 def write_graphs(weights: WhisperWeights, folder: Path) -> None:
-    """Write ``encoder_model.onnx`` and ``decoder_model_merged.onnx`` (each with its ``.data`` file) into ``folder``."""
+    """Write the encoder and the decoder (each with its ``.data`` file) into ``folder``."""
     import onnx
     from onnx import helper
 

@@ -96,10 +96,10 @@ def run_jobs(
         for start in range(0, len(active), batch_size):
             chunk = active[start : start + batch_size]
             windows = [jobs[k].window() for k in chunk]
-            hidden, mask = runtime.encode_rows(windows)  # [rows, src, d_model], [rows, 1]
+            hidden, mask, cross = runtime.encode_rows(windows)  # [rows, src, d_model], [rows, 1], cross cache
             for i, k in enumerate(chunk):
                 if jobs[k].needs_language:
-                    jobs[k].set_language(runtime.detect_language_row(hidden, mask, i))
+                    jobs[k].set_language(runtime.detect_language_row(hidden, mask, i, cross))
             prompts = [jobs[k].ids() for k in chunk]
             results: dict[int, tuple[WindowResult, AlignmentCapture | None]] = {}
             pending = list(range(len(chunk)))
@@ -135,6 +135,7 @@ def run_jobs(
                         rules,
                         scorers,
                         row_rngs,
+                        {name: value[rows] for name, value in cross.items()},
                     )
                     candidates: dict[int, list[tuple[WindowResult, AlignmentCapture | None]]] = {}
                     for i, out, config, scorer in zip(rows, outs, configs, scorers):

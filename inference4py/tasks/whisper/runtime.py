@@ -134,22 +134,22 @@ class WhisperRuntime:
         self._aligned = None
 
     # ------------------------------------------------------------------ one window
-    def encode(self, window: np.ndarray) -> tuple[Any, np.ndarray]:
-        """The encoder's (hidden states, mask) of one window."""
+    def encode(self, window: np.ndarray) -> tuple[Any, np.ndarray, dict[str, Any]]:
+        """The encoder's (hidden states, mask, cross cache when the encoder outputs it) of one window."""
         return self.seq2seq.encode(window)
 
-    def new_state(self, context: tuple[Any, np.ndarray]) -> Seq2SeqState:
+    def new_state(self, context: tuple[Any, ...]) -> Seq2SeqState:
         """A fresh decoding state attending to an encoded window."""
         return Seq2SeqState(self.seq2seq, *context)
 
-    def detect_language(self, context: tuple[Any, np.ndarray]) -> int:
+    def detect_language(self, context: tuple[Any, ...]) -> int:
         """One decoder step after ``<|startoftranscript|>``; the most likely language token."""
         logits = self.new_state(context).prefill(np.array([[self.vocab.sot]], dtype=np.int64))[0]
         return self.vocab.most_likely_language(logits)
 
     def decode(
         self,
-        context: tuple[Any, np.ndarray],
+        context: tuple[Any, ...],
         ids: list[int],
         config: GenerationConfig,
         rules: Sequence[LogitsProcessor],
@@ -186,7 +186,7 @@ class WhisperRuntime:
 
     def _align_tokens(
         self,
-        context: tuple[Any, np.ndarray],
+        context: tuple[Any, ...],
         ids: list[int],
         tokens: list[int],
         sampler: WindowObserver,
@@ -259,15 +259,19 @@ class WhisperRuntime:
         return default_alignment_heads(layers, n_heads)
 
     # ------------------------------------------------------------------ several windows as one batch
-    def encode_rows(self, windows: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """The encoder run once on several windows: (hidden states ``[rows, src, d_model]``, mask ``[rows, 1]``)."""
-        hidden_value, mask = self.seq2seq.encode(np.concatenate(windows, axis=0))
-        return np.asarray(hidden_value.numpy()), mask
+    def encode_rows(self, windows: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """The encoder run once on several windows: (hidden states ``[rows, src, d_model]``, mask ``[rows, 1]``,
+        the cross cache ``[rows, heads, src, head]`` per decoder input when the encoder outputs it)."""
+        hidden_value, mask, cross = self.seq2seq.encode(np.concatenate(windows, axis=0))
+        return np.asarray(hidden_value.numpy()), mask, {k: np.asarray(v.numpy()) for k, v in cross.items()}
 
-    def detect_language_row(self, hidden: np.ndarray, mask: np.ndarray, row: int) -> int:
+    def detect_language_row(
+        self, hidden: np.ndarray, mask: np.ndarray, row: int, cross: dict[str, np.ndarray] | None = None
+    ) -> int:
         """:meth:`detect_language` of row ``row`` of :meth:`encode_rows`' output."""
         one = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(hidden[row : row + 1]))
-        return self.detect_language((one, mask[row : row + 1]))
+        rows = _ort_rows(cross or {}, slice(row, row + 1))
+        return self.detect_language((one, mask[row : row + 1], rows))
 
     def decode_rows(
         self,
@@ -278,6 +282,7 @@ class WhisperRuntime:
         rules: Sequence[Sequence[LogitsProcessor]],
         samplers: Sequence[WindowObserver],
         rngs: Sequence[np.random.Generator],
+        cross: dict[str, np.ndarray] | None = None,
     ) -> list[list[int]]:
         """Greedy / sampled tokens of several windows decoded together (prompts of one length).
 
@@ -286,12 +291,14 @@ class WhisperRuntime:
             prompts: each row's decoder prompt.
             configs, rules, samplers, rngs: each row's settings, logits rules (as in :meth:`decode`),
                 sampler (which also receives its ``<|nospeech|>`` probability) and random generator.
+            cross: the rows' cross cache from :meth:`encode_rows` (when the encoder outputs one).
         """
         v = self.vocab
         captures = [s.alignment for s in samplers]
         words = any(c is not None for c in captures)
         runtime = self.alignment_runtime() if words else self.seq2seq
-        state = Seq2SeqState(runtime, ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(hidden)), mask)
+        hidden_value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(hidden))
+        state = Seq2SeqState(runtime, hidden_value, mask, _ort_rows(cross or {}, slice(None)))
         if words:
             state.extra_outputs = next(c for c in captures if c is not None).outputs
         ids = np.asarray(prompts, dtype=np.int64)  # [rows, n]
@@ -339,3 +346,8 @@ class WhisperRuntime:
                 capture = captures[r]
                 if capture is not None:
                     capture.attention(state.extras, r)
+
+
+def _ort_rows(cross: dict[str, np.ndarray], rows: slice) -> dict[str, Any]:
+    """Rows of a cross cache as OrtValues (empty when the first decoder run makes it)."""
+    return {k: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v[rows])) for k, v in cross.items()}
