@@ -54,6 +54,8 @@ from typing import Any
 if __package__ in (None, ""):  # `python benchmarks/whisper_convert.py`: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.whisper import thread_env  # noqa: E402 - one set of thread and quiet variables for both scripts
+
 ROOT = Path(__file__).resolve().parent.parent
 REAL = Path(os.environ.get("INFERENCE4PY_REAL_DIR", Path.home() / ".cache" / "inference4py" / "real"))
 AUDIO = REAL / "audio" / "en-long.wav"
@@ -259,18 +261,6 @@ def worker_main(step: str, task_path: str, out_path: str) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- driver
-def thread_env(threads: int) -> dict[str, str]:
-    return {
-        **os.environ,
-        "OMP_NUM_THREADS": str(threads),
-        "MKL_NUM_THREADS": str(threads),
-        "OPENBLAS_NUM_THREADS": str(threads),
-        "INFERENCE4PY_NUM_THREADS": str(threads),
-        "TOKENIZERS_PARALLELISM": "false",
-        "PYTHONWARNINGS": "ignore",
-    }
-
-
 def run_step(step: str, task: dict[str, Any], timeout: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-whisper-convert-") as tmp:
         task_path, out_path = Path(tmp) / "task.json", Path(tmp) / "out.json"

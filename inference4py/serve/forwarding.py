@@ -27,8 +27,10 @@ __all__ = [
     "AppCaller",
     "ForwardedRequest",
     "ResponseOwners",
+    "conversation_start",
     "prefix_key",
     "previous_response",
+    "request_body",
     "rendezvous",
     "response_id",
 ]
@@ -62,20 +64,30 @@ def _text(content: Any) -> str:
     return ""
 
 
-def prefix_key(path: str, body: bytes) -> str:
-    """The start of a request's conversation: what a prefix cache would hold for it.
-
-    Chat (``messages``), Messages (``system`` + ``messages``) and Responses (``instructions`` +
-    ``input``): the system text and the first two messages; completions: the prompt's start.  Later
-    turns of one conversation share this start, so they name the same replica.
-    """
-    if not body or not path.startswith("v1/") and not path.startswith("/v1/"):
-        return ""
+def request_body(path: str, body: bytes) -> dict[str, Any]:
+    """The JSON object of an API request (``/v1/...``), read once; {} for other routes or another body."""
+    if not body or not path.lstrip("/").startswith("v1/"):
+        return {}
     try:
         data = json.loads(body)
     except ValueError:
-        return ""
-    if not isinstance(data, dict):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def prefix_key(path: str, body: bytes) -> str:
+    """:func:`conversation_start` of a request's body."""
+    return conversation_start(request_body(path, body))
+
+
+def conversation_start(data: dict[str, Any]) -> str:
+    """The start of a request's conversation (``data``: :func:`request_body`): what a prefix cache would hold for it.
+
+    Chat (``messages``), Messages (``system`` + ``messages``) and Responses (``instructions`` +
+    ``input``): the system text and the first two messages; completions: the prompt's start.  Later
+    turns of one conversation share this start, so they name the same replica.  "" when there is none.
+    """
+    if not data:
         return ""
     parts = [str(data.get("model", ""))]
     parts.append(_text(data.get("system")) + _text(data.get("instructions")))
@@ -106,13 +118,9 @@ def response_id(piece: bytes) -> str | None:
     return found.group(1).decode() if found else None
 
 
-def previous_response(body: bytes) -> str | None:
-    """A Responses request's ``previous_response_id``, if it has one."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
-    value = data.get("previous_response_id") if isinstance(data, dict) else None
+def previous_response(data: dict[str, Any]) -> str | None:
+    """A Responses request's ``previous_response_id`` (``data``: :func:`request_body`), if it has one."""
+    value = data.get("previous_response_id")
     return value if isinstance(value, str) else None
 
 

@@ -22,9 +22,10 @@ from inference4py.serve.forwarding import (
     AppCaller,
     ForwardedRequest,
     ResponseOwners,
-    prefix_key,
+    conversation_start,
     previous_response,
     rendezvous,
+    request_body,
     response_id,
 )
 from inference4py.serve.settings import ServerSettings
@@ -131,15 +132,16 @@ class Ingress:
     @app.api_route("/{path:path}", methods=_METHODS)
     async def forward(self, request: Request, path: str) -> Response:
         body = await request.body()
+        data = request_body(path, body)  # parsed once, for the router's prefix and a Responses follow-up
         responses = path.rstrip("/").endswith("v1/responses")
-        owner = self.owners.owner(previous_response(body)) if responses else None
+        owner = self.owners.owner(previous_response(data)) if responses else None
         forwarded = ForwardedRequest(
             request.method,
             path,
             request.url.query.encode(),
             list(request.scope["headers"]),
             body,
-            prefix_key(path, body),
+            conversation_start(data),
             owner,
         )
         stream = self.model.options(stream=True).handle.remote(forwarded)

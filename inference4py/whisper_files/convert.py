@@ -10,7 +10,6 @@ is the library's normal load path.  No torch, no transformers, no CTranslate2: n
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -20,6 +19,7 @@ from typing import Any
 
 from inference4py import env
 from inference4py.converted import check_disk, dump_json, file_digest, read_marker, remove_abandoned, write_folder
+from inference4py.engine.pipeline.folder import read_json_object, read_model_config
 from inference4py.errors import ConfigurationError, ModelLoadError
 from inference4py.whisper_files.sources import WhisperFile, find_whisper_file
 from inference4py.whisper_files.weights import WhisperWeights
@@ -30,16 +30,6 @@ _log = logging.getLogger("inference4py.whisper")
 
 CONVERTER_VERSION = 2  # bump when the folders it writes change: old cache entries are then rebuilt
 _MARKER = "inference4py-whisper.json"
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"{path} is not a readable JSON file ({exc}). Copy the model folder again.") from exc
-    if not isinstance(data, dict):
-        raise ModelLoadError(f"{path} does not hold a JSON object. Copy the model folder again.")
-    return data
 
 
 def _load(source: WhisperFile) -> tuple[WhisperWeights, dict[str, Any], dict[str, Any]]:
@@ -57,8 +47,8 @@ def _load(source: WhisperFile) -> tuple[WhisperWeights, dict[str, Any], dict[str
             f"{source.folder} has no tokenizer.json. faster-whisper folders carry one (ct2-transformers-converter "
             "--copy_files tokenizer.json); copy the original model's tokenizer.json into the folder."
         )
-    carried = _read_json(source.folder / "config.json") if (source.folder / "config.json").is_file() else {}
-    return weights, _read_json(tokenizer), carried
+    fix = "Copy the model folder again."
+    return weights, read_json_object(tokenizer, ModelLoadError, fix), read_model_config(source.folder)
 
 
 def _fill(weights: WhisperWeights, tokenizer: dict[str, Any], carried: dict[str, Any], work: Path) -> None:

@@ -240,36 +240,27 @@ def whisper_weights(ct2: Ct2File) -> WhisperWeights:
         tensors[f"encoder.conv{i + 1}.bias"] = r.vector(f"encoder/conv{i + 1}/bias")
     tensors["encoder.positions"] = r.vector("encoder/position_encodings/encodings")
     norm("encoder/layer_norm", "encoder.norm")
-    for i in range(n_enc):
-        c, o = f"encoder/layer_{i}", f"encoder.layers.{i}"
-        linear(f"{c}/self_attention/linear_0", f"{o}.attn.qkv")
-        linear(f"{c}/self_attention/linear_1", f"{o}.attn.out")
-        norm(f"{c}/self_attention/layer_norm", f"{o}.attn_norm")
-        linear(f"{c}/ffn/linear_0", f"{o}.fc1")
-        linear(f"{c}/ffn/linear_1", f"{o}.fc2")
-        norm(f"{c}/ffn/layer_norm", f"{o}.ffn_norm")
     tensors["decoder.embeddings"] = r.matrix("decoder/embeddings")
     tensors["decoder.positions"] = r.vector("decoder/position_encodings/encodings")
     norm("decoder/layer_norm", "decoder.norm")
-    for i in range(n_dec):
-        c, o = f"decoder/layer_{i}", f"decoder.layers.{i}"
-        linear(f"{c}/self_attention/linear_0", f"{o}.attn.qkv")
-        linear(f"{c}/self_attention/linear_1", f"{o}.attn.out")
-        norm(f"{c}/self_attention/layer_norm", f"{o}.attn_norm")
-        linear(f"{c}/attention/linear_0", f"{o}.cross.q")
-        linear(f"{c}/attention/linear_1", f"{o}.cross.kv")
-        linear(f"{c}/attention/linear_2", f"{o}.cross.out")
-        norm(f"{c}/attention/layer_norm", f"{o}.cross_norm")
-        linear(f"{c}/ffn/linear_0", f"{o}.fc1")
-        linear(f"{c}/ffn/linear_1", f"{o}.fc2")
-        norm(f"{c}/ffn/layer_norm", f"{o}.ffn_norm")
-    tied = ct2.aliases.get("decoder/projection/weight") == "decoder/embeddings/weight"
-    if tied:
-        r.used.add("decoder/projection/weight")
-        r.used.update(n for n in ("decoder/projection/weight_scale",) if n in names)
+    for side, count in (("encoder", n_enc), ("decoder", n_dec)):
+        for i in range(count):
+            c, o = f"{side}/layer_{i}", f"{side}.layers.{i}"
+            linear(f"{c}/self_attention/linear_0", f"{o}.attn.qkv")
+            linear(f"{c}/self_attention/linear_1", f"{o}.attn.out")
+            norm(f"{c}/self_attention/layer_norm", f"{o}.attn_norm")
+            if side == "decoder":
+                linear(f"{c}/attention/linear_0", f"{o}.cross.q")
+                linear(f"{c}/attention/linear_1", f"{o}.cross.kv")
+                linear(f"{c}/attention/linear_2", f"{o}.cross.out")
+                norm(f"{c}/attention/layer_norm", f"{o}.cross_norm")
+            linear(f"{c}/ffn/linear_0", f"{o}.fc1")
+            linear(f"{c}/ffn/linear_1", f"{o}.fc2")
+            norm(f"{c}/ffn/layer_norm", f"{o}.ffn_norm")
+    if ct2.aliases.get("decoder/projection/weight") == "decoder/embeddings/weight":
+        r.used.add("decoder/projection/weight")  # tied: the graph's head reads the embedding table
     else:
         tensors["decoder.projection"] = r.matrix("decoder/projection")
-    r.used.update(n for n in names if n.endswith("/bias") and n.startswith("decoder/projection"))
     left = sorted(n for n in names if n not in r.used and not n.endswith("_scale"))
     if left:
         raise UnsupportedModelError(

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from inference4py.errors import ModelLoadError, UnsupportedModelError
-from inference4py.gguf.blocks import LAYOUTS, block_bytes, unpack
+from inference4py.gguf.blocks import block_bytes, unpack
 from inference4py.whisper_files.weights import Dims, Lazy, Matrix, WhisperWeights
 
 __all__ = ["HPARAMS", "MAGIC", "read_ggml"]
@@ -125,11 +125,8 @@ def _matrix(kind: str, shape: tuple[int, ...], data: np.ndarray) -> Matrix:
     if kind in ("F32", "F16"):
         return Matrix(data)
     blocks = unpack(kind, data)
-    codes = (
-        blocks.codes.astype(np.int8)
-        if LAYOUTS[kind].bits <= 8 and blocks.codes.min() >= -128 and blocks.codes.max() < 128
-        else blocks.codes
-    )
+    fits = blocks.codes.min() >= -128 and blocks.codes.max() < 128  # every type's codes do: a byte each on disk
+    codes = blocks.codes.astype(np.int8) if fits else blocks.codes
     return Matrix(codes.reshape(shape), scales=blocks.scales, minimums=blocks.minimums, block=blocks.block)
 
 

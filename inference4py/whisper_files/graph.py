@@ -153,14 +153,15 @@ class _Builder:
         return self.one("Gelu", [x], f"{name}/Gelu", approximate="none")
 
     def embedding_table(self) -> str:
-        """The token embeddings as float32, made once in the outer graph (the tied head reads them too)."""
+        """The token embeddings as float32, made once (a tied head reads the same table)."""
         return self.stored(self.w.matrix("decoder.embeddings"), "decoder.embeddings", transpose=False)
 
-    def head_weight(self) -> str:
-        """The output projection's right side: the embedding table (Gemm transB) or the untied projection."""
+    def head(self, x: str) -> str:
+        """``x`` ``[rows, d]`` times the output projection: the embedding table (Gemm, transposed) or the untied one."""
         if self.w.tied:
-            return self.embedding_table()
-        return self.stored(self.w.matrix("decoder.projection"), "decoder.projection", transpose=True)
+            return self.one("Gemm", [x, self.embedding_table()], "head/Gemm", transB=1)
+        projection = self.stored(self.w.matrix("decoder.projection"), "decoder.projection", transpose=True)
+        return self.one("MatMul", [x, projection], "head/MatMul")
 
     # ------------------------------------------------------------------ attention pieces
     def heads(self, x: str, n_heads: int, head: int, name: str) -> str:
@@ -325,11 +326,7 @@ def _decoder(b: _Builder) -> tuple[list[Any], list[Any]]:
     last = b.one("Slice", [x, b.ints(-1), b.ints(np.iinfo(np.int64).max), b.ints(1)], "last")  # [batch, 1, d]
     last = b.layer_norm(last, "decoder.norm")
     flat = b.one("Reshape", [last, b.ints(-1, d.d_model)], "head/Reshape")
-    if b.w.tied:
-        logits = b.one("Gemm", [flat, b.head_weight()], "head/Gemm", transB=1)
-    else:
-        logits = b.one("MatMul", [flat, b.head_weight()], "head/MatMul")
-    b.node("Reshape", [logits, b.ints(-1, 1, d.vocab_size)], ["logits"], "logits/Reshape")
+    b.node("Reshape", [b.head(flat), b.ints(-1, 1, d.vocab_size)], ["logits"], "logits/Reshape")
     outputs = [h.make_tensor_value_info("logits", T.FLOAT, ["batch_size", 1, d.vocab_size])]
     return inputs, outputs + presents + attentions
 

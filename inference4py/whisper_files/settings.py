@@ -28,7 +28,7 @@ _log = logging.getLogger("inference4py.whisper")
 
 MULTILINGUAL_VOCAB = 51865  # OpenAI: n_vocab >= 51865 is multilingual (51864: the .en models)
 MAX_INITIAL_TIMESTAMP_INDEX = 50  # OpenAI's max_initial_timestamp = 1.0 s, as in every Hub generation config
-_LANGUAGE = re.compile(r"<\|([a-z]{2,3}|haw|yue)\|>")
+_LANGUAGE = re.compile(r"<\|[a-z]{2,3}\|>")  # en ... haw, yue
 _SPECIAL = {
     "eot": ("<|endoftext|>",),
     "sot": ("<|startoftranscript|>",),

@@ -27,10 +27,11 @@ def read_model_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(folder) / "config.json"
     if not path.is_file():
         return {}
-    return _read_json_object(path, ModelLoadError, "Re-download the model or fix the file.")
+    return read_json_object(path, ModelLoadError, "Re-download the model or fix the file.")
 
 
-def _read_json_object(path: Path, error: type[Exception], fix: str) -> dict[str, Any]:
+def read_json_object(path: Path, error: type[Exception], fix: str) -> dict[str, Any]:
+    """The JSON object in ``path``; ``error`` (with ``fix`` in its message) when it is unreadable or not an object."""
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
@@ -48,7 +49,7 @@ def _folder_generation_defaults(root: Path, config: Mapping[str, Any]) -> tuple[
     as transformers resolves them: the layer under what a description declares."""
     gen_path = root / "generation_config.json"
     if gen_path.is_file():
-        data = _read_json_object(gen_path, ModelLoadError, "Re-download the model or fix the file.")
+        data = read_json_object(gen_path, ModelLoadError, "Re-download the model or fix the file.")
         generation = {k: v for k, v in data.items() if k in GENERATION_KEYS and _valid_generation_value(k, v)}
         for hf_name in _TOKEN_KEYS.values():
             if data.get(hf_name) is None and config.get(hf_name) is not None:

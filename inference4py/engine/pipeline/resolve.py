@@ -22,7 +22,7 @@ from inference4py.engine.pipeline.detect import _detect_description, _is_speech
 from inference4py.engine.pipeline.folder import (
     _existing_folder,
     _folder_generation_defaults,
-    _read_json_object,
+    read_json_object,
     read_model_config,
 )
 from inference4py.engine.pipeline.genai import translate_genai_config
@@ -60,11 +60,11 @@ def load_pipeline(folder: str | os.PathLike[str]) -> PipelineSpec:
     root = _existing_folder(folder)
     own = root / DESCRIPTION_FILE
     if own.is_file():
-        raw = _read_json_object(own, PipelineSpecError, f"Fix {DESCRIPTION_FILE} or delete it to use detection.")
+        raw = read_json_object(own, PipelineSpecError, f"Fix {DESCRIPTION_FILE} or delete it to use detection.")
         return resolve_description(raw, root, source=DESCRIPTION_FILE)
     genai = root / GENAI_CONFIG
     if genai.is_file():
-        raw = translate_genai_config(_read_json_object(genai, ModelLoadError, "Re-download the model."))
+        raw = translate_genai_config(read_json_object(genai, ModelLoadError, "Re-download the model."))
         return resolve_description(raw, root, source=GENAI_CONFIG)
     return detect_pipeline(root)
 
