@@ -28,6 +28,7 @@ from inference4py.engine.graph_io import has_op, read_node_int_attributes
 from inference4py.engine.growing_kv import _GrowingCache
 from inference4py.engine.kv_cache import check_cache_names
 from inference4py.engine.pipeline import PipelineSpec, single_pass_refusal
+from inference4py.engine.prompt_tiles import query_tile
 from inference4py.engine.sessions import SessionOptions, create_session
 from inference4py.engine.shared_kv import _SharedBuffer
 from inference4py.errors import InvalidInputError, ModelLoadError, UnsupportedModelError
@@ -111,6 +112,8 @@ class DecoderRuntime:
         has_gqa = bool(gqa) if gqa is not None else has_op(path, b"GroupQueryAttention")  # unparsable: byte scan
         self.shared_kv = self._shares_buffer(spec, has_gqa)
         self.min_capacity = self._window(spec, gqa or [])
+        # a cached prefix is continued exactly only at a multiple of the prompt pass's query tile
+        self.prompt_tile = query_tile(self.layout.head_dim) if has_gqa else 1
         self.float_prompt = self._float_prompt(spec, config, options) if self.shared_kv else None
 
     def _float_prompt(

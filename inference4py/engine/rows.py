@@ -282,10 +282,11 @@ class RowBatch(DecoderState):
         return order
 
     # ------------------------------------------------------------------ prefix cache
-    def row_cache(self, row: int) -> KVPrefix:
-        """A copy of row ``row``'s cache: every token fed to it so far."""
+    def row_cache(self, row: int, length: int | None = None) -> KVPrefix:
+        """A copy of row ``row``'s cache: its first ``length`` positions (every token fed to it so far: None)."""
         entries = self.rt.layout.self_entries
-        n = self.row_length(row)
+        held = self.row_length(row)
+        n = held if length is None else min(held, length)
         if self.shared_buffer:
             arrays = tuple(self._store[e.input][row : row + 1, :, :n].copy() for e in entries)
             return KVPrefix(n, arrays, tuple(2 for _ in entries))
@@ -295,7 +296,7 @@ class RowBatch(DecoderState):
             arr = np.asarray(value.numpy())
             index: list[slice | int] = [slice(None)] * arr.ndim
             index[entry.batch_axis] = slice(row, row + 1)
-            index[entry.seq_axis] = slice(self.length - n, self.length)
+            index[entry.seq_axis] = slice(self.length - held, self.length - held + n)
             out.append(arr[tuple(index)].copy())
         return KVPrefix(n, tuple(out), tuple(e.seq_axis for e in entries))
 

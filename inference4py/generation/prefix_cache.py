@@ -1,9 +1,14 @@
-"""The automatic prefix cache: the KV of finished sequences, reused by requests that start the same way.
+"""The automatic prefix cache: the KV of finished requests' prompts, reused by requests that start the same way.
 
-A conversation's next turn starts with the previous turn's prompt and answer; a system prompt
-starts every request.  When a request's prompt begins with tokens whose cache is still held, only
+A conversation's next turn starts with the previous turn's prompt; a system prompt starts every
+request.  When a request's prompt begins with tokens whose cache is still held, only
 the rest is prefilled.  Entries are keyed by their token ids, bounded in bytes, and the least
 recently used goes first.
+
+A continued prompt gives what it gives without the cache, bit for bit: an entry holds only the
+positions a prompt pass computed (never a generated answer's, which decode steps computed), and a
+prefix is reused only up to a multiple of the prompt pass's query tile with at least two tokens left
+(:mod:`~inference4py.engine.prompt_tiles`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from inference4py.engine.prompt_tiles import MIN_REST
 from inference4py.engine.rows import KVPrefix
 
 __all__ = ["PrefixCache"]
@@ -30,10 +36,14 @@ class PrefixCache:
     Args:
         max_bytes: Memory the entries may hold together.
         min_tokens: Shorter shared prefixes are prefilled again rather than copied.
+        tile: A reused prefix is a multiple of this many tokens (the decoder's ``prompt_tile``).
     """
 
-    def __init__(self, max_bytes: int, *, min_tokens: int = 4, memory: MemoryBudget | None = None) -> None:
+    def __init__(
+        self, max_bytes: int, *, min_tokens: int = 4, tile: int = 1, memory: MemoryBudget | None = None
+    ) -> None:
         self.max_bytes = max(0, int(max_bytes))
+        self.tile = max(1, int(tile))
         self.memory = memory  # a server's budget: entries are kept only while it has room
         self.min_tokens = max(1, int(min_tokens))
         self._entries: OrderedDict[tuple[int, ...], KVPrefix] = OrderedDict()
@@ -55,7 +65,8 @@ class PrefixCache:
         return len(self._entries)
 
     def lookup(self, prompt: Sequence[int]) -> KVPrefix | None:
-        """The cache of the longest held prefix of ``prompt`` (at least one prompt token is left to prefill)."""
+        """The cache of the longest held prefix of ``prompt`` that continues exactly: a multiple of ``tile``
+        tokens, with at least two prompt tokens left to prefill."""
         if not self.enabled:
             return None
         want = np.asarray(prompt, dtype=np.int64)
@@ -66,7 +77,8 @@ class PrefixCache:
                 n = _common(key, want)
                 if n > best:
                     best_key, best = key, n
-            best = min(best, len(want) - 1)
+            best = min(best, len(want) - MIN_REST)
+            best -= best % self.tile
             if best_key is None or best < self.min_tokens:
                 self.misses += 1
                 return None
@@ -77,7 +89,8 @@ class PrefixCache:
         return entry if best == entry.length else entry.cut(best)
 
     def store(self, tokens: Sequence[int], prefix: KVPrefix) -> None:
-        """Keep ``prefix`` (the cache of ``tokens``), evicting the least recently used entries."""
+        """Keep ``prefix`` (the cache of ``tokens``, every position computed by a prompt pass), evicting the
+        least recently used entries."""
         if not self.enabled or prefix.length < self.min_tokens or prefix.nbytes > self.max_bytes:
             return
         key = tuple(int(t) for t in tokens[: prefix.length])

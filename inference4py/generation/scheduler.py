@@ -173,7 +173,7 @@ class Scheduler:
         self.name = name
         self.memory = memory
         self.position_bytes = runtime.layout.position_bytes  # KV bytes of one position of one sequence
-        self.cache = PrefixCache(prefix_cache_bytes, memory=memory)
+        self.cache = PrefixCache(prefix_cache_bytes, tile=runtime.prompt_tile, memory=memory)
         self.stats = SchedulerStats()
         self._starved = False  # the head of the queue waits for memory another model holds
         # set when the budget gets memory back: an Event, a leaf lock, because the budget calls it from
@@ -392,10 +392,7 @@ class Scheduler:
 
     def _start(self, ticket: Ticket) -> None:
         """Prefill ``ticket`` into a new row and choose its first token."""
-        prefix = None if ticket.all_logits else self.cache.lookup(ticket.prompt)
-        if self.ballast and prefix is not None and len(ticket.prompt) - prefix.length < 2:
-            # a one-token prefill would be a one-row product: prefill one more token
-            prefix = prefix.cut(prefix.length - 1) if prefix.length > 1 else None
+        prefix = None if ticket.all_logits else self.cache.lookup(ticket.prompt)  # leaves two tokens at least
         try:
             last, everything = self._batch.admit(
                 np.asarray(ticket.prompt, dtype=np.int64),
@@ -494,9 +491,8 @@ class Scheduler:
             ticket = self._slots[i]
             assert ticket is not None
             self._free_memory(ticket)  # first: the room it held may keep its cache
-            if keep_cache and self.cache.enabled:
-                held = self._batch.row_length(i)
-                self.cache.store(ticket.chooser.sequence()[:held], self._batch.row_cache(i))
+            if keep_cache and self.cache.enabled:  # the prompt's positions: decode steps computed the answer's
+                self.cache.store(ticket.prompt, self._batch.row_cache(i, len(ticket.prompt)))
             chunks = ticket._chunks
             if chunks is not None and hasattr(chunks, "close"):
                 chunks.close()

@@ -244,7 +244,9 @@ def test_second_turn_prefills_only_its_new_tokens_and_answers_as_without_cache(n
         prefilled = cached.stats.prefilled_tokens - before
         reference = plain.generate(turn2, max_new_tokens=12, do_sample=False)
         assert cached.prefix_cache.hits == 1
-        assert prefilled < prompt2 - len(model.encode_prompt(turn1)) + 2  # only the new turn, give or take a token
+        # the first turn's prompt is reused up to a tile boundary; its answer (decode steps) is prefilled again
+        turn1_prompt = len(model.encode_prompt(turn1))
+        assert prefilled == prompt2 - (turn1_prompt - turn1_prompt % model._runtime.prompt_tile)
     assert (
         second.token_ids == reference.token_ids == model.generate(turn2, max_new_tokens=12, do_sample=False).token_ids
     )
@@ -331,7 +333,10 @@ def test_a_lone_request_steps_with_a_ballast_row_where_kernels_depend_on_the_row
 
 def test_the_ballast_keeps_prefix_cache_turns_exact_and_never_prefills_one_token():
     model = _model("genai-llama-int4")
-    first = "one two three four five six"
+    first = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    first += "seventeen eighteen nineteen twenty a b"
+    tile = model._runtime.prompt_tile
+    assert len(model.encode_prompt(first)) % tile == 1  # the whole first prompt but one token would be reusable
     with model.batched(max_concurrent=4) as batched:
         sizes = _step_sizes(batched)
         batch = batched._scheduler._batch
@@ -344,8 +349,8 @@ def test_the_ballast_keeps_prefix_cache_turns_exact_and_never_prefills_one_token
 
         batch.admit = counting_admit
         reply = batched.generate(first, max_new_tokens=6, do_sample=False)
-        # the second prompt is the first turn plus one token: a one-token prefill would be a one-row product
-        second = model.encode_prompt(first) + list(reply.token_ids) + [model.encode_prompt("x")[-1]]
+        # the second prompt is the first plus one token: a one-token prefill would be a one-row product
+        second = model.encode_prompt(first) + [model.encode_prompt("x")[-1]]
         cached = batched.generate(second, max_new_tokens=6, do_sample=False)
         reused = batched.prefix_cache.reused_tokens
     with model.batched(max_concurrent=4, prefix_cache_mb=0) as plain:
@@ -354,4 +359,5 @@ def test_the_ballast_keeps_prefix_cache_turns_exact_and_never_prefills_one_token
     assert cached.token_ids == fresh.token_ids
     assert min(sizes) == 2
     requests = prefilled[0], prefilled[2]  # [1] is the ballast's copy of the first request's cache
-    assert requests[0] == len(model.encode_prompt(first)) and requests[1] == 2
+    assert requests[0] == len(model.encode_prompt(first)) and requests[1] == len(second) - reused >= 2
+    assert reused % tile == 0 and reply.token_ids

@@ -1,0 +1,45 @@
+"""Where a prompt may be split without changing a bit: the query tiles of onnxruntime's attention.
+
+A prompt prefilled in two calls (a cached prefix, then the rest) gives the same logits as one call
+only if every position is computed by the same kernel path both ways.  On CPU, onnxruntime's
+``GroupQueryAttention`` runs a prompt pass as tiled flash attention: query rows in tiles of
+``q_block`` counted from the first new row, each tile a matrix product against the keys.  A tile of
+one row goes through the one-row product (another accumulation order), and a call of one new token
+through the decode kernel, so both round differently from a row inside a tile of several.  Hence:
+
+* a split after ``k`` tokens is exact when ``k`` is a multiple of the tile (the second call's tiles
+  then fall where one call's would) and at least two tokens are left for the second call;
+* keys and values written by decode steps (a generated answer) differ in the last bits from those a
+  prompt pass computes for the same tokens, so only prompt-pass positions may be reused.
+
+The tile follows onnxruntime's own rule: key blocks sized to fill the L2 cache (``sysconf``'s
+``_SC_LEVEL2_CACHE_SIZE``, as onnxruntime reads it), query blocks at most twice the head size.  The
+unfused pass (flash off, or a graph whose attention has a softcap) has no tiles: any multiple is
+exact there too.  ``tests/generation/test_prefix_splits.py`` checks the rule on every graph family.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["MIN_REST", "query_tile"]
+
+#: Tokens a continuing prefill must feed at least: one would take the decode kernel (and, with int4
+#: weights, the one-row MatMulNBits product).
+MIN_REST = 2
+
+
+def query_tile(head_size: int) -> int:
+    """Rows per query tile of onnxruntime's CPU flash attention for ``head_size``, on this machine."""
+    head_size = max(1, int(head_size))
+    kv_block = max(_l2_cache_bytes() // (4 * 4 * 2 * head_size), 1)  # float32, K and V, x4 (onnxruntime's sizing)
+    return max(1, min(kv_block, 2 * head_size))
+
+
+def _l2_cache_bytes() -> int:
+    """The L2 cache size onnxruntime sizes its tiles by; where the system does not say, a size at which the
+    query tile is twice the head size (onnxruntime's cap) for any head up to 256."""
+    try:
+        return int(os.sysconf("SC_LEVEL2_CACHE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return 4 << 20

@@ -1,0 +1,115 @@
+"""A prompt continued from a cached prefix gives the logits of one prefill, bit for bit.
+
+The prefix cache reuses a prefix only at a multiple of the decoder's ``prompt_tile`` with two
+tokens left (:mod:`inference4py.engine.prompt_tiles`); these tests check that rule against
+onnxruntime's kernels on every graph family the engine runs: fused optimum exports, genai folders
+(fp32 and int4, a sliding window), GGUF conversions, and a graph without GroupQueryAttention. And on
+the scheduler: answers with the cache on equal the answers with it off, whatever was asked before.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from inference4py import OnnxTextGenerator
+from inference4py.engine.prompt_tiles import MIN_REST, query_tile
+from inference4py.engine.rows import RowBatch
+from tests.conftest import FIXTURES
+from tests.generation.test_scheduler import gguf_files  # noqa: F401  (a fixture)
+
+MODELS = FIXTURES / "models"
+FAMILIES = ["qwen2", "llama", "genai-llama", "genai-llama-int4", "genai-gemma3-int4", "gpt2", "tiny-q4_k_m"]
+
+
+def _load(name: str, gguf: dict) -> OnnxTextGenerator:
+    path = gguf[name] if name in gguf else MODELS / name
+    return OnnxTextGenerator.builder().model_path(path).build()
+
+
+def _prompt(model: OnnxTextGenerator, length: int) -> np.ndarray:
+    rng = random.Random(length)
+    words = " ".join(
+        rng.choice(["red", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs"]) for _ in range(length)
+    )
+    ids = np.asarray(model.encode_prompt(words), dtype=np.int64)
+    assert len(ids) >= length
+    return ids[:length]
+
+
+def _admit(model: OnnxTextGenerator, ids: np.ndarray, prefix=None) -> np.ndarray:
+    batch = RowBatch(model._runtime, 1)
+    logits, _ = batch.admit(ids, prefix=prefix)
+    return logits
+
+
+def _held(model: OnnxTextGenerator, ids: np.ndarray):
+    """The cache of a finished prompt, as the scheduler keeps it: the prompt pass's positions only."""
+    batch = RowBatch(model._runtime, 1)
+    batch.admit(ids)
+    batch.step(np.asarray([7]))  # a generated token: decode-step positions are not kept
+    return batch.row_cache(0, len(ids))
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_prompt_continued_at_a_tile_boundary_equals_one_prefill(name, gguf_files):  # noqa: F811
+    model = _load(name, gguf_files)
+    tile = model._runtime.prompt_tile
+    head = model._runtime.layout.head_dim
+    assert tile == (query_tile(head) if model._runtime.shared_kv else 1)
+    ids = _prompt(model, max(3 * tile + 7, 60))  # three tiles and a bit (within the fixtures' 128 positions)
+    whole = _admit(model, ids)
+    step = max(tile, 9)  # every tile boundary on the GQA graphs; a spread of splits on the others
+    splits = [k for k in range(step, len(ids) - MIN_REST + 1, step)] + [len(ids) - MIN_REST - (len(ids) - 2) % tile]
+    assert len(splits) >= 3
+    for k in splits:
+        # held by an earlier prompt that ran past k (its own split point), and one that diverged at k
+        longer = _held(model, ids[: min(len(ids), k + 5)])
+        other = _held(model, np.concatenate([ids[:k], ids[:3]]))
+        for held in (longer, other):
+            continued = _admit(model, ids, prefix=held.cut(k))
+            assert np.array_equal(continued, whole), (name, tile, k, float(np.abs(continued - whole).max()))
+
+
+def test_the_cache_reuses_only_exact_splits_and_keeps_no_answer():
+    model = _load("qwen2", {})
+    tile = model._runtime.prompt_tile
+    with model.batched(prefix_cache_mb=64) as cached:
+        first = cached.generate("the quick brown fox jumps over the lazy dog " * 4, max_new_tokens=6, do_sample=False)
+        prompt = model.encode_prompt("the quick brown fox jumps over the lazy dog " * 4)
+        cache = cached.prefix_cache
+        assert len(cache) == 1 and next(iter(cache._entries.values())).length == len(prompt)  # not the answer
+        again = model.encode_prompt("the quick brown fox jumps over the lazy dog " * 4 + "and more")
+        found = cache.lookup(again)
+        assert found is not None and found.length % tile == 0 and len(again) - found.length >= MIN_REST
+        same = cache.lookup(prompt)  # the whole prompt held: two tokens are prefilled again at least
+        assert same is not None and same.length <= len(prompt) - MIN_REST and same.length % tile == 0
+    assert first.token_ids
+
+
+QUESTIONS = ["Hello there", "What is the capital of France?", "Tell me a story", "Count to five", "Why?"]
+
+
+@pytest.mark.parametrize("name", ["qwen2", "genai-llama-int4"])
+def test_answers_with_the_cache_equal_answers_without_it_whatever_came_before(name):
+    """What the Ray app's replicas met: each holds its own history, so the same question continues from
+    different cached prefixes on each; the answer must not depend on which."""
+    model = _load(name, {})
+    system = {"role": "system", "content": "You answer briefly and kindly, in plain words, to everyone who asks."}
+    chats = [[system, {"role": "user", "content": q}] for q in QUESTIONS]
+    options = {"max_new_tokens": 12, "do_sample": False, "logprobs": True}
+
+    def answer(result) -> tuple:  # the ids, and every chosen token's log-probability to the last bit
+        return result.token_ids, tuple(t.logprob for t in result.logprobs)
+
+    with model.batched(prefix_cache_mb=0) as plain:
+        want = [answer(plain.generate(c, **options)) for c in chats]
+    rng = random.Random(3)
+    for _ in range(3):
+        order = rng.sample(range(len(QUESTIONS)), len(QUESTIONS)) * 2
+        with model.batched(prefix_cache_mb=64) as cached:
+            got = {i: answer(cached.generate(chats[i], **options)) for i in order}
+            assert cached.prefix_cache.hits > 0
+        assert [got[i] for i in range(len(QUESTIONS))] == want, order
