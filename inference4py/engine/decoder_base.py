@@ -106,6 +106,12 @@ class _Runtime(Protocol):
     @property
     def float_prompt(self) -> FloatPrompt[_Graph] | None: ...
 
+    @property
+    def prompt_tile(self) -> int: ...
+
+    @property
+    def prefill_chunk(self) -> int: ...
+
 
 class _StateCore:
     """The fields of one decoding call and the helpers both cache modes use."""

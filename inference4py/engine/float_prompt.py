@@ -22,7 +22,7 @@ any batch: the server prefills every request alone, and this pass is the same in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -84,37 +84,39 @@ class FloatPrompt(Generic[G]):
 
     def run(
         self,
-        feeds: Mapping[str, np.ndarray],
+        pieces: Sequence[Mapping[str, np.ndarray]],
         stores: Mapping[str, np.ndarray],
         n: int,
         capacity: int,
-    ) -> np.ndarray:
-        """One prompt of ``n`` tokens from an empty cache; returns the logits, as the int8 graph's run would.
+    ) -> list[np.ndarray]:
+        """One prompt of ``n`` tokens from an empty cache, in one run or several (a long prompt's pieces, in
+        order, on one float cache); returns each run's logits, as the int8 graph's runs would.
 
         Args:
-            feeds: The run's other inputs (token ids, mask, positions, logits to keep), bound as given.
+            pieces: Each run's other inputs (token ids, mask, positions, logits to keep), bound as given.
             stores: Past input name -> the int8 buffer of the rows being prefilled (``[rows, kv_heads,
                 cap, head_size]``, written in place at positions ``[0, n)``).
             capacity: Positions of the temporary float buffer (at least ``n``; a sliding window's size).
         """
         g = self.graph
-        binding = g.session.io_binding()
-        for name, value in feeds.items():
-            binding.bind_cpu_input(name, value)
-        binding.bind_output("logits", "cpu")
         floats: dict[str, np.ndarray] = {}
-        keep: list[Any] = []
+        values: dict[str, Any] = {}
         for entry in g.layout.self_entries:
             rows, heads, _, size = stores[entry.input].shape
-            buffer = np.zeros((rows, heads, capacity, size), dtype=entry.dtype)
-            value = ort.OrtValue.ortvalue_from_numpy(buffer)
-            keep.append(value)
-            binding.bind_ortvalue_input(entry.input, value)
-            binding.bind_ortvalue_output(entry.output, value)
-            floats[entry.input] = buffer
-        run_binding(g.session, binding, what=g.name)
-        logits = binding.get_outputs()[0].numpy()
+            floats[entry.input] = np.zeros((rows, heads, capacity, size), dtype=entry.dtype)
+            values[entry.input] = ort.OrtValue.ortvalue_from_numpy(floats[entry.input])
+        out = []
+        for feeds in pieces:
+            binding = g.session.io_binding()
+            for name, value in feeds.items():
+                binding.bind_cpu_input(name, value)
+            binding.bind_output("logits", "cpu")
+            for entry in g.layout.self_entries:
+                binding.bind_ortvalue_input(entry.input, values[entry.input])
+                binding.bind_ortvalue_output(entry.output, values[entry.input])
+            run_binding(g.session, binding, what=g.name)
+            out.append(binding.get_outputs()[0].numpy())
         for name, buffer in floats.items():
             stores[name][:, :, :n] = quantize_int8(buffer[:, :, :n], self.scales[name])
-        del keep  # the bound values lived until the run was over
-        return logits
+        del values  # the bound values lived until the runs were over
+        return out

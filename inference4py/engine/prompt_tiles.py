@@ -12,6 +12,8 @@ through the decode kernel, so both round differently from a row inside a tile of
 * keys and values written by decode steps (a generated answer) differ in the last bits from those a
   prompt pass computes for the same tokens, so only prompt-pass positions may be reused.
 
+The same rule lets a long prompt run in pieces (:func:`prefill_bounds`) with the logits of one run.
+
 The tile follows onnxruntime's own rule: key blocks sized to fill the L2 cache (``sysconf``'s
 ``_SC_LEVEL2_CACHE_SIZE``, as onnxruntime reads it), query blocks at most twice the head size.  The
 unfused pass (flash off, or a graph whose attention has a softcap) has no tiles: any multiple is
@@ -22,11 +24,16 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["MIN_REST", "query_tile"]
+__all__ = ["MIN_REST", "PREFILL_CHUNK", "prefill_bounds", "query_tile"]
 
 #: Tokens a continuing prefill must feed at least: one would take the decode kernel (and, with int4
 #: weights, the one-row MatMulNBits product).
 MIN_REST = 2
+
+#: Tokens per run of a long prompt (rounded up to a whole number of tiles): a prompt's activations
+#: (the FFN's ``[tokens, intermediate]`` products, onnxruntime's arena) grow with the tokens of one run,
+#: so a long prompt runs in pieces of this size, as llama.cpp's ubatch does; the KV cache is the same.
+PREFILL_CHUNK = 512
 
 
 def query_tile(head_size: int) -> int:
@@ -34,6 +41,15 @@ def query_tile(head_size: int) -> int:
     head_size = max(1, int(head_size))
     kv_block = max(_l2_cache_bytes() // (4 * 4 * 2 * head_size), 1)  # float32, K and V, x4 (onnxruntime's sizing)
     return max(1, min(kv_block, 2 * head_size))
+
+
+def prefill_bounds(n: int, tile: int, chunk: int = PREFILL_CHUNK) -> list[int]:
+    """Where a prompt pass of ``n`` new tokens is cut into runs: ``[0, ..., n]``, every cut a multiple of
+    ``tile`` (a whole number of tiles per run, so each row is computed as in one run) with at least
+    ``MIN_REST`` tokens after it."""
+    size = max(1, int(tile)) * max(1, -(-int(chunk) // max(1, int(tile))))
+    cuts = list(range(size, n - MIN_REST + 1, size))
+    return [0, *cuts, n]
 
 
 def _l2_cache_bytes() -> int:

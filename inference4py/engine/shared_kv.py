@@ -17,6 +17,7 @@ import numpy as np
 import onnxruntime as ort
 
 from inference4py.engine.decoder_base import _Graph, _StateCore
+from inference4py.engine.prompt_tiles import prefill_bounds
 
 
 class _SharedBuffer(_StateCore):
@@ -111,14 +112,46 @@ class _SharedBuffer(_StateCore):
 
         ``past`` holds each row's valid tokens before the run (``[rows]``); returns ``[rows, n, vocab]``
         logits, or ``[rows, 1, vocab]`` when the graph takes ``num_logits_to_keep`` and ``keep_all`` is False.
+        A long prompt of one row runs in pieces (:func:`~inference4py.engine.prompt_tiles.prefill_bounds`):
+        then, without ``keep_all``, the logits are the last piece's (its last position is the prompt's).
         """
-        g = self.rt.rest
         if self.rt.float_prompt is not None and ids.shape[1] > 1 and not past.any():
             return self._run_float_prompt(ids, chunk_mask, past, slot, keep_all=keep_all)
+        n = ids.shape[1]
+        bounds = prefill_bounds(n, self.rt.prompt_tile, self.rt.prefill_chunk)
+        if len(bounds) == 2 or ids.shape[0] != 1 or self._feeds_decoder or not chunk_mask.all():
+            return self._run_shared_once(ids, chunk_mask, past, slot, keep_all=keep_all, prompt=self.length == 0)
+        # a long prompt of one row: in runs of whole tiles (engine/prompt_tiles.py), the logits of one run
+        parts = []
+        for a, b in zip(bounds, bounds[1:]):
+            width = chunk_mask.shape[1] - (n - b)
+            out = self._run_shared_once(
+                ids[:, a:b],
+                chunk_mask[:, :width],
+                past + a,
+                slot,
+                keep_all=keep_all,
+                prompt=self.length == 0 and a == 0,
+            )
+            if keep_all:
+                parts.append(out)
+        return np.concatenate(parts, axis=1) if keep_all else out
+
+    def _run_shared_once(
+        self,
+        ids: np.ndarray,
+        chunk_mask: np.ndarray,
+        past: np.ndarray,
+        slot: int | None,
+        *,
+        keep_all: bool,
+        prompt: bool,
+    ) -> np.ndarray:
+        g = self.rt.rest
         fast = self._new_binding(g)
         fast.clear()
         binding = fast.binding
-        feeds = self._run_feeds(g, ids, chunk_mask, past, prompt=self.length == 0, keep_all=keep_all)
+        feeds = self._run_feeds(g, ids, chunk_mask, past, prompt=prompt, keep_all=keep_all)
         keep: list[Any] = list(feeds.values())
         for name, value in feeds.items():
             binding.bind_cpu_input(name, value)
@@ -158,9 +191,22 @@ class _SharedBuffer(_StateCore):
         prompt = self.rt.float_prompt
         assert prompt is not None
         n = ids.shape[1]
-        feeds = self._run_feeds(prompt.graph, ids, chunk_mask, past, prompt=True, keep_all=keep_all)
+        bounds = [0, n]
+        if ids.shape[0] == 1 and not self._feeds_decoder and chunk_mask.all():  # a long prompt: in pieces
+            bounds = prefill_bounds(n, self.rt.prompt_tile, self.rt.prefill_chunk)
+        pieces = [
+            self._run_feeds(
+                prompt.graph,
+                ids[:, a:b],
+                chunk_mask[:, : chunk_mask.shape[1] - (n - b)],
+                past + a,
+                prompt=a == 0,
+                keep_all=keep_all,
+            )
+            for a, b in zip(bounds, bounds[1:])
+        ]
         rows = slice(slot, slot + 1) if slot is not None else slice(0, ids.shape[0])
         stores = {e.input: self._kv[e.input][0][rows] for e in self.rt.layout.self_entries}
-        logits = prompt.run(feeds, stores, n, max(n, self.rt.min_capacity))
-        self._vocab = logits.shape[-1]
-        return logits
+        logits = prompt.run(pieces, stores, n, max(n, self.rt.min_capacity))
+        self._vocab = logits[-1].shape[-1]
+        return np.concatenate(logits, axis=1) if keep_all else logits[-1]

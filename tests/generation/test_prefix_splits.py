@@ -25,8 +25,10 @@ FAMILIES = ["qwen2", "llama", "genai-llama", "genai-llama-int4", "genai-gemma3-i
 
 
 def _load(name: str, gguf: dict) -> OnnxTextGenerator:
+    kv = "int8" if name.endswith(":int8") else "float"
+    name = name.removesuffix(":int8")
     path = gguf[name] if name in gguf else MODELS / name
-    return OnnxTextGenerator.builder().model_path(path).build()
+    return OnnxTextGenerator.builder().model_path(path).kv_cache(kv).build()
 
 
 def _prompt(model: OnnxTextGenerator, length: int) -> np.ndarray:
@@ -113,3 +115,32 @@ def test_answers_with_the_cache_equal_answers_without_it_whatever_came_before(na
             got = {i: answer(cached.generate(chats[i], **options)) for i in order}
             assert cached.prefix_cache.hits > 0
         assert [got[i] for i in range(len(QUESTIONS))] == want, order
+
+
+@pytest.mark.parametrize("name", [f for f in FAMILIES if f != "gpt2"] + ["genai-gemma3", "tiny-q4_k_m:int8"])
+def test_a_long_prompt_run_in_pieces_equals_one_run(name, gguf_files):  # noqa: F811
+    """A prompt longer than ``prefill_chunk`` runs in pieces of whole tiles (bounded activations): the same
+    last logits, every position's logits (prompt log-probabilities) and KV cache as one run, bit for bit;
+    with the int8 cache, on its float twin (``:int8``)."""
+    model = _load(name, gguf_files)
+    rt = model._runtime
+    ids = _prompt(model, max(3 * rt.prompt_tile + 7, 60))
+    whole = RowBatch(rt, 1)
+    last, everything = whole.admit(ids, all_logits=True)
+    rt.prefill_chunk = rt.prompt_tile  # pieces of one tile: the most cuts
+    try:
+        for all_logits in (True, False):
+            pieces = RowBatch(rt, 1)
+            got_last, got_all = pieces.admit(ids, all_logits=all_logits)
+            assert np.array_equal(got_last, last)
+            if all_logits:
+                assert got_all is not None and np.array_equal(got_all, everything)
+            assert all(np.array_equal(a, b) for a, b in zip(pieces.row_cache(0).arrays, whole.row_cache(0).arrays))
+            # and the first step after it
+            assert np.array_equal(pieces.step(np.asarray([7])), whole.step(np.asarray([7])))
+            whole = RowBatch(rt, 1)
+            whole.admit(ids)
+        state = rt.new_state(1, len(ids) + 4)  # DecoderState.prefill (generate()) takes the same path
+        assert np.array_equal(state.prefill(ids[None]), last)
+    finally:
+        rt.prefill_chunk = 512
