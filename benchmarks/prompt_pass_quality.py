@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import sys
 import tempfile
@@ -41,14 +42,15 @@ from benchmarks.run import machine  # noqa: E402
 
 
 def with_accuracy_level(folder: Path, level: int, work: Path) -> Path:
-    """A copy of ``folder`` whose model.onnx asks MatMulNBits for ``level`` (the weights' data files linked)."""
+    """A copy of ``folder`` whose model.onnx asks MatMulNBits for ``level`` (the weights' data files hard-linked:
+    ``work`` must be on the same file system)."""
     import onnx
 
     out = work / f"{folder.name}-level{level}"
     out.mkdir(parents=True, exist_ok=True)
     for item in folder.iterdir():
         if item.name != "model.onnx" and item.is_file() and not (out / item.name).exists():
-            (out / item.name).symlink_to(item.resolve())
+            os.link(item.resolve(), out / item.name)  # a hard link: onnxruntime refuses data outside the folder
     model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
     changed = 0
     for node in model.graph.node:
@@ -151,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         fp32, _, int4 = spec.partition("=")
         pairs.append((f"{Path(int4).name} (onnxruntime-genai)", Path(fp32), Path(int4)))
     rows = []
-    work = Path(tempfile.mkdtemp(prefix="prompt-pass-"))
+    work = Path(tempfile.mkdtemp(prefix="prompt-pass-", dir=pairs[0][2].parent if pairs else None))
     try:
         for name, fp32, int4 in pairs:
             rows.append(measure(name, fp32, int4, text, args.ctx, args.chunks, work))
