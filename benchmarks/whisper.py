@@ -29,9 +29,7 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import dataclass
@@ -271,33 +269,18 @@ def worker_main(task_path: str, out_path: str) -> int:
 
 # ---------------------------------------------------------------------------------------------- driver
 def thread_env(threads: int) -> dict[str, str]:
-    return {
-        **os.environ,
-        "OMP_NUM_THREADS": str(threads),
-        "MKL_NUM_THREADS": str(threads),
-        "OPENBLAS_NUM_THREADS": str(threads),
-        "INFERENCE4PY_NUM_THREADS": str(threads),
-        "TOKENIZERS_PARALLELISM": "false",
-        "TRANSFORMERS_VERBOSITY": "error",
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONWARNINGS": "ignore",
-    }
+    """The thread counts a worker's libraries read (onnxruntime through INFERENCE4PY_NUM_THREADS, BLAS, OpenMP)."""
+    return {name: str(threads) for name in THREAD_VARIABLES}
+
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "INFERENCE4PY_NUM_THREADS")
 
 
 def measure(task: dict[str, Any], timeout: float) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="bench-whisper-") as tmp:
-        task_path, out_path = Path(tmp) / "task.json", Path(tmp) / "out.json"
-        task_path.write_text(json.dumps(task), encoding="utf-8")
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(task_path), str(out_path)]
-        try:
-            proc = subprocess.run(
-                cmd, cwd=ROOT, env=thread_env(task["threads"]), capture_output=True, text=True, timeout=timeout
-            )
-        except subprocess.TimeoutExpired:
-            return {"status": "error", "reason": f"timed out after {timeout:.0f} s"}
-        if not out_path.is_file():
-            return {"status": "error", "reason": f"worker exited {proc.returncode}: {proc.stderr.strip()[-600:]}"}
-        return json.loads(out_path.read_text(encoding="utf-8"))
+    from benchmarks.run import run_worker
+
+    env = thread_env(task["threads"])
+    return run_worker(task, timeout, module="benchmarks.whisper", flags=("--worker",), env_extra=env)
 
 
 def missing(row: Row, paths: dict[str, Path | None]) -> str | None:

@@ -42,7 +42,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -54,7 +53,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python benchmarks/whisper_convert.py`: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.whisper import thread_env  # noqa: E402 - one set of thread and quiet variables for both scripts
+from benchmarks.whisper import thread_env  # noqa: E402 - one set of thread variables for both scripts
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = Path(os.environ.get("INFERENCE4PY_REAL_DIR", Path.home() / ".cache" / "inference4py" / "real"))
@@ -262,22 +261,14 @@ def worker_main(step: str, task_path: str, out_path: str) -> int:
 
 # ---------------------------------------------------------------------------------------------- driver
 def run_step(step: str, task: dict[str, Any], timeout: float) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="bench-whisper-convert-") as tmp:
-        task_path, out_path = Path(tmp) / "task.json", Path(tmp) / "out.json"
-        task_path.write_text(json.dumps(task), encoding="utf-8")
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", step, str(task_path), str(out_path)]
-        t = time.perf_counter()
-        try:
-            proc = subprocess.run(
-                cmd, cwd=ROOT, env=thread_env(task["threads"]), capture_output=True, text=True, timeout=timeout
-            )
-        except subprocess.TimeoutExpired:
-            return {"status": "error", "reason": f"timed out after {timeout:.0f} s"}
-        if not out_path.is_file():
-            return {"status": "error", "reason": f"worker exited {proc.returncode}: {proc.stderr.strip()[-600:]}"}
-        result = json.loads(out_path.read_text(encoding="utf-8"))
+    from benchmarks.run import run_worker
+
+    t = time.perf_counter()
+    env = thread_env(task["threads"])
+    result = run_worker(task, timeout, module="benchmarks.whisper_convert", flags=("--worker", step), env_extra=env)
+    if result.get("status") != "error":
         result["process_s"] = time.perf_counter() - t
-        return result
+    return result
 
 
 def _fmt(value: Any, spec: str = ".0f") -> str:

@@ -296,20 +296,10 @@ def _decoder(b: _Builder) -> tuple[list[Any], list[Any]]:
         y = b.layer_norm(x, f"{p}.attn_norm")
         q, k, v = b.node("Split", [b.linear(y, f"{p}.attn.qkv")], 3, f"{p}/qkv", axis=-1, num_outputs=3)
         keys, values = (f"present.{i}.decoder.{kv}" for kv in ("key", "value"))
-        b.node(
-            "Concat",
-            [f"past_key_values.{i}.decoder.key", b.heads(k, d.decoder_heads, head, f"{p}/k")],
-            [keys],
-            f"{p}/keys",
-            axis=2,
-        )
-        b.node(
-            "Concat",
-            [f"past_key_values.{i}.decoder.value", b.heads(v, d.decoder_heads, head, f"{p}/v")],
-            [values],
-            f"{p}/values",
-            axis=2,
-        )
+        for kind, new, present in (("key", k, keys), ("value", v, values)):
+            past = f"past_key_values.{i}.decoder.{kind}"
+            heads = b.heads(new, d.decoder_heads, head, f"{p}/{kind[0]}")
+            b.node("Concat", [past, heads], [present], f"{p}/{kind}s", axis=2)
         ctx, _ = b.attend(b.heads(q, d.decoder_heads, head, f"{p}/q"), keys, values, head, f"{p}/attn", mask)
         x = b.one("Add", [x, b.linear(b.merge(ctx, d.d_model, f"{p}/ctx"), f"{p}.attn.out")], f"{p}/res1")
         y = b.layer_norm(x, f"{p}.cross_norm")
