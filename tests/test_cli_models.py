@@ -57,11 +57,28 @@ def test_chat_round_trip_uses_the_template(capsys, monkeypatch):
     assert chat["text"] in capsys.readouterr().out
 
 
-def test_chat_without_template_is_a_clean_error(capsys, monkeypatch):
+def test_chat_without_template_is_a_clean_error_naming_the_flag(capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO("hello\n"))
     code = main(["chat", "--model", str(MODELS / "gpt2"), "--max-new-tokens", "3"])
     err = capsys.readouterr().err
-    assert code == 2 and err.startswith("error:") and "chat_template" in err and "Traceback" not in err
+    assert code == 2 and err.startswith("error:") and "Traceback" not in err
+    assert "--chat-template-file FILE" in err and "builder" not in err and ".chat_template(" not in err
+
+
+def test_generate_renders_the_prompt_with_a_template_file(capsys, tmp_path):
+    from inference4py import OnnxTextGenerator
+
+    template = "{% for m in messages %}Q: {{ m['content'] }}\nA:{% endfor %}"
+    (tmp_path / "t.jinja").write_text(template, encoding="utf-8")
+    args = ["generate", "-m", str(MODELS / "gpt2"), "--greedy", "--max-new-tokens", "6"]
+    assert main([*args, "--chat-template-file", str(tmp_path / "t.jinja"), "Hello"]) == 0
+    want = OnnxTextGenerator.builder().model_path(MODELS / "gpt2").chat_template(template).build()
+    expected = want.generate("Hello", max_new_tokens=6, do_sample=False).text
+    plain = OnnxTextGenerator.builder().model_path(MODELS / "gpt2").build()
+    assert expected != plain.generate("Hello", max_new_tokens=6, do_sample=False).text  # the template counts
+    assert capsys.readouterr().out.rstrip("\n") == expected.rstrip("\n")
+    assert main([*args, "--chat-template-file", str(tmp_path / "missing.jinja"), "Hello"]) == 2
+    assert "--chat-template-file: cannot read" in capsys.readouterr().err
 
 
 def test_summarize_and_translate(capsys):

@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[args.command].run(args)
     except Inference4pyError as exc:
         sys.stdout.flush()
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc.message_for('cli')}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         sys.stdout.flush()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
 EXIT_OK = 0
@@ -24,6 +25,16 @@ class Command:
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
     description: str | None = None
+
+
+def _read_text(path: str, option: str) -> str:
+    """The text of the file an option names (UTF-8); an unreadable file is an error naming the option."""
+    from inference4py.errors import InvalidInputError
+
+    try:
+        return Path(path).expanduser().read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInputError(f"{option}: cannot read {path} ({exc.strerror or exc}).") from exc
 
 
 # --------------------------------------------------------------------------- output

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from inference4py.cli.base import EXIT_ERROR, EXIT_OK, _Echo
+from inference4py.cli.base import EXIT_ERROR, EXIT_OK, _Echo, _read_text
 from inference4py.errors import InvalidInputError
 
 # (argparse dest, builder method) for the options that map one-to-one.
@@ -76,6 +76,11 @@ def _add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--greedy", action="store_true", help="always take the most likely token")
     group.add_argument("--system", metavar="PROMPT", help="system prompt (needs a model with a chat template)")
+    group.add_argument(
+        "--chat-template-file",
+        metavar="FILE",
+        help="a Jinja chat template to render the prompt with, instead of the model's own (implies --chat-template)",
+    )
     fusion = parser.add_mutually_exclusive_group()
     fusion.add_argument(
         "--fuse-attention",
@@ -114,7 +119,9 @@ def _build_generator(args: argparse.Namespace) -> Any:
         builder = builder.greedy()
     if args.system is not None:
         builder = builder.system_prompt(args.system)
-    if getattr(args, "chat_template", False):
+    if args.chat_template_file is not None:
+        builder = builder.chat_template(_read_text(args.chat_template_file, "--chat-template-file"))
+    elif getattr(args, "chat_template", False):
         builder = builder.chat_template()
     if args.fuse_attention is not None:
         builder = builder.fuse_attention(args.fuse_attention)
@@ -153,13 +160,6 @@ def _add_generate_arguments(parser: argparse.ArgumentParser) -> None:
         help="draft tokens with this smaller model of the same tokenizer, verify several per pass (same output)",
     )
     parser.add_argument("prompt", nargs="?", help="the prompt; read from stdin when omitted")
-
-
-def _read_text(path: str, option: str) -> str:
-    try:
-        return Path(path).expanduser().read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidInputError(f"{option}: cannot read {path} ({exc.strerror or exc}).") from exc
 
 
 def _run_generate(args: argparse.Namespace) -> int:

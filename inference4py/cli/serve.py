@@ -6,8 +6,9 @@ FastAPI and uvicorn are imported inside the handler, so ``--help`` stays light.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from inference4py.cli.base import EXIT_OK
+from inference4py.cli.base import EXIT_OK, _read_text
 from inference4py.tasks.kv_cache import KV_CACHE_TYPES  # no imports: --help stays light
 
 
@@ -52,6 +53,14 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="how text generators keep their KV cache: float (the graph's type, default) or int8 (a quarter of "
         "float32's memory, scales calibrated once per model; GroupQueryAttention graphs: fused, GGUF, genai); "
         "TYPE sets every model's, NAME=TYPE one served model's (repeatable)",
+    )
+    parser.add_argument(
+        "--chat-template",
+        action="append",
+        default=[],
+        metavar="[NAME=]FILE",
+        help="a Jinja chat template (e.g. one that renders tools) for the text model served as NAME, instead of "
+        "its own; FILE alone with a single --model (repeatable)",
     )
     parser.add_argument(
         "--served-model-name",
@@ -208,6 +217,25 @@ def _non_negative(text: str) -> float:
     return value
 
 
+def _chat_templates(given: list[str], models: list[str], names: list[str]) -> dict[str, str]:
+    """``--chat-template [NAME=]FILE`` arguments as served name -> template text (files read here)."""
+    from inference4py.errors import ConfigurationError
+    from inference4py.serve import served_name
+
+    templates: dict[str, str] = {}
+    for text in given:
+        name, sep, path = text.partition("=")
+        if not sep or Path(text).expanduser().is_file():  # FILE alone (or a file name holding "=")
+            if len(models) != 1:
+                raise ConfigurationError(
+                    f"--chat-template {text}: say which model it is for, as NAME=FILE with NAME a served name "
+                    "(FILE alone is for a single --model)."
+                )
+            name, path = (names[0] if names else served_name(models[0])), text
+        templates[name] = _read_text(path, "--chat-template")
+    return templates
+
+
 def _run_serve(args: argparse.Namespace) -> int:
     from inference4py.errors import ConfigurationError
     from inference4py.serve import ServerSettings, serve
@@ -216,6 +244,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         raise ConfigurationError("Give a model to serve: --model FOLDER_OR_REPO_ID, or --models-dir DIR.")
 
     settings = ServerSettings(
+        chat_templates=_chat_templates(args.chat_template, args.model, args.served_model_name),
         max_concurrent=args.max_concurrent,
         kv_budget=args.kv_budget,
         max_queue=args.max_queue,

@@ -53,7 +53,8 @@ def _from_cache(
         if partial is None or not Path(partial).is_dir():
             raise HubError(
                 f"Model {label} is not in the local Hugging Face cache ({cache_dir}) and {reason}. "
-                f"Download it first with `{pull_command}` while online, or pass a local folder with model_path(...)."
+                f"Download it first with `{pull_command}` while online.",
+                fix="local_folder",
             ) from (cause or exc)
         snapshot = Path(partial)
 
@@ -67,7 +68,8 @@ def _from_cache(
     except ModelFilesMissingError as exc:
         raise HubError(
             f"Model {label} is in the local Hugging Face cache but incomplete, and {reason}: {exc} "
-            f"Complete it with `{pull_command}` while online, or pass a local folder with model_path(...)."
+            f"Complete it with `{pull_command}` while online.",
+            fix="local_folder",
         ) from exc
     return snapshot / selection.folder if selection.folder else snapshot
 

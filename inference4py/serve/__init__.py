@@ -62,7 +62,11 @@ def served_name(model: str) -> str:
 
 
 def load_models(
-    models: Sequence[str], names: Sequence[str] = (), *, kv_cache: str | Callable[[str], str] = "float"
+    models: Sequence[str],
+    names: Sequence[str] = (),
+    *,
+    kv_cache: str | Callable[[str], str] = "float",
+    chat_template: Callable[[str], str | None] | None = None,
 ) -> dict[str, Any]:
     """Load each model (a folder, a hub id, a GGUF file or ``pip:NAME``), keyed by its served name.
 
@@ -71,7 +75,9 @@ def load_models(
     Whisper becomes a ``WhisperSpeechModel`` (the audio routes), another encoder-decoder model a
     ``Seq2SeqTask`` (``/v1/completions``), a sentence encoder an ``OnnxEmbedder`` (``/v1/embeddings``),
     anything else an ``OnnxTextGenerator``, whose KV cache is ``kv_cache`` (``"float"`` or ``"int8"``,
-    or a function of the served name giving one: ``ServerSettings.kv_cache_for``).
+    or a function of the served name giving one: ``ServerSettings.kv_cache_for``). ``chat_template``:
+    a function of the served name giving a text generator's Jinja chat template, or None for its
+    folder's (``ServerSettings.chat_template_for``).
     """
     from inference4py.serve.loading import load_model
 
@@ -84,7 +90,11 @@ def load_models(
         name = names[i] if names else served_name(model)
         if name in loaded:
             raise ConfigurationError(f"Two models are served as {name!r}: give each one --served-model-name.")
-        loaded[name] = load_model(model, kv_cache=kv_cache if isinstance(kv_cache, str) else kv_cache(name))
+        loaded[name] = load_model(
+            model,
+            kv_cache=kv_cache if isinstance(kv_cache, str) else kv_cache(name),
+            chat_template=chat_template(name) if chat_template is not None else None,
+        )
     return loaded
 
 
@@ -110,7 +120,11 @@ def serve(
     settings = settings if settings is not None else ServerSettings()
     if settings.api_key is None:
         settings = dataclasses.replace(settings, api_key=env.serve_api_key())
-    loaded = load_models(models, names, kv_cache=settings.kv_cache_for) if models or settings.models_dir is None else {}
+    loaded = (
+        load_models(models, names, kv_cache=settings.kv_cache_for, chat_template=settings.chat_template_for)
+        if models or settings.models_dir is None
+        else {}
+    )
     serve_app(create_app(loaded, settings), settings, host=host, port=port, log_level=log_level)
 
 

@@ -31,7 +31,7 @@ from inference4py.serve.admin import add_admin_routes
 from inference4py.serve.audio import add_audio_routes
 from inference4py.serve.dispatch import collect_all, open_all, text_worker, with_thinking
 from inference4py.serve.embeddings import add_embedding_routes
-from inference4py.serve.errors import InternalErrors, error_payload
+from inference4py.serve.errors import InternalErrors, error_payload, reason
 from inference4py.serve.guard import Guard, add_cors
 from inference4py.serve.messages import add_messages_routes
 from inference4py.serve.metrics import prometheus
@@ -124,22 +124,22 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
     @app.exception_handler(Inference4pyError)
     async def _library_error(request: Request, exc: Inference4pyError) -> JSONResponse:
         code = "context_length_exceeded" if isinstance(exc, PromptTooLongError) else None
-        return JSONResponse(_error(request, str(exc), code=code), status_code=400)
+        return JSONResponse(_error(request, reason(exc), code=code), status_code=400)
 
     @app.exception_handler(RequestTimeoutError)
     async def _timeout(request: Request, exc: RequestTimeoutError) -> JSONResponse:
-        return JSONResponse(_error(request, str(exc), "timeout_error", code="request_timeout"), status_code=408)
+        return JSONResponse(_error(request, reason(exc), "timeout_error", code="request_timeout"), status_code=408)
 
     @app.exception_handler(MemoryBudgetError)
     async def _no_memory(request: Request, exc: MemoryBudgetError) -> JSONResponse:
         # the server's limit, not a malformed request: it could never run here as asked (no Retry-After)
-        return JSONResponse(_error(request, str(exc), "server_error", code="insufficient_memory"), status_code=503)
+        return JSONResponse(_error(request, reason(exc), "server_error", code="insufficient_memory"), status_code=503)
 
     @app.exception_handler(QueueFullError)
     async def _busy(request: Request, exc: QueueFullError) -> JSONResponse:
         # overloaded, not rate-limited: this client sent nothing wrong; its SDK retries after Retry-After
         return JSONResponse(
-            _error(request, str(exc), "server_error", code="queue_full"),
+            _error(request, reason(exc), "server_error", code="queue_full"),
             status_code=503,
             headers={"Retry-After": "1"},
         )
@@ -403,7 +403,7 @@ async def _events(
                 open_streams -= 1
             elif isinstance(item, BaseException):
                 _log.error("a streamed request failed after its first event: %s", item)
-                yield {**base, "choices": [], "error": error_body(str(item), "server_error")["error"]}
+                yield {**base, "choices": [], "error": error_body(reason(item), "server_error")["error"]}
                 return
             else:
                 yield {**base, "choices": [item]}

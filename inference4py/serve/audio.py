@@ -36,6 +36,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inference4py import audio as _audio
 from inference4py.errors import AudioError, ConfigurationError, Inference4pyError
+from inference4py.serve.errors import reason
 from inference4py.serve.loading import load_speech_model, speech_model
 from inference4py.serve.protocol import ApiError, error_body
 from inference4py.serve.registry import ModelRegistry
@@ -172,7 +173,7 @@ class _TranscriptStream:
                 result = running.result()
             except Exception as exc:  # the status line went out already: the error is an event
                 kind = "invalid_request_error" if isinstance(exc, Inference4pyError) else "server_error"
-                yield None, {"type": "error", **error_body(str(exc), kind)}
+                yield None, {"type": "error", **error_body(reason(exc), kind)}
                 return
             if result is not None:
                 self._worker.count(0, len(result.token_ids))
@@ -196,8 +197,8 @@ async def _read_form(request: Request) -> FormData:
     try:
         return await request.form()
     except StarletteHTTPException as exc:  # a malformed multipart body
-        reason = str(exc.detail).rstrip(".")
-        raise ApiError(400, f"The multipart body cannot be read ({reason}). Send a well-formed form.") from exc
+        detail = str(exc.detail).rstrip(".")
+        raise ApiError(400, f"The multipart body cannot be read ({detail}). Send a well-formed form.") from exc
 
 
 def _unknown(form: FormData, task: str) -> list[str]:
@@ -295,7 +296,7 @@ def _language(model: WhisperSpeechModel, value: str | None, name: str) -> str | 
     try:
         code = language_code(value)
     except ConfigurationError as exc:
-        raise ApiError(400, str(exc), "language") from exc
+        raise ApiError(400, reason(exc), "language") from exc
     if code not in model.languages:
         known = "it is English-only" if not model.is_multilingual else f"it knows {', '.join(model.languages)}"
         raise ApiError(400, f"The model {name!r} cannot take language {value!r}: {known}.", "language")
@@ -315,10 +316,10 @@ def _decode(upload: UploadFile) -> Any:
         try:
             return _audio.load_audio(path)
         except AudioError as exc:
-            reason = str(exc).replace(str(path), repr(name))
+            why = reason(exc).replace(str(path), repr(name))
             raise ApiError(
                 400,
-                f"The uploaded file cannot be used as audio. {reason} "
+                f"The uploaded file cannot be used as audio. {why} "
                 "Send a wav, flac, ogg or mp3 file as the 'file' part.",
                 "file",
             ) from exc

@@ -10,10 +10,11 @@ import json
 import logging
 from typing import Any
 
+from inference4py.errors import Inference4pyError
 from inference4py.serve.asgi import ASGIApp, Message, Receive, Scope, Send
 from inference4py.serve.protocol import error_body
 
-__all__ = ["ANTHROPIC_PREFIX", "InternalErrors", "error_payload"]
+__all__ = ["ANTHROPIC_PREFIX", "InternalErrors", "error_payload", "reason"]
 
 _log = logging.getLogger("inference4py.serve")
 
@@ -29,6 +30,11 @@ _ANTHROPIC_TYPES = {
     "timeout_error": "timeout_error",
     "server_error": "api_error",
 }
+
+
+def reason(exc: BaseException) -> str:
+    """What an error says to a client of the server: a library error's fix names the server option or API field."""
+    return exc.message_for("server") if isinstance(exc, Inference4pyError) else str(exc)
 
 
 def error_payload(

@@ -94,26 +94,43 @@ def _folder_kind(folder: Path) -> tuple[Kind | None, str]:
     return None, "no pipeline was found"
 
 
-def load_model(model: str, *, kv_cache: str = "float") -> Any:
+def load_model(model: str, *, kv_cache: str = "float", chat_template: str | None = None) -> Any:
     """The task object of one model source (a folder, a hub id, a GGUF file or ``pip:NAME``), by its kind.
 
     Whisper becomes a ``WhisperSpeechModel`` (the audio routes), another encoder-decoder model a
     ``Seq2SeqTask`` (``/v1/completions``), a sentence encoder an ``OnnxEmbedder`` (``/v1/embeddings``),
     anything else an ``OnnxTextGenerator`` (a GGUF source is converted once into the cache), whose KV
-    cache is ``kv_cache`` (``"float"`` or ``"int8"``: ``TextGeneratorBuilder.kv_cache``).
+    cache is ``kv_cache`` (``"float"`` or ``"int8"``: ``TextGeneratorBuilder.kv_cache``) and whose chat
+    template is ``chat_template`` (a Jinja template; None: the folder's).
+
+    Raises:
+        ConfigurationError: a chat template for a model that is not a text generator.
     """
     found = model_kind(model)
+    if chat_template is not None and found.kind not in ("gguf", "decoder"):
+        raise ConfigurationError(
+            f"--chat-template was given for {model}, a {found.kind} model: only text generators (decoder-only "
+            "models and GGUF files) render chats with a template."
+        )
     if found.folder is None and found.kind == "speech":  # a Whisper file, converted by the builder
         return WhisperSpeechModel.builder().model_path(model).build()
     if found.folder is None:  # a GGUF source, converted by the text generator's load
-        return OnnxTextGenerator.builder().model_path(model).kv_cache(kv_cache).build()
+        return _text_generator(model, kv_cache, chat_template)
     if found.kind == "embedding":
         return OnnxEmbedder.builder().model_path(found.folder).build()
     if found.kind == "speech" and found.spec is not None:
         return speech_model(model, found.folder, found.spec)
     if found.kind == "encoder-decoder":
         return Seq2SeqTask.builder().model_path(found.folder).build()
-    return OnnxTextGenerator.builder().model_path(found.folder).kv_cache(kv_cache).build()
+    return _text_generator(str(found.folder), kv_cache, chat_template)
+
+
+def _text_generator(source: str, kv_cache: str, chat_template: str | None) -> OnnxTextGenerator:
+    builder = OnnxTextGenerator.builder().model_path(source).kv_cache(kv_cache)
+    if chat_template is not None:
+        # the template is the one chats render with; a plain prompt (/v1/completions) still goes as it is
+        builder = builder.chat_template(chat_template, render_strings=False)
+    return builder.build()
 
 
 def load_speech_model(model: str) -> WhisperSpeechModel | None:

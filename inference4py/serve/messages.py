@@ -28,7 +28,7 @@ from fastapi import FastAPI, Request
 from inference4py.errors import RequestTimeoutError
 from inference4py.generation.result import FinishReason, GenerationResult
 from inference4py.serve.dispatch import collect_all, open_all, text_worker, with_thinking
-from inference4py.serve.errors import ANTHROPIC_PREFIX, error_payload
+from inference4py.serve.errors import ANTHROPIC_PREFIX, error_payload, reason
 from inference4py.serve.messages_protocol import (
     CountTokensRequest,
     ImageBlock,
@@ -417,7 +417,7 @@ async def _message_events(model: str, stream: ChunkStream) -> AsyncGenerator[Eve
     except Exception as exc:  # the response has started: the error becomes its last event
         _log.error("a streamed message failed after its first event: %s", exc)
         kind = "timeout_error" if isinstance(exc, RequestTimeoutError) else "server_error"
-        yield "error", error_payload(ANTHROPIC_PREFIX, str(exc), kind)
+        yield "error", error_payload(ANTHROPIC_PREFIX, reason(exc), kind)
         return
     finally:
         await stream.aclose()

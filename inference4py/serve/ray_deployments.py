@@ -80,7 +80,11 @@ class ModelServer:
 
         context = serve.get_replica_context()
         self.replica = context.replica_id.unique_id
-        loaded = load_models(models, names, kv_cache=settings.kv_cache_for) if models else {}
+        loaded = (
+            load_models(models, names, kv_cache=settings.kv_cache_for, chat_template=settings.chat_template_for)
+            if models
+            else {}
+        )
         self._caller = AppCaller(create_app(loaded, settings), self.replica)
         await self._caller.start()
 

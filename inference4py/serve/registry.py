@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from inference4py.errors import ConfigurationError, Inference4pyError
 from inference4py.generation.memory import MemoryBudget
 from inference4py.serve.asgi import ASGIApp, Receive, Scope, Send
+from inference4py.serve.errors import reason as server_reason
 from inference4py.serve.loading import kind_of, load_model, scan_models_dir
 from inference4py.serve.protocol import ApiError, now, unknown_model
 from inference4py.serve.settings import ServerSettings
@@ -107,12 +108,13 @@ class ModelRegistry:
                 f"and count{', leaving no room for the models of --models-dir' if on_demand else ''}. Raise "
                 "--max-loaded-models, or serve fewer models with --model."
             )
-        unknown = sorted(settings.model_kv_cache.keys() - pinned.keys() - on_demand.keys())
-        if unknown:
-            raise ConfigurationError(
-                f"--kv-cache names {', '.join(map(repr, unknown))}, which no model is served as; served: "
-                f"{', '.join(sorted(pinned.keys() | on_demand.keys()))}. Give NAME=TYPE with a served name."
-            )
+        for flag, named in (("--kv-cache", settings.model_kv_cache), ("--chat-template", settings.chat_templates)):
+            unknown = sorted(named.keys() - pinned.keys() - on_demand.keys())
+            if unknown:
+                raise ConfigurationError(
+                    f"{flag} names {', '.join(map(repr, unknown))}, which no model is served as; served: "
+                    f"{', '.join(sorted(pinned.keys() | on_demand.keys()))}. Give NAME= with a served name."
+                )
         # one byte budget for every model: weights charged as each loads, the KV caches as requests run
         self._memory = MemoryBudget(int(settings.memory_gb * (1 << 30))) if settings.memory_gb is not None else None
         if self._memory is not None:  # the given models first: one that does not fit is refused at start
@@ -333,7 +335,9 @@ class ModelRegistry:
 
     def _open(self, name: str, source: str) -> ModelWorker:
         """Load the model and start its worker (on a loading thread); its weights are charged to the budget."""
-        model = load_model(source, kv_cache=self._settings.kv_cache_for(name))
+        model = load_model(
+            source, kv_cache=self._settings.kv_cache_for(name), chat_template=self._settings.chat_template_for(name)
+        )
         try:
             if self._memory is not None:
                 self._memory.hold(name, weights_bytes(model))
@@ -359,7 +363,7 @@ class ModelRegistry:
 
     def _failed(self, entry: _Entry, exc: Exception) -> ApiError:
         """Mark the entry failed; the 500 its waiting requests are answered with."""
-        reason = str(exc) if isinstance(exc, Inference4pyError) else f"{type(exc).__name__}: {exc}"
+        reason = server_reason(exc) if isinstance(exc, Inference4pyError) else f"{type(exc).__name__}: {exc}"
         entry.status, entry.error = "failed", f"cannot be loaded from {entry.source}: {reason}"
         entry.load_failures += 1
         _log.error("model %r %s", entry.name, entry.error, exc_info=not isinstance(exc, Inference4pyError))

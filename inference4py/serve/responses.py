@@ -24,6 +24,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 
 from inference4py.serve.dispatch import open_all, text_worker, with_thinking
+from inference4py.serve.errors import reason
 from inference4py.serve.protocol import ApiError, FieldWarnings, now
 from inference4py.serve.registry import ModelRegistry
 from inference4py.serve.response_output import TurnOutput, new_id
@@ -344,7 +345,7 @@ class _Run:
                     yield numbered(event)
         except Exception as exc:  # reported in the stream: its status line went out already
             _log.error("response %s failed after it started: %s", self.id, exc)
-            error = {"code": "server_error", "message": str(exc) or type(exc).__name__}
+            error = {"code": "server_error", "message": reason(exc) or type(exc).__name__}
             self.response = self._object("failed", output.items, error=error)
             yield numbered({"type": "response.failed", "response": self.response})
             return

@@ -47,6 +47,8 @@ class ServerSettings:
             GroupQueryAttention graphs only: ``OnnxTextGenerator.builder().kv_cache``), for every model
             not named in ``model_kv_cache``.
         model_kv_cache: Served name -> its KV cache type, where one model differs from ``kv_cache``.
+        chat_templates: Served name -> the Jinja chat template its text generator renders chats (and
+            tools) with, instead of the one in its folder (``serve --chat-template NAME=FILE``).
 
     Raises:
         ConfigurationError: a limit below its minimum.
@@ -68,10 +70,15 @@ class ServerSettings:
     idle_unload: float | None = None
     kv_cache: str = "float"
     model_kv_cache: Mapping[str, str] = field(default_factory=dict)
+    chat_templates: Mapping[str, str] = field(default_factory=dict)
 
     def kv_cache_for(self, name: str) -> str:
         """The KV cache type of the model served as ``name``."""
         return self.model_kv_cache.get(name, self.kv_cache)
+
+    def chat_template_for(self, name: str) -> str | None:
+        """The chat template given for the model served as ``name``, or None (its folder's)."""
+        return self.chat_templates.get(name)
 
     def __post_init__(self) -> None:
         if self.memory_gb is not None and not self.memory_gb > 0:
@@ -96,6 +103,10 @@ class ServerSettings:
         if self.idle_unload is not None and not self.idle_unload > 0:
             raise ConfigurationError(f"idle_unload must be > 0 seconds (None: never), got {self.idle_unload}.")
         object.__setattr__(self, "model_kv_cache", dict(self.model_kv_cache))
+        object.__setattr__(self, "chat_templates", dict(self.chat_templates))
+        for name, template in self.chat_templates.items():
+            if not isinstance(template, str) or not template.strip():
+                raise ConfigurationError(f"The chat template given for {name!r} is empty: give a Jinja template.")
         for kind in (self.kv_cache, *self.model_kv_cache.values()):
             if kind not in KV_CACHE_TYPES:
                 raise ConfigurationError(f"kv_cache must be one of {', '.join(KV_CACHE_TYPES)}, got {kind!r}.")

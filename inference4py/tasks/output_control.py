@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from inference4py.tokenization import Tokenizer
 
 __all__ = ["OutputControl", "output_control"]
+
+_log = logging.getLogger("inference4py.tools")
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,17 @@ def output_control(
             kinds[key] = options[key]
     tools = options.get("tools")
     request = None
+    if tools is not None and options.get("tool_choice") == "none" and not _renders_tools(template):
+        # llama-server's answer: tools the model may not call, and its template cannot show, are left out
+        from inference4py.tasks.tools import validate_tools
+
+        validate_tools(tools)
+        _log.warning(
+            "tool_choice 'none': this model's chat template cannot render tools, so the %d tool(s) are left out of "
+            "the prompt and the model answers without them",
+            len(tools),
+        )
+        tools = None
     if tools is not None:
         from inference4py.tasks.tools import prepare_tools
 
@@ -172,6 +186,12 @@ def output_control(
 
         compiled = compile_grammar(**kinds)  # once per request, before any token (one kind at most: checked there)
     return OutputControl(kinds or None, request.tools if request is not None else None, request, compiled)
+
+
+def _renders_tools(template: str | None) -> bool:
+    from inference4py.tasks.tools import template_supports_tools
+
+    return bool(template) and template_supports_tools(template or "")
 
 
 def _response_format(value: Any) -> dict[str, Any]:

@@ -29,12 +29,14 @@ class ChatOptions:
         self._use_chat_template = use_chat_template
         self._system_prompt: str | None = None
 
-    def chat_template(self: C, template: str | None = None) -> C:
+    def chat_template(self: C, template: str | None = None, *, render_strings: bool = True) -> C:
         """Render str prompts through a chat template.
 
         Args:
             template: a Jinja template; None uses the model's own (tokenizer_config.json
                 or chat_template.jinja).
+            render_strings: False keeps str prompts as they are: ``template`` then only renders
+                chat messages (and tools), as a server's /v1/completions expects.
         """
         if template is not None and (not isinstance(template, str) or not template.strip()):
             raise ConfigurationError(
@@ -42,7 +44,8 @@ class ChatOptions:
             )
         if template is not None:
             self._chat_template = template
-        self._use_chat_template = True
+        if render_strings:
+            self._use_chat_template = True
         return self
 
     def system_prompt(self: C, text: str) -> C:
@@ -82,7 +85,8 @@ class PromptEncoder:
         if self.use_template and not self.template:
             raise ConfigurationError(
                 f"A chat template was requested but {folder} has none (no chat_template in "
-                "tokenizer_config.json, no chat_template.jinja). Pass one: .chat_template('{% for m in messages %}...')."
+                "tokenizer_config.json, no chat_template.jinja).",
+                fix="chat_template",
             )
 
     def encode(
@@ -211,8 +215,7 @@ class PromptEncoder:
         """
         if not self.template:
             raise ConfigurationError(
-                f"Chat messages need a chat template, and {self.folder} has none. Pass one with "
-                ".chat_template('...') on the builder, or give a plain string prompt."
+                f"Chat messages need a chat template, and {self.folder} has none.", fix="chat_template"
             )
         if self.system_prompt is not None and not any(m.get("role") == "system" for m in messages):
             messages = [{"role": "system", "content": self.system_prompt}, *messages]

@@ -75,8 +75,8 @@ def pooling_modes(config: dict[str, Any], where: str) -> tuple[str, ...]:
     unknown = [m for m in modes if m not in POOLING_MODES]
     if unknown or not modes:
         raise UnsupportedModelError(
-            f"{where} asks for pooling {list(unknown or modes)}; OnnxEmbedder pools with {', '.join(POOLING_MODES)}. "
-            "Set a supported mode in that file, or choose one with .pooling(...) on the builder."
+            f"{where} asks for pooling {list(unknown or modes)}; OnnxEmbedder pools with {', '.join(POOLING_MODES)}.",
+            fix="pooling",
         )
     return modes
 
@@ -193,6 +193,6 @@ def max_length(folder: Path, config: SentenceConfig, tokenizer: Any) -> int:
             return min(length, positions) if positions else length
     raise UnsupportedModelError(
         f"{folder} says nothing about the longest input (no max_seq_length in sentence_bert_config.json, no "
-        "model_max_length in tokenizer_config.json, no max_position_embeddings in config.json): set one with "
-        ".max_seq_length(n) on the builder."
+        "model_max_length in tokenizer_config.json, no max_position_embeddings in config.json).",
+        fix="max_seq_length",
     )

@@ -81,14 +81,14 @@ def prepare_tools(
     choice = validate_tool_choice(tool_choice, checked)
     if not template:
         raise UnsupportedModelError(
-            "This model has no chat template, so it cannot be given tools: pass a template with tool "
-            "support with chat_template(...) on the builder, or call without tools."
+            "This model has no chat template, so it cannot be given tools.", fix="tool_template"
         )
     if not template_supports_tools(template):
         raise UnsupportedModelError(
             "This model's chat template has no tool support (it never reads the 'tools' variable), so the tools "
-            "would be silently left out of the prompt: use a model trained for tool calling (e.g. Qwen2.5-Instruct, "
-            "Llama 3.1+, Mistral v0.3), pass a template that renders tools with chat_template(...), or call without tools."
+            "would be silently left out of the prompt. Use a model trained for tool calling (e.g. Qwen2.5-Instruct, "
+            "Llama 3.1+, Mistral v0.3).",
+            fix="tool_template",
         )
     family = detect_tool_family(template)
     if family is None:

@@ -72,8 +72,8 @@ def check_request(vocab: WhisperVocab, folder: Path, language: str | None, task:
     if timestamps and vocab.timestamp_tokens is None:
         raise UnsupportedModelError(
             f"The tokenizer of {folder} has no timestamp tokens (<|0.00|>, <|0.02|>, ...), so timestamps cannot be "
-            "predicted. Transcribe with timestamps=False (builder: .timestamps(False)), or use a tokenizer.json "
-            "that has Whisper's timestamp tokens."
+            "predicted.",
+            fix="timestamps",
         )
 
 
