@@ -38,6 +38,15 @@ Variables
     order, e.g. ``CUDAExecutionProvider,CPUExecutionProvider``.  Unset or
     empty: CPU.  Names are not validated here (that would import onnxruntime);
     session creation checks them against the installed onnxruntime.
+``INFERENCE4PY_GGML_OPS``
+    ``0``/``false``/``no``/``off`` turns inference4py's compiled ggml operators off: GGUF files
+    then convert onto onnxruntime's MatMulNBits layout, as on an install built without a compiler.
+``INFERENCE4PY_GGML_ISA``
+    Forces the compiled operators' instruction set: ``scalar``, ``avx2`` or ``avx512vnni`` (the
+    best the CPU has when unset). A path the CPU lacks is an error.
+``INFERENCE4PY_NO_COMPILE``
+    Read by the build (setup.py), not the library: ``1`` installs without building the compiled
+    operators, as on a machine with no C++ compiler.
 ``INFERENCE4PY_API_KEY``
     The key ``inference4py serve`` requires (``Authorization: Bearer KEY``) on
     every route but ``/health`` and the chat page, when ``--api-key`` is not
@@ -60,9 +69,12 @@ __all__ = [
     "default_num_threads",
     "default_providers",
     "serve_api_key",
+    "ggml_ops_enabled",
+    "ggml_isa",
 ]
 
 _TRUE_VALUES = frozenset({"1", "ON", "YES", "TRUE"})
+_FALSE_VALUES = frozenset({"0", "OFF", "NO", "FALSE"})
 _OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "INFERENCE4PY_OFFLINE")
 
 
@@ -160,3 +172,15 @@ def default_providers() -> list[str] | None:
 def serve_api_key() -> str | None:
     """``INFERENCE4PY_API_KEY``, or None when unset or empty."""
     return _get("INFERENCE4PY_API_KEY")
+
+
+def ggml_ops_enabled() -> bool:
+    """False when ``INFERENCE4PY_GGML_OPS`` turns the compiled ggml operators off."""
+    value = _get("INFERENCE4PY_GGML_OPS")
+    return value is None or value.upper() not in _FALSE_VALUES
+
+
+def ggml_isa() -> str | None:
+    """``INFERENCE4PY_GGML_ISA`` in lower case (the kernels' instruction set to force), or None."""
+    value = _get("INFERENCE4PY_GGML_ISA")
+    return value.lower() if value is not None else None

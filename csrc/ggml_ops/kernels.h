@@ -1,0 +1,63 @@
+// The kernels behind the operators, one table per instruction set. The scalar table is the
+// reference: every other table computes the same integer block sums and combines them in float32
+// (its summation order may differ, nothing else), and falls back to the scalar entry for a type
+// it has no kernel for.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "blocks.h"
+
+namespace i4p {
+
+enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512Vnni = 2 };
+
+const char* isa_name(Isa isa);
+
+// Dot products of weight rows with one activation row already rounded to the weight type's
+// activation block (or float32 for ``Act::F32``): ``out[r] = dot(w + r * w_stride, act)``.
+using DotRowsFn = void (*)(int type, const uint8_t* w, size_t w_stride, int rows, const void* act, int k, float* out,
+                           size_t out_stride);
+
+struct KernelTable {
+    Isa isa;
+    // per type id (< 64): null where this ISA has no kernel (the scalar one is used)
+    DotRowsFn dot_rows[64];
+    // float32 activations rounded to an activation block: null where the scalar one is used
+    void (*quantize_q8_0)(const float* x, ActQ8_0* out, int k);
+    void (*quantize_q8_1)(const float* x, ActQ8_1* out, int k);
+    void (*quantize_q8_K)(const float* x, ActQ8_K* out, int k);
+};
+
+// The scalar reference: dot products of every type, in both activation modes.
+namespace scalar {
+void dot_rows(int type, const uint8_t* w, size_t w_stride, int rows, const void* act, int k, float* out,
+              size_t out_stride);
+void dot_rows_float(int type, const uint8_t* w, size_t w_stride, int rows, const float* x, int k, float* out,
+                    size_t out_stride);
+void quantize_q8_0(const float* x, ActQ8_0* out, int k);
+void quantize_q8_1(const float* x, ActQ8_1* out, int k);
+void quantize_q8_K(const float* x, ActQ8_K* out, int k);
+void quantize_f16(const float* x, uint16_t* out, int k);
+void quantize_bf16(const float* x, uint16_t* out, int k);
+}  // namespace scalar
+
+// ``k`` values of one weight row as float32, exactly as gguf's dequantize computes them.
+void dequantize_row(int type, const uint8_t* w, float* out, int k);
+
+const KernelTable* avx2_table();        // null when not compiled in
+const KernelTable* avx512vnni_table();  // null when not compiled in
+
+// The chosen table: the best the CPU has, or the one forced (set_isa).
+const KernelTable& active_table();
+Isa best_isa();
+// Forces a path; false (and nothing changed) when the CPU or the build lacks it.
+bool set_isa(Isa isa);
+
+// Bytes of the activation blocks of a row of ``k`` values for ``type``.
+size_t act_row_bytes(int type, int k);
+// Rounds one activation row for ``type`` (llama.cpp's rounding), with the active table.
+void quantize_act_row(int type, const float* x, void* out, int k);
+
+}  // namespace i4p

@@ -1,0 +1,409 @@
+// The operators as onnxruntime sees them: GgmlMatMul and GgmlGather in the ai.inference4py domain,
+// registered by RegisterCustomOps (what SessionOptions.register_custom_ops_library calls).
+// Bad shapes and types are statuses with a message naming the problem, never a crash.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels.h"
+#include "ort_abi.h"
+
+#define I4P_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace i4p {
+namespace {
+
+const ort::Api* g_api = nullptr;  // the runtime's table, set once by RegisterCustomOps
+
+OrtStatus* fail(const std::string& message) {
+    return g_api->CreateStatus(ort::kInvalidArgument, ("inference4py ggml operator: " + message).c_str());
+}
+
+// an int attribute, or `fallback` when the node does not have it
+int64_t attribute(const OrtKernelInfo* info, const char* name, int64_t fallback) {
+    int64_t value = fallback;
+    OrtStatus* status = g_api->KernelInfoGetAttribute_int64(info, name, &value);
+    if (status != nullptr) {
+        g_api->ReleaseStatus(status);
+        return fallback;
+    }
+    return value;
+}
+
+struct Shape {
+    std::vector<int64_t> dims;
+    int element_type = 0;
+    int64_t count() const {
+        int64_t n = 1;
+        for (int64_t d : dims) n *= d;
+        return n;
+    }
+};
+
+OrtStatus* shape_of(const OrtValue* value, Shape* out) {
+    OrtTensorTypeAndShapeInfo* info = nullptr;
+    if (OrtStatus* s = g_api->GetTensorTypeAndShape(value, &info)) return s;
+    size_t rank = 0;
+    OrtStatus* s = g_api->GetDimensionsCount(info, &rank);
+    if (s == nullptr) {
+        out->dims.assign(rank, 0);
+        s = g_api->GetDimensions(info, out->dims.data(), rank);
+    }
+    if (s == nullptr) s = g_api->GetTensorElementType(info, &out->element_type);
+    g_api->ReleaseTensorTypeAndShapeInfo(info);
+    return s;
+}
+
+std::string dims_text(const std::vector<int64_t>& dims) {
+    std::string text = "[";
+    for (size_t i = 0; i < dims.size(); ++i) text += (i ? ", " : "") + std::to_string(dims[i]);
+    return text + "]";
+}
+
+size_t row_bytes(int type, int64_t k) {
+    const TypeInfo* t = type_info(type);
+    return static_cast<size_t>(k / t->values) * t->bytes;
+}
+
+// ------------------------------------------------------------------ GgmlMatMul
+constexpr int kMaxWeights = 3;
+constexpr int kRowsPerTask = 16;
+
+struct MatMulKernel {
+    int types[kMaxWeights];
+    int weights;  // how many of types[] the node names
+    int64_t k;
+    bool float_activations;
+};
+
+struct MatMulRun {
+    const MatMulKernel* kernel;
+    const float* x;
+    int64_t m;
+    int64_t n_total;
+    float* y;
+    // per weight: its rows, columns of Y it fills, its bytes, its activation rows
+    const uint8_t* w[kMaxWeights];
+    int64_t n[kMaxWeights];
+    int64_t col[kMaxWeights];
+    size_t w_stride[kMaxWeights];
+    const uint8_t* act[kMaxWeights];
+    size_t act_stride[kMaxWeights];
+    // tasks: (weight, first row)
+    std::vector<std::pair<int, int64_t>> tasks;
+    const KernelTable* table;
+};
+
+void matmul_task(void* data, size_t index) {
+    const MatMulRun& run = *static_cast<const MatMulRun*>(data);
+    const auto [which, first] = run.tasks[index];
+    const int type = run.kernel->types[which];
+    const int rows = static_cast<int>(std::min<int64_t>(kRowsPerTask, run.n[which] - first));
+    const uint8_t* w = run.w[which] + first * run.w_stride[which];
+    const int k = static_cast<int>(run.kernel->k);
+    for (int64_t i = 0; i < run.m; ++i) {
+        float* out = run.y + i * run.n_total + run.col[which] + first;
+        if (run.kernel->float_activations) {
+            scalar::dot_rows_float(type, w, run.w_stride[which], rows, run.x + i * k, k, out, 1);
+        } else {
+            DotRowsFn fn = run.table->dot_rows[type] ? run.table->dot_rows[type] : scalar::dot_rows;
+            fn(type, w, run.w_stride[which], rows, run.act[which] + i * run.act_stride[which], k, out, 1);
+        }
+    }
+}
+
+struct QuantizeRun {
+    int type;
+    const float* x;
+    int64_t k;
+    uint8_t* act;
+    size_t stride;
+};
+
+void quantize_task(void* data, size_t index) {
+    const QuantizeRun& run = *static_cast<const QuantizeRun*>(data);
+    quantize_act_row(run.type, run.x + index * run.k, run.act + index * run.stride, static_cast<int>(run.k));
+}
+
+OrtStatus* parallel(OrtKernelContext* context, void (*fn)(void*, size_t), size_t total, void* data) {
+    if (total == 1) {
+        fn(data, 0);
+        return nullptr;
+    }
+    return g_api->KernelContext_ParallelFor(context, fn, total, 0, data);
+}
+
+OrtStatus* matmul_compute(void* kernel_ptr, OrtKernelContext* context) {
+    const MatMulKernel& kernel = *static_cast<const MatMulKernel*>(kernel_ptr);
+    const OrtValue* x_value = nullptr;
+    if (OrtStatus* s = g_api->KernelContext_GetInput(context, 0, &x_value)) return s;
+    Shape xs;
+    if (OrtStatus* s = shape_of(x_value, &xs)) return s;
+    if (xs.dims.empty() || xs.dims.back() != kernel.k)
+        return fail("GgmlMatMul input X has shape " + dims_text(xs.dims) + ", its last axis must be K=" +
+                    std::to_string(kernel.k));
+    MatMulRun run{};
+    run.kernel = &kernel;
+    run.table = &active_table();
+    run.m = xs.count() / kernel.k;
+    const void* x_data = nullptr;
+    if (OrtStatus* s = g_api->GetTensorData(x_value, &x_data)) return s;
+    run.x = static_cast<const float*>(x_data);
+    for (int i = 0; i < kernel.weights; ++i) {
+        const OrtValue* wv = nullptr;
+        if (OrtStatus* s = g_api->KernelContext_GetInput(context, 1 + i, &wv)) return s;
+        if (wv == nullptr) return fail("GgmlMatMul weight input " + std::to_string(1 + i) + " is missing");
+        Shape ws;
+        if (OrtStatus* s = shape_of(wv, &ws)) return s;
+        const size_t bytes = row_bytes(kernel.types[i], kernel.k);
+        if (ws.dims.size() != 2 || ws.dims[1] != static_cast<int64_t>(bytes))
+            return fail(std::string("GgmlMatMul weight ") + std::to_string(i) + " of type " +
+                        type_info(kernel.types[i])->name + " has shape " + dims_text(ws.dims) +
+                        ", expected [rows, " + std::to_string(bytes) + "] for K=" + std::to_string(kernel.k));
+        const void* wd = nullptr;
+        if (OrtStatus* s = g_api->GetTensorData(wv, &wd)) return s;
+        run.w[i] = static_cast<const uint8_t*>(wd);
+        run.w_stride[i] = bytes;
+        run.n[i] = ws.dims[0];
+        run.col[i] = run.n_total;
+        run.n_total += ws.dims[0];
+        for (int64_t first = 0; first < run.n[i]; first += kRowsPerTask) run.tasks.emplace_back(i, first);
+    }
+    std::vector<int64_t> out_dims = xs.dims;
+    out_dims.back() = run.n_total;
+    OrtValue* y_value = nullptr;
+    if (OrtStatus* s = g_api->KernelContext_GetOutput(context, 0, out_dims.data(), out_dims.size(), &y_value)) return s;
+    void* y_data = nullptr;
+    if (OrtStatus* s = g_api->GetTensorMutableData(y_value, &y_data)) return s;
+    run.y = static_cast<float*>(y_data);
+    if (run.m == 0 || run.n_total == 0) return nullptr;
+
+    // each weight's activation rows, rounded once per distinct activation kind
+    std::vector<uint8_t> buffers[kMaxWeights];
+    if (!kernel.float_activations) {
+        for (int i = 0; i < kernel.weights; ++i) {
+            int same = -1;
+            for (int j = 0; j < i; ++j)
+                if (type_info(kernel.types[j])->act == type_info(kernel.types[i])->act) same = j;
+            if (same >= 0) {
+                run.act[i] = run.act[same];
+                run.act_stride[i] = run.act_stride[same];
+                continue;
+            }
+            run.act_stride[i] = act_row_bytes(kernel.types[i], static_cast<int>(kernel.k));
+            buffers[i].resize(run.act_stride[i] * run.m);
+            QuantizeRun q{kernel.types[i], run.x, kernel.k, buffers[i].data(), run.act_stride[i]};
+            if (OrtStatus* s = parallel(context, quantize_task, static_cast<size_t>(run.m), &q)) return s;
+            run.act[i] = buffers[i].data();
+        }
+    }
+    return parallel(context, matmul_task, run.tasks.size(), &run);
+}
+
+OrtStatus* matmul_create(const OrtKernelInfo* info, void** kernel_out) {
+    auto* kernel = new MatMulKernel{};
+    kernel->k = attribute(info, "K", -1);
+    kernel->float_activations = attribute(info, "float_activations", 0) != 0;
+    const char* names[kMaxWeights] = {"type", "type1", "type2"};
+    size_t inputs = 0;
+    if (OrtStatus* s = g_api->KernelInfo_GetInputCount(info, &inputs)) {
+        delete kernel;
+        return s;
+    }
+    kernel->weights = static_cast<int>(std::min<size_t>(inputs - 1, kMaxWeights));
+    for (int i = 0; i < kernel->weights; ++i) {
+        kernel->types[i] = static_cast<int>(attribute(info, names[i], -1));
+        const TypeInfo* t = type_info(kernel->types[i]);
+        if (t == nullptr) {
+            const int type = kernel->types[i];
+            delete kernel;
+            return fail("GgmlMatMul attribute " + std::string(names[i]) + "=" + std::to_string(type) +
+                        " is not a ggml type this library holds; upgrade inference4py or convert the file with --bits 32");
+        }
+        if (kernel->k <= 0 || kernel->k % t->values != 0) {
+            const int64_t k = kernel->k;
+            delete kernel;
+            return fail("GgmlMatMul attribute K=" + std::to_string(k) + " is not a positive multiple of " + t->name +
+                        "'s block of " + std::to_string(t->values));
+        }
+    }
+    *kernel_out = kernel;
+    return nullptr;
+}
+
+// ------------------------------------------------------------------ GgmlGather
+struct GatherKernel {
+    int type;
+    int64_t k;
+};
+
+struct GatherRun {
+    const GatherKernel* kernel;
+    const uint8_t* w;
+    size_t stride;
+    const int64_t* ids;
+    float* y;
+};
+
+void gather_task(void* data, size_t index) {
+    const GatherRun& run = *static_cast<const GatherRun*>(data);
+    dequantize_row(run.kernel->type, run.w + run.ids[index] * run.stride, run.y + index * run.kernel->k,
+                   static_cast<int>(run.kernel->k));
+}
+
+OrtStatus* gather_compute(void* kernel_ptr, OrtKernelContext* context) {
+    const GatherKernel& kernel = *static_cast<const GatherKernel*>(kernel_ptr);
+    const OrtValue* wv = nullptr;
+    const OrtValue* iv = nullptr;
+    if (OrtStatus* s = g_api->KernelContext_GetInput(context, 0, &wv)) return s;
+    if (OrtStatus* s = g_api->KernelContext_GetInput(context, 1, &iv)) return s;
+    Shape ws, is;
+    if (OrtStatus* s = shape_of(wv, &ws)) return s;
+    if (OrtStatus* s = shape_of(iv, &is)) return s;
+    const size_t bytes = row_bytes(kernel.type, kernel.k);
+    if (ws.dims.size() != 2 || ws.dims[1] != static_cast<int64_t>(bytes))
+        return fail(std::string("GgmlGather table of type ") + type_info(kernel.type)->name + " has shape " +
+                    dims_text(ws.dims) + ", expected [rows, " + std::to_string(bytes) + "]");
+    GatherRun run{&kernel, nullptr, bytes, nullptr, nullptr};
+    const void* wd = nullptr;
+    const void* id = nullptr;
+    if (OrtStatus* s = g_api->GetTensorData(wv, &wd)) return s;
+    if (OrtStatus* s = g_api->GetTensorData(iv, &id)) return s;
+    run.w = static_cast<const uint8_t*>(wd);
+    run.ids = static_cast<const int64_t*>(id);
+    const int64_t count = is.count();
+    for (int64_t i = 0; i < count; ++i)
+        if (run.ids[i] < 0 || run.ids[i] >= ws.dims[0])
+            return fail("token id " + std::to_string(run.ids[i]) + " is outside the embedding table's " +
+                        std::to_string(ws.dims[0]) + " rows");
+    std::vector<int64_t> out_dims = is.dims;
+    out_dims.push_back(kernel.k);
+    OrtValue* yv = nullptr;
+    if (OrtStatus* s = g_api->KernelContext_GetOutput(context, 0, out_dims.data(), out_dims.size(), &yv)) return s;
+    void* yd = nullptr;
+    if (OrtStatus* s = g_api->GetTensorMutableData(yv, &yd)) return s;
+    run.y = static_cast<float*>(yd);
+    if (count == 0) return nullptr;
+    return parallel(context, gather_task, static_cast<size_t>(count), &run);
+}
+
+OrtStatus* gather_create(const OrtKernelInfo* info, void** kernel_out) {
+    auto* kernel = new GatherKernel{static_cast<int>(attribute(info, "type", -1)), attribute(info, "K", -1)};
+    const TypeInfo* t = type_info(kernel->type);
+    if (t == nullptr || kernel->k <= 0 || kernel->k % t->values != 0) {
+        const std::string message = "GgmlGather attributes type=" + std::to_string(kernel->type) +
+                                    " K=" + std::to_string(kernel->k) + " do not name a ggml table this library holds";
+        delete kernel;
+        return fail(message);
+    }
+    *kernel_out = kernel;
+    return nullptr;
+}
+
+// ------------------------------------------------------------------ the OrtCustomOp tables
+struct Op {
+    ort::CustomOp base;
+    const char* name;
+    std::vector<int> input_types;
+    std::vector<bool> optional;
+    OrtStatus* (*create)(const OrtKernelInfo*, void**);
+    OrtStatus* (*compute)(void*, OrtKernelContext*);
+    void (*destroy)(void*);
+};
+
+const Op& op_of(const ort::CustomOp* base) { return *reinterpret_cast<const Op*>(base); }
+
+Op make_op(const char* name, std::vector<int> types, std::vector<bool> optional,
+           OrtStatus* (*create)(const OrtKernelInfo*, void**), OrtStatus* (*compute)(void*, OrtKernelContext*),
+           void (*destroy)(void*)) {
+    Op op{};
+    op.name = name;
+    op.input_types = std::move(types);
+    op.optional = std::move(optional);
+    op.create = create;
+    op.compute = compute;
+    op.destroy = destroy;
+    ort::CustomOp& b = op.base;
+    b.version = ort::kCustomOpVersion;
+    b.GetName = [](const ort::CustomOp* o) { return op_of(o).name; };
+    b.GetExecutionProviderType = [](const ort::CustomOp*) -> const char* { return "CPUExecutionProvider"; };
+    b.GetInputType = [](const ort::CustomOp* o, size_t i) { return op_of(o).input_types[i]; };
+    b.GetInputTypeCount = [](const ort::CustomOp* o) { return op_of(o).input_types.size(); };
+    b.GetOutputType = [](const ort::CustomOp*, size_t) { return static_cast<int>(ort::kFloat); };
+    b.GetOutputTypeCount = [](const ort::CustomOp*) -> size_t { return 1; };
+    b.GetInputCharacteristic = [](const ort::CustomOp* o, size_t i) -> int {
+        return op_of(o).optional[i] ? ort::kOptional : ort::kRequired;
+    };
+    b.GetOutputCharacteristic = [](const ort::CustomOp*, size_t) -> int { return ort::kRequired; };
+    b.GetInputMemoryType = [](const ort::CustomOp*, size_t) -> int { return ort::kMemTypeDefault; };
+    b.GetVariadicInputMinArity = [](const ort::CustomOp*) { return 1; };
+    b.GetVariadicInputHomogeneity = [](const ort::CustomOp*) { return 1; };
+    b.GetVariadicOutputMinArity = [](const ort::CustomOp*) { return 1; };
+    b.GetVariadicOutputHomogeneity = [](const ort::CustomOp*) { return 1; };
+    b.CreateKernelV2 = [](const ort::CustomOp* o, const ort::ApiTable*, const OrtKernelInfo* info, void** kernel) {
+        return op_of(o).create(info, kernel);
+    };
+    return op;
+}
+
+void destroy_matmul(void* k) { delete static_cast<MatMulKernel*>(k); }
+void destroy_gather(void* k) { delete static_cast<GatherKernel*>(k); }
+
+Op* matmul_op() {
+    static Op op = [] {
+        Op o = make_op("GgmlMatMul", {ort::kFloat, ort::kUint8, ort::kUint8, ort::kUint8}, {false, false, true, true},
+                       matmul_create, matmul_compute, destroy_matmul);
+        o.base.KernelComputeV2 = [](void* k, OrtKernelContext* c) { return matmul_compute(k, c); };
+        o.base.KernelDestroy = destroy_matmul;
+        return o;
+    }();
+    return &op;
+}
+
+Op* gather_op() {
+    static Op op = [] {
+        Op o = make_op("GgmlGather", {ort::kUint8, ort::kInt64}, {false, false}, gather_create, gather_compute,
+                       destroy_gather);
+        o.base.KernelComputeV2 = [](void* k, OrtKernelContext* c) { return gather_compute(k, c); };
+        o.base.KernelDestroy = destroy_gather;
+        return o;
+    }();
+    return &op;
+}
+
+}  // namespace
+}  // namespace i4p
+
+// ------------------------------------------------------------------ exported entry points
+I4P_EXPORT OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const ort::ApiBase* base) {
+    using namespace i4p;
+    const ort::ApiTable* table = base->GetApi(ort::kApiVersion);
+    if (table == nullptr) {
+        // the runtime is older than the API these operators call: report it with version 1's table
+        const ort::ApiTable* oldest = base->GetApi(1);
+        std::string message = "inference4py's ggml operators need onnxruntime's C API version " +
+                              std::to_string(ort::kApiVersion) + "; this onnxruntime (" + base->GetVersionString() +
+                              ") is older: pip install -U onnxruntime";
+        return oldest ? ort::Api(oldest).CreateStatus(ort::kFail, message.c_str()) : nullptr;
+    }
+    static const ort::Api api(table);
+    g_api = &api;
+    const ort::Api* apip = &api;
+    OrtCustomOpDomain* domain = nullptr;
+    if (OrtStatus* s = apip->CreateCustomOpDomain("ai.inference4py", &domain)) return s;
+    if (OrtStatus* s = apip->CustomOpDomain_Add(domain, &matmul_op()->base)) return s;
+    if (OrtStatus* s = apip->CustomOpDomain_Add(domain, &gather_op()->base)) return s;
+    // the domain must outlive every session that uses it: it is kept for the process's life
+    return apip->AddCustomOpDomain(options, domain);
+}
+
+I4P_EXPORT int inference4py_ggml_api_version() { return ort::kApiVersion; }
+I4P_EXPORT const char* inference4py_ggml_isa() { return i4p::isa_name(i4p::active_table().isa); }
+I4P_EXPORT const char* inference4py_ggml_best_isa() { return i4p::isa_name(i4p::best_isa()); }
+I4P_EXPORT int inference4py_ggml_set_isa(const char* name) {
+    for (i4p::Isa isa : {i4p::Isa::Scalar, i4p::Isa::Avx2, i4p::Isa::Avx512Vnni})
+        if (std::strcmp(name, i4p::isa_name(isa)) == 0) return i4p::set_isa(isa) ? 1 : 0;
+    return 0;
+}
