@@ -32,7 +32,7 @@ from inference4py.serve.audio import add_audio_routes
 from inference4py.serve.dispatch import collect_all, open_all, text_worker, with_thinking
 from inference4py.serve.embeddings import add_embedding_routes
 from inference4py.serve.errors import InternalErrors, error_payload, reason
-from inference4py.serve.guard import Guard, add_cors
+from inference4py.serve.guard import Cors, Guard
 from inference4py.serve.messages import add_messages_routes
 from inference4py.serve.metrics import prometheus
 from inference4py.serve.page import add_page_route
@@ -91,8 +91,7 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
     app.add_middleware(InternalErrors)  # innermost: a 500 keeps the connection open
     app.add_middleware(ModelLeases, models=registry)  # a model is held until its request is answered
     app.add_middleware(Guard, api_key=s.api_key, max_body=int(s.max_body_mb * (1 << 20)))
-    if s.cors_origins:
-        add_cors(app, s.cors_origins)
+    app.add_middleware(Cors, origins=s.cors_origins)  # last, so outermost: refusals carry CORS too
 
     @app.exception_handler(ApiError)
     async def _http_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -112,6 +111,13 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
         if kind == "json_invalid":  # its location is a character offset, not a field
             message, where = "The request body is not valid JSON. Send a JSON object.", ""
         elif not where and kind in ("model_attributes_type", "dict_type", "missing"):
+            sent = request.headers.get("content-type")
+            if sent is None or "json" not in sent.lower():  # FastAPI reads a body as JSON only when told so
+                message = (
+                    f"The request body is read as JSON only with the header 'Content-Type: application/json' "
+                    f"({f'got {sent!r}' if sent else 'none was sent'}): send the body with it."
+                )
+                return JSONResponse(_error(request, message, param="Content-Type"), status_code=400)
             message = "The request body must be a JSON object with the request's fields (model, messages or prompt...)."
         return JSONResponse(_error(request, message, param=where or None), status_code=400)
 

@@ -12,16 +12,13 @@ from inference4py.generation.result import GenerationResult
 from inference4py.serve.protocol import ApiError
 from inference4py.serve.registry import ModelRegistry
 from inference4py.serve.worker import ChunkStream, ModelWorker
-from inference4py.tasks.kinds import Kind
+from inference4py.tasks.kinds import CHAT_KINDS, TEXT_KINDS
 from inference4py.tasks.options import RequestOptions
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
 __all__ = ["CHAT_KINDS", "TEXT_KINDS", "collect_all", "open_all", "text_worker", "with_thinking"]
-
-CHAT_KINDS: tuple[Kind, ...] = ("decoder", "gguf")  # the kinds of model a chat request can go to
-TEXT_KINDS: tuple[Kind, ...] = (*CHAT_KINDS, "encoder-decoder")  # ... and a completion
 
 # OpenAI's reasoning_effort (chat) / reasoning.effort (Responses) as a thinking switch
 _EFFORT_THINKS = {"none": False, "minimal": False, "low": True, "medium": True, "high": True}

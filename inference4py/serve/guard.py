@@ -3,48 +3,119 @@
 Plain ASGI (not Starlette's BaseHTTPMiddleware) so streamed responses and disconnect detection
 pass through untouched.  Refusals are the route's API's error objects (:mod:`inference4py.serve.errors`):
 401 for a missing or wrong key, 413 for a body over the limit, 400 for a malformed Content-Length.
-CORS (:func:`add_cors`) answers browsers' preflights for the configured origins, before the key check:
-a preflight carries no key.
+:class:`Cors` answers browsers' preflights, before the key check (a preflight carries no key), and
+refuses calls from web pages elsewhere than this machine or the origins given.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import logging
+import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from inference4py.serve.asgi import ASGIApp, Message, Receive, Scope, Send
 from inference4py.serve.errors import error_payload
 
-if TYPE_CHECKING:
-    from fastapi import FastAPI
+__all__ = ["Cors", "Guard"]
 
-__all__ = ["Guard", "add_cors"]
+_log = logging.getLogger("inference4py.serve")
 
 
 _OPEN_PATHS = frozenset({"/health", "/"})  # the page itself holds no secret: it asks for the key
 
 
-def add_cors(app: FastAPI, origins: Sequence[str]) -> None:
-    """Let browser pages from ``origins`` call ``app`` (added last, so it is outermost: refusals carry CORS too).
+#: Origins of pages on this machine: localhost, 127.0.0.1 or [::1], any port (ollama's default).
+_LOCAL_ORIGIN = re.compile(r"(?:https?://)?(?:localhost|127\.0\.0\.1|\[::1\])(?::\d{1,5})?", re.IGNORECASE)
+_METHODS = b"GET, POST, DELETE, OPTIONS"  # what the routes take
 
-    No credentials mode: the API key travels in the Authorization header, which a preflight lists
-    and the answer allows, never in a cookie; so ``"*"`` is valid (browsers refuse ``*`` only with
-    credentials) and every origin is treated alike. A page on a public origin that calls a server on
-    this machine or network gets Chrome's private-network preflight allowed, as its origin was named.
+
+class Cors:
+    """Browsers' cross-origin rules: which web pages may call the API (outermost: refusals carry them too).
+
+    A page on this machine (``http://localhost:3000``, ``http://127.0.0.1``, ``http://[::1]:8080``),
+    a page of the server itself, or one of ``origins`` may call it; ``"*"`` in ``origins`` lets any
+    page. A preflight (``OPTIONS`` with ``Origin`` and ``Access-Control-Request-Method``) is answered
+    here, before the key check (it carries no key): 200 with the allowed methods and the requested
+    headers by name (so ``Authorization`` passes) for an allowed origin, 200 without them otherwise
+    (the browser then refuses the call). Any other request that a page elsewhere sends (one a browser
+    does not preflight, e.g. a form post) is refused with 403 before it reaches a model: a web page
+    must not drive a model on this machine. Requests without ``Origin`` (SDKs, curl) pass untouched.
+    No credentials mode: the API key travels in the Authorization header, never in a cookie.
     """
-    from starlette.middleware.cors import CORSMiddleware
 
-    app.add_middleware(
-        CORSMiddleware,
-        allow_origins=["*"] if "*" in origins else list(origins),
-        allow_methods=["*"],
-        allow_headers=["*"],  # mirrors the preflight's list, so Authorization is allowed by name
-        allow_credentials=False,
-        allow_private_network=True,
-        expose_headers=["Retry-After"],
-    )
+    def __init__(self, app: ASGIApp, *, origins: Sequence[str]) -> None:
+        self.app = app
+        self.any = "*" in origins
+        self.origins = frozenset(o.lower() for o in origins if o != "*")
+        self._warned: set[str] = set()
+
+    def allows(self, origin: str, host: str | None) -> bool:
+        """Whether a page from ``origin`` may call a server reached as ``host`` (the Host header)."""
+        lowered = origin.lower()
+        same = host is not None and lowered.partition("://")[2] == host.lower()
+        return self.any or same or lowered in self.origins or _LOCAL_ORIGIN.fullmatch(origin) is not None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.lower(): v for k, v in scope.get("headers", [])}
+        raw = headers.get(b"origin")
+        if raw is None:
+            await self.app(scope, receive, send)
+            return
+        origin = raw.decode("latin-1")
+        host = headers[b"host"].decode("latin-1") if b"host" in headers else None
+        allowed = self.allows(origin, host)
+        preflight = scope["method"] == "OPTIONS" and b"access-control-request-method" in headers
+        if preflight:
+            answer = [(b"vary", b"Origin"), (b"content-length", b"0")]
+            if allowed:
+                answer += self._allow(raw) + [
+                    (b"access-control-allow-methods", _METHODS),
+                    (b"access-control-max-age", b"600"),
+                ]
+                requested = headers.get(b"access-control-request-headers")
+                if requested:
+                    answer.append((b"access-control-allow-headers", requested))
+                if b"access-control-request-private-network" in headers:
+                    answer.append((b"access-control-allow-private-network", b"true"))
+            else:
+                self._warn(origin)
+            await send({"type": "http.response.start", "status": 200, "headers": answer})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if not allowed:
+            self._warn(origin)
+            message = (
+                f"A web page from {origin} may not call this server: only pages on this machine (localhost) or "
+                f"named with --cors-origin may. Start the server with --cors-origin {origin} to allow it."
+            )
+            await _answer(
+                send, 403, error_payload(scope["path"], message, "permission_error", code="origin_not_allowed")
+            )
+            return
+        extra = [*self._allow(raw), (b"access-control-expose-headers", b"Retry-After")]
+
+        async def send_with_cors(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_cors)
+
+    def _allow(self, origin: bytes) -> list[tuple[bytes, bytes]]:
+        return [(b"access-control-allow-origin", b"*" if self.any else origin), (b"vary", b"Origin")]
+
+    def _warn(self, origin: str) -> None:
+        if origin not in self._warned and len(self._warned) < 64:
+            self._warned.add(origin)
+            _log.warning(
+                "refused a browser request from %s: start the server with --cors-origin %s to allow it", origin, origin
+            )
 
 
 class Guard:

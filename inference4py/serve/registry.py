@@ -41,7 +41,7 @@ from inference4py.serve.loading import kind_of, load_model, scan_models_dir
 from inference4py.serve.protocol import ApiError, now, unknown_model
 from inference4py.serve.settings import ServerSettings
 from inference4py.serve.worker import ModelWorker, source_bytes, weights_bytes
-from inference4py.tasks.kinds import Kind
+from inference4py.tasks.kinds import Kind, capabilities
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -149,7 +149,8 @@ class ModelRegistry:
         return self._entry(name).kind
 
     def cards(self) -> list[dict[str, Any]]:
-        """Each served model as /v1/models lists it: OpenAI's fields, plus ``status`` (and ``error`` when it failed)."""
+        """Each served model as /v1/models lists it: OpenAI's fields, plus ``status`` (and ``error`` when it failed)
+        and ``capabilities`` (:func:`~inference4py.tasks.kinds.capabilities`: "chat", "completion"...)."""
         self._rescan()
         return [self.card(name) for name in self._entries]
 
@@ -158,6 +159,7 @@ class ModelRegistry:
         entry = self._entry(name)
         card: dict[str, Any] = {"id": name, "object": "model", "created": now(), "owned_by": "inference4py"}
         card["status"] = entry.status
+        card["capabilities"] = capabilities(entry.kind)  # the chat page lists the chat models only
         if entry.status == "failed":
             card["error"] = entry.error
         return card

@@ -23,9 +23,19 @@ from inference4py.errors import Inference4pyError
 if TYPE_CHECKING:
     from inference4py.engine.pipeline import PipelineSpec
 
-__all__ = ["Kind", "ModelKind", "is_whisper_source", "model_kind"]
+__all__ = ["CHAT_KINDS", "TEXT_KINDS", "Kind", "ModelKind", "capabilities", "is_whisper_source", "model_kind"]
 
 Kind = Literal["gguf", "embedding", "speech", "encoder-decoder", "decoder"]
+CHAT_KINDS: tuple[Kind, ...] = ("decoder", "gguf")  # the kinds of model that answer chats
+TEXT_KINDS: tuple[Kind, ...] = (*CHAT_KINDS, "encoder-decoder")  # ... and completions of a prompt
+
+
+def capabilities(kind: Kind) -> list[str]:
+    """What a model of ``kind`` answers: ``"chat"``, ``"completion"``, ``"embedding"``, ``"transcription"``."""
+    found = ["chat"] if kind in CHAT_KINDS else []
+    found += ["completion"] if kind in TEXT_KINDS else []
+    found += ["embedding"] if kind == "embedding" else []
+    return found + (["transcription"] if kind == "speech" else [])
 
 
 @dataclass(frozen=True)

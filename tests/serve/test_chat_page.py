@@ -134,6 +134,16 @@ def test_the_page_lists_the_served_models_under_its_own_policy(server: Server, p
     assert not [e for e in logs if e["level"] == "SEVERE"]  # no blocked script, no failed load
 
 
+def test_the_picker_leaves_out_models_that_cannot_chat(browser: webdriver.Chrome) -> None:
+    from inference4py.serve import load_models
+
+    models = load_models([str(QWEN), str(FIXTURES / "models" / "whisper")])  # Whisper only answers audio routes
+    with running(create_app(models)) as url:
+        browser.get(f"{url}/")
+        WebDriverWait(browser, 10).until(lambda d: Select(d.find_element(By.ID, "model")).options)
+        assert [o.text for o in Select(browser.find_element(By.ID, "model")).options] == [NAME]
+
+
 def test_the_answer_streams_in_and_equals_the_library(page: webdriver.Chrome, library: OnnxTextGenerator) -> None:
     # every state of the first answer's text, as the page shows it
     page.execute_script(

@@ -24,7 +24,7 @@ from inference4py import OnnxTextGenerator  # noqa: E402
 from inference4py.errors import ConfigurationError  # noqa: E402
 from inference4py.serve import ServerSettings, create_app  # noqa: E402
 from tests.conftest import FIXTURES, long_context_copy  # noqa: E402
-from tests.serve.support import request, running  # noqa: E402
+from tests.serve.support import metrics, request, running  # noqa: E402
 
 QWEN = FIXTURES / "models" / "qwen2"
 GPT2 = FIXTURES / "models" / "gpt2"
@@ -375,9 +375,73 @@ def test_cors_preflight_and_simple_requests_for_a_named_origin():
 
         other = {"Origin": "http://elsewhere.example"}
         status, headers, _ = request(url, "/v1/chat/completions", headers={**other, **PREFLIGHT}, method="OPTIONS")
-        assert status == 400 and "access-control-allow-origin" not in _lower(headers)
+        assert status == 200 and "access-control-allow-origin" not in _lower(headers)  # the browser refuses
         _, headers, _ = request(url, "/health", headers=other)
         assert "access-control-allow-origin" not in _lower(headers)
+
+
+LOCAL = ["http://localhost", "http://localhost:5173", "http://127.0.0.1", "http://127.0.0.1:3000", "http://[::1]:8080"]
+ELSEWHERE = ["http://evil.example", "http://localhost.evil.example", "http://notlocalhost", "https://127.0.0.1.nip.io"]
+
+
+def test_by_default_only_pages_on_this_machine_may_call_the_server(caplog):
+    with running(create_app({"qwen2": _fresh()})) as url:
+        for origin in LOCAL:
+            status, headers, _ = request(
+                url, "/v1/chat/completions", headers={"Origin": origin, **PREFLIGHT}, method="OPTIONS"
+            )
+            headers = _lower(headers)
+            assert status == 200 and headers["access-control-allow-origin"] == origin, origin
+            assert headers["access-control-allow-methods"] == "GET, POST, DELETE, OPTIONS"
+        body = json.dumps({"model": "qwen2", "messages": HI, "max_tokens": 2})
+        status, headers, _ = request(url, "/v1/chat/completions", body, headers={"Origin": "http://localhost:5173"})
+        assert status == 200 and _lower(headers)["access-control-allow-origin"] == "http://localhost:5173"
+        status, _, _ = request(url, "/v1/chat/completions", body, headers={"Origin": url})  # its own page
+        assert status == 200
+        before = metrics(url)
+        for origin in ELSEWHERE:
+            status, headers, _ = request(
+                url, "/v1/chat/completions", headers={"Origin": origin, **PREFLIGHT}, method="OPTIONS"
+            )
+            assert status == 200 and "access-control-allow-origin" not in _lower(headers), origin
+            # a request a browser sends without a preflight (a form post) never reaches the model
+            status, headers, payload = request(
+                url, "/v1/chat/completions", body, headers={"Origin": origin, "Content-Type": "text/plain"}
+            )
+            assert status == 403 and payload["error"]["type"] == "permission_error", origin
+            assert f"--cors-origin {origin}" in payload["error"]["message"]
+        assert metrics(url) == before  # nothing ran
+    assert any("--cors-origin http://evil.example" in r.getMessage() for r in caplog.records)
+
+
+def test_named_origins_are_allowed_beside_the_local_ones():
+    with running(create_app({"qwen2": _fresh()}, ServerSettings(cors_origins=["https://app.example"]))) as url:
+        for origin, allowed in (
+            ("https://app.example", True),
+            ("http://localhost:3000", True),
+            ("https://other.example", False),
+        ):
+            _, headers, _ = request(url, "/v1/models", headers={"Origin": origin}, method="GET")
+            assert (_lower(headers).get("access-control-allow-origin") == origin) is allowed, origin
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_a_json_body_without_its_content_type_is_told_to_send_the_header(content_type):
+    import http.client
+    from urllib.parse import urlsplit
+
+    with running(create_app({"qwen2": _fresh()})) as url:
+        body = json.dumps({"model": "qwen2", "messages": HI, "max_tokens": 2})
+        connection = http.client.HTTPConnection(urlsplit(url).netloc, timeout=30)
+        connection.request("POST", "/v1/chat/completions", body, {"Content-Type": content_type} if content_type else {})
+        answer = connection.getresponse()
+        payload = json.loads(answer.read())
+        connection.close()
+        assert answer.status == 400 and payload["error"]["param"] == "Content-Type"
+        assert "'Content-Type: application/json'" in payload["error"]["message"]
+        assert (repr(content_type) if content_type else "none was sent") in payload["error"]["message"]
+        status, _, payload = request(url, "/v1/chat/completions", "[1, 2]")  # JSON, but not an object: as before
+        assert status == 400 and "must be a JSON object" in payload["error"]["message"]
 
 
 def test_cors_any_origin_is_a_star_without_credentials():
@@ -397,3 +461,19 @@ def test_an_origin_that_browsers_never_send_is_refused_at_start(origin):
     with pytest.raises(ConfigurationError, match="not an origin"):
         ServerSettings(cors_origins=[origin])
     assert ServerSettings(cors_origins="http://localhost:3000").cors_origins == ("http://localhost:3000",)
+
+
+def test_models_say_what_they_answer_so_the_chat_page_lists_only_chat_models():
+    from inference4py.serve import load_models
+
+    models = load_models([str(QWEN), str(FIXTURES / "models" / "whisper"), str(FIXTURES / "models" / "sentence-bert")])
+    with running(create_app(models)) as url:
+        status, _, payload = request(url, "/v1/models")
+        page = request(url, "/")[2]
+    assert status == 200
+    assert {m["id"]: m["capabilities"] for m in payload["data"]} == {
+        "qwen2": ["chat", "completion"],
+        "whisper": ["transcription"],
+        "sentence-bert": ["embedding"],
+    }
+    assert 'm.capabilities.includes("chat")' in page  # the picker's filter (driven in a browser: test_chat_page.py)
