@@ -1,16 +1,18 @@
 """The table of commands (:data:`COMMANDS`), the parser built from it and :func:`main`.
 
 :func:`main` turns library errors (:class:`~inference4py.errors.Inference4pyError`)
-into ``error: <message>`` on stderr with exit code 2, and Ctrl-C into exit code 130.
+into ``error: <message>`` on stderr with exit code 2, Ctrl-C into exit code 130, and a reader that
+stops reading (``inference4py generate ... | head``) into exit code 141, quietly, as other tools do.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
-from inference4py.cli.base import EXIT_ERROR, EXIT_INTERRUPTED, Command
+from inference4py.cli.base import EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_INTERRUPTED, Command
 from inference4py.cli.batch import _add_batch_arguments, _run_batch
 from inference4py.cli.convert import _add_convert_arguments, _run_convert
 from inference4py.cli.embed import _add_embed_arguments, _run_embed
@@ -89,7 +91,8 @@ COMMANDS: dict[str, Command] = {
         run=_run_optimize,
     ),
     "convert": Command(
-        help="convert a GGUF file (llama.cpp) into an ONNX model folder (needs the gguf extra)",
+        help="convert a GGUF file (llama.cpp; needs the gguf extra) or a Whisper file (faster-whisper, whisper.cpp) "
+        "into an ONNX model folder",
         add_arguments=_add_convert_arguments,
         run=_run_convert,
     ),
@@ -144,3 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
         print(file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader is gone: what is left in stdout's buffer goes nowhere, so the flush at exit does not fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE

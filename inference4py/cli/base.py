@@ -15,6 +15,7 @@ from typing import TextIO
 EXIT_OK = 0
 EXIT_ERROR = 2  # library errors, like argparse's usage errors
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of stdout left (`| head`), what shells report for it
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,23 @@ _DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def _add_embed_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("texts", nargs="*", help="texts to embed (default: the lines of stdin)")
-    parser.add_argument("--model", default=_DEFAULT_MODEL, help=f"model folder or hub id (default: {_DEFAULT_MODEL})")
-    parser.add_argument("--batch-size", type=int, default=None, help="texts per onnxruntime run (default: 32)")
+    parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to embed (default: the lines of stdin)")
     parser.add_argument(
-        "--dimensions", type=int, default=None, help="keep the first N values of each vector, normalized again"
+        "--model",
+        "-m",
+        default=_DEFAULT_MODEL,
+        metavar="ID_OR_PATH",
+        help=f"Hugging Face repo id (org/name) or local model folder of a sentence encoder (default: {_DEFAULT_MODEL})",
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=None, metavar="N", help="texts per onnxruntime run (default: 32)"
+    )
+    parser.add_argument(
+        "--dimensions",
+        type=int,
+        default=None,
+        metavar="N",
+        help="keep the first N values of each vector, normalized again",
     )
     parser.add_argument(
         "--no-truncate", action="store_true", help="refuse texts longer than the model's max_seq_length"

@@ -31,7 +31,12 @@ def _run_pull(args: argparse.Namespace) -> int:
 
 
 def _add_inspect_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", metavar="FOLDER_OR_ID", help="model folder (or Hugging Face repo id, downloaded)")
+    parser.add_argument(
+        "model",
+        metavar="ID_OR_PATH",
+        help="a model folder, Hugging Face repo id (downloaded), .gguf file, Whisper file (faster-whisper, "
+        "whisper.cpp) or pip:PACKAGE holding one; files are converted first, as generate and serve do",
+    )
     parser.add_argument("--revision", metavar="R", help="branch, tag or commit of the hub repo (default: main)")
     parser.add_argument(
         "--detect",
@@ -47,9 +52,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
 
     folder = Path(args.model).expanduser()
     if not folder.is_dir():
-        from inference4py.hub import resolve_model_folder
-
-        folder = resolve_model_folder(args.model, revision=args.revision)
+        folder = _converted_or_downloaded(args.model, args.revision)
     spec = detect_pipeline(folder) if args.detect else load_pipeline(folder)
     print(json.dumps(spec.describe(), indent=2, ensure_ascii=False))
     origin = "detection (file names and graph inputs/outputs)" if spec.source == "detected" else spec.source
@@ -58,3 +61,21 @@ def _run_inspect(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return EXIT_OK
+
+
+def _converted_or_downloaded(source: str, revision: str | None) -> Path:
+    """The folder a source runs from: a GGUF or Whisper file (or pip package) converted as its task converts it."""
+    from inference4py.gguf.sources import is_gguf_source
+    from inference4py.tasks.kinds import is_whisper_source
+
+    if is_whisper_source(source):
+        from inference4py import WhisperSpeechModel
+
+        return WhisperSpeechModel.builder().model_path(source).resolve_folder()
+    if is_gguf_source(source):
+        from inference4py import OnnxTextGenerator
+
+        return OnnxTextGenerator.builder().model_path(source).resolve_folder()
+    from inference4py.hub import resolve_model_folder
+
+    return resolve_model_folder(source, revision=revision)

@@ -135,8 +135,9 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="ORIGIN",
-        help="an origin browsers may call the API from, as scheme://host[:port], e.g. http://localhost:3000, "
-        "or '*' for any page (repeatable; default: none; the API key, if set, is still required)",
+        help="an origin browser pages may call the API from, besides pages on this machine (localhost, 127.0.0.1, "
+        "[::1]: always allowed), as scheme://host[:port], e.g. https://app.example, or '*' for any page "
+        "(repeatable; the API key, if set, is still required)",
     )
     parser.add_argument(
         "--max-body-mb", type=_positive, default=32, metavar="MB", help="larger request bodies get a 413 (default: 32)"

@@ -43,6 +43,7 @@ from inference4py.serve.registry import ModelRegistry
 from inference4py.serve.sse import sse
 from inference4py.serve.worker import ModelWorker
 from inference4py.tasks.whisper import WHISPER_LANGUAGES, Transcription, WhisperSpeechModel, language_code
+from inference4py.tasks.whisper.results import seconds
 
 __all__ = ["RESPONSE_FORMATS", "add_audio_routes", "load_speech_model", "speech_model"]
 
@@ -341,13 +342,18 @@ def _verbose(result: Transcription, task: str, granularities: frozenset[str]) ->
     client leaves a missing key unset)."""
     code = "en" if task == "translate" else result.language  # a translation's language is its output's
     language = WHISPER_LANGUAGES.get(code, code) if code else None
-    out: dict[str, Any] = {"task": task, "language": language, "duration": result.duration, "text": result.text}
+    out: dict[str, Any] = {
+        "task": task,
+        "language": language,
+        "duration": seconds(result.duration),
+        "text": result.text,
+    }
     if "segment" in granularities:
         out["segments"] = [
             {
                 "id": i,
-                "start": s.start,
-                "end": s.end,
+                "start": seconds(s.start),
+                "end": seconds(s.end),
                 "text": s.text,
                 "tokens": list(s.token_ids),
                 "temperature": s.temperature,
@@ -359,6 +365,8 @@ def _verbose(result: Transcription, task: str, granularities: frozenset[str]) ->
         ]
     if "word" in granularities:
         out["words"] = [
-            {"word": w.word.strip(), "start": w.start, "end": w.end} for s in result.segments for w in s.words
+            {"word": w.word.strip(), "start": seconds(w.start), "end": seconds(w.end)}
+            for s in result.segments
+            for w in s.words
         ]
     return out

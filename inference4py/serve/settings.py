@@ -25,9 +25,10 @@ class ServerSettings:
         prefix_cache_mb: Memory per text generator for the automatic prefix cache (0: off).
         timeout: Seconds a request may run before it is stopped (408); None: no limit.
         api_key: When set, every route but /health and the chat page needs ``Authorization: Bearer KEY``.
-        cors_origins: Origins browsers may call the API from, as ``scheme://host[:port]`` (none: CORS
-            headers are never sent); ``"*"`` lets any page call it (the API key, when one is set,
-            still guards it: it travels in a header, never as a cookie).
+        cors_origins: Origins browser pages may call the API from, as ``scheme://host[:port]``, besides
+            pages on this machine (localhost, 127.0.0.1, [::1], any port) and the server's own page,
+            which always may (:class:`~inference4py.serve.guard.Cors`); ``"*"`` lets any page call it
+            (the API key, when one is set, still guards it: it travels in a header, never as a cookie).
         max_body_mb: Larger request bodies are answered 413.
         responses_store: Finished /v1/responses answers kept in memory, for ``previous_response_id``
             and ``GET /v1/responses/{id}`` (least recently used forgotten first; 0 keeps none).

@@ -110,22 +110,22 @@ class Transcription:
         return [(w.start, w.end, w.word.strip()) for s in self.segments for w in s.words if w.word.strip()]
 
     def to_dict(self) -> dict[str, Any]:
-        """The transcription as plain data (what :meth:`to_json` writes)."""
+        """The transcription as plain data (what :meth:`to_json` writes); times in whole milliseconds (:func:`seconds`)."""
         return {
             "text": self.text,
             "language": self.language,
-            "duration": self.duration,
+            "duration": seconds(self.duration),
             "segments": [
                 {
-                    "start": s.start,
-                    "end": s.end,
+                    "start": seconds(s.start),
+                    "end": seconds(s.end),
                     "text": s.text,
                     "avg_logprob": s.avg_logprob,
                     "no_speech_prob": s.no_speech_prob,
                     "compression_ratio": s.compression_ratio,
                     "temperature": s.temperature,
                     "token_ids": list(s.token_ids),
-                    "words": [asdict(w) for w in s.words],
+                    "words": [asdict(w) | {"start": seconds(w.start), "end": seconds(w.end)} for w in s.words],
                 }
                 for s in self.segments
             ],
@@ -134,6 +134,11 @@ class Transcription:
     def to_json(self, *, indent: int | None = 2) -> str:
         """The transcription as JSON: text, language, duration, segments (with their numbers and words)."""
         return json.dumps(self.to_dict(), ensure_ascii=False, indent=indent)
+
+
+def seconds(value: float) -> float:
+    """A time as written out (JSON): rounded to the millisecond, so 0.02-s steps print as 3.8, not 3.8000000000000003."""
+    return round(float(value), 3)
 
 
 def _clock(seconds: float, separator: str) -> str:
