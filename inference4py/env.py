@@ -44,6 +44,9 @@ Variables
 ``INFERENCE4PY_GGML_ISA``
     Forces the compiled operators' instruction set: ``scalar``, ``avx2`` or ``avx512vnni`` (the
     best the CPU has when unset). A path the CPU lacks is an error.
+``INFERENCE4PY_GGML_LIBRARY``
+    The path of a compiled operator library to load instead of the one built beside the package
+    (a developer's build of ``csrc/ggml_ops``).
 ``INFERENCE4PY_NO_COMPILE``
     Read by the build (setup.py), not the library: ``1`` installs without building the compiled
     operators, as on a machine with no C++ compiler.
@@ -71,6 +74,7 @@ __all__ = [
     "serve_api_key",
     "ggml_ops_enabled",
     "ggml_isa",
+    "ggml_library",
 ]
 
 _TRUE_VALUES = frozenset({"1", "ON", "YES", "TRUE"})
@@ -184,3 +188,9 @@ def ggml_isa() -> str | None:
     """``INFERENCE4PY_GGML_ISA`` in lower case (the kernels' instruction set to force), or None."""
     value = _get("INFERENCE4PY_GGML_ISA")
     return value.lower() if value is not None else None
+
+
+def ggml_library() -> Path | None:
+    """``INFERENCE4PY_GGML_LIBRARY``: a compiled operator library to load instead of the package's, or None."""
+    value = _get("INFERENCE4PY_GGML_LIBRARY")
+    return Path(os.path.expandvars(value)).expanduser() if value is not None else None

@@ -15,15 +15,17 @@ enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512Vnni = 2 };
 
 const char* isa_name(Isa isa);
 
-// Dot products of weight rows with one activation row already rounded to the weight type's
-// activation block (or float32 for ``Act::F32``): ``out[r] = dot(w + r * w_stride, act)``.
-using DotRowsFn = void (*)(int type, const uint8_t* w, size_t w_stride, int rows, const void* act, int k, float* out,
-                           size_t out_stride);
+// Dot products of weight rows with activation rows already rounded to the weight type's activation
+// block: ``out[c * out_stride + r] = dot(w + r * w_stride, act + c * act_stride)`` for ``r < rows``,
+// ``c < cols``. A kernel reads each weight block once for several activation rows (a prompt), and
+// once for one (a decode step).
+using DotTileFn = void (*)(int type, const uint8_t* w, size_t w_stride, int rows, const uint8_t* act,
+                           size_t act_stride, int cols, int k, float* out, size_t out_stride);
 
 struct KernelTable {
     Isa isa;
     // per type id (< 64): null where this ISA has no kernel (the scalar one is used)
-    DotRowsFn dot_rows[64];
+    DotTileFn dot_tile[64];
     // float32 activations rounded to an activation block: null where the scalar one is used
     void (*quantize_q8_0)(const float* x, ActQ8_0* out, int k);
     void (*quantize_q8_1)(const float* x, ActQ8_1* out, int k);
@@ -32,8 +34,8 @@ struct KernelTable {
 
 // The scalar reference: dot products of every type, in both activation modes.
 namespace scalar {
-void dot_rows(int type, const uint8_t* w, size_t w_stride, int rows, const void* act, int k, float* out,
-              size_t out_stride);
+void dot_tile(int type, const uint8_t* w, size_t w_stride, int rows, const uint8_t* act, size_t act_stride, int cols,
+              int k, float* out, size_t out_stride);
 void dot_rows_float(int type, const uint8_t* w, size_t w_stride, int rows, const float* x, int k, float* out,
                     size_t out_stride);
 void quantize_q8_0(const float* x, ActQ8_0* out, int k);

@@ -69,7 +69,9 @@ size_t row_bytes(int type, int64_t k) {
 
 // ------------------------------------------------------------------ GgmlMatMul
 constexpr int kMaxWeights = 3;
-constexpr int kRowsPerTask = 16;
+constexpr int kRowsPerTask = 16;  // a task's weight rows, at least (a multiple of it)
+constexpr int64_t kTasksPerWeight = 32;  // enough to balance a few threads; fewer, larger tasks cost less to hand out
+constexpr int kActRowsPerTile = 4;  // activation rows a kernel takes at once (simd.inc's tiles)
 
 struct MatMulKernel {
     int types[kMaxWeights];
@@ -91,6 +93,7 @@ struct MatMulRun {
     size_t w_stride[kMaxWeights];
     const uint8_t* act[kMaxWeights];
     size_t act_stride[kMaxWeights];
+    int64_t rows_per_task[kMaxWeights];
     // tasks: (weight, first row)
     std::vector<std::pair<int, int64_t>> tasks;
     const KernelTable* table;
@@ -100,17 +103,21 @@ void matmul_task(void* data, size_t index) {
     const MatMulRun& run = *static_cast<const MatMulRun*>(data);
     const auto [which, first] = run.tasks[index];
     const int type = run.kernel->types[which];
-    const int rows = static_cast<int>(std::min<int64_t>(kRowsPerTask, run.n[which] - first));
+    const int rows = static_cast<int>(std::min<int64_t>(run.rows_per_task[which], run.n[which] - first));
     const uint8_t* w = run.w[which] + first * run.w_stride[which];
     const int k = static_cast<int>(run.kernel->k);
-    for (int64_t i = 0; i < run.m; ++i) {
-        float* out = run.y + i * run.n_total + run.col[which] + first;
-        if (run.kernel->float_activations) {
-            scalar::dot_rows_float(type, w, run.w_stride[which], rows, run.x + i * k, k, out, 1);
-        } else {
-            DotRowsFn fn = run.table->dot_rows[type] ? run.table->dot_rows[type] : scalar::dot_rows;
-            fn(type, w, run.w_stride[which], rows, run.act[which] + i * run.act_stride[which], k, out, 1);
-        }
+    float* out = run.y + run.col[which] + first;
+    if (run.kernel->float_activations) {
+        for (int64_t i = 0; i < run.m; ++i)
+            scalar::dot_rows_float(type, w, run.w_stride[which], rows, run.x + i * k, k, out + i * run.n_total, 1);
+        return;
+    }
+    DotTileFn fn = run.table->dot_tile[type] ? run.table->dot_tile[type] : scalar::dot_tile;
+    // the task's weight rows stay in cache while every activation row passes, a few at a time
+    for (int64_t i = 0; i < run.m; i += kActRowsPerTile) {
+        const int cols = static_cast<int>(std::min<int64_t>(kActRowsPerTile, run.m - i));
+        fn(type, w, run.w_stride[which], rows, run.act[which] + i * run.act_stride[which], run.act_stride[which], cols,
+           k, out + i * run.n_total, static_cast<size_t>(run.n_total));
     }
 }
 
@@ -169,7 +176,14 @@ OrtStatus* matmul_compute(void* kernel_ptr, OrtKernelContext* context) {
         run.n[i] = ws.dims[0];
         run.col[i] = run.n_total;
         run.n_total += ws.dims[0];
-        for (int64_t first = 0; first < run.n[i]; first += kRowsPerTask) run.tasks.emplace_back(i, first);
+        // one activation row (a decode step): tasks of many rows; a prompt: small tasks, rows kept in cache
+        int64_t per_task = kRowsPerTask;
+        if (run.m < kActRowsPerTile) {
+            const int64_t spread = (run.n[i] + kTasksPerWeight - 1) / kTasksPerWeight;
+            per_task = std::max<int64_t>(kRowsPerTask, (spread + kRowsPerTask - 1) / kRowsPerTask * kRowsPerTask);
+        }
+        run.rows_per_task[i] = per_task;
+        for (int64_t first = 0; first < run.n[i]; first += per_task) run.tasks.emplace_back(i, first);
     }
     std::vector<int64_t> out_dims = xs.dims;
     out_dims.back() = run.n_total;

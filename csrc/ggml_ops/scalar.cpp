@@ -410,9 +410,10 @@ void dequantize_row(int type, const uint8_t* w, float* out, int k) {
 
 namespace scalar {
 
-void dot_rows(int type, const uint8_t* w, size_t w_stride, int rows, const void* act, int k, float* out,
-              size_t out_stride) {
-    for (int r = 0; r < rows; ++r) out[r * out_stride] = dot_row(type, w + r * w_stride, act, k);
+void dot_tile(int type, const uint8_t* w, size_t w_stride, int rows, const uint8_t* act, size_t act_stride, int cols,
+              int k, float* out, size_t out_stride) {
+    for (int c = 0; c < cols; ++c)
+        for (int r = 0; r < rows; ++r) out[c * out_stride + r] = dot_row(type, w + r * w_stride, act + c * act_stride, k);
 }
 
 void dot_rows_float(int type, const uint8_t* w, size_t w_stride, int rows, const float* x, int k, float* out,

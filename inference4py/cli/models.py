@@ -60,7 +60,21 @@ def _run_inspect(args: argparse.Namespace) -> int:
         f"# resolved from {origin} in {folder}; save the JSON above as {DESCRIPTION_FILE} there to edit it",
         file=sys.stderr,
     )
+    print(f"# quantized weights run on {_weights_path(folder)}", file=sys.stderr)
     return EXIT_OK
+
+
+def _weights_path(folder: Path) -> str:
+    """Which operators hold a folder's quantized weights: the compiled ggml ones (the file in place) or onnxruntime's."""
+    from inference4py.engine.file_weights import weights_file
+    from inference4py.engine.kernels import kernel_library
+
+    weights = weights_file(folder / "model.onnx", check=False)
+    if weights is not None:
+        return f"{kernel_library().describe()}, the weights being {weights.path} in place"
+    if (folder / "inference4py-gguf.json").is_file():
+        return kernel_library().describe()
+    return "onnxruntime's own operators"
 
 
 def _converted_or_downloaded(source: str, revision: str | None) -> Path:

@@ -69,6 +69,13 @@ _BUILD_HINT = 'reinstall with a C++ compiler present (pip install -e . builds th
 
 
 def _library_file() -> Path | None:
+    explicit = env.ggml_library()
+    if explicit is not None:
+        if not explicit.is_file():
+            raise ConfigurationError(
+                f"INFERENCE4PY_GGML_LIBRARY={explicit} is not a file: point it at a built library."
+            )
+        return explicit
     package = Path(__file__).resolve().parents[1]
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         candidate = package / f"{_STEM}{suffix}"

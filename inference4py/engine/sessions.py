@@ -16,6 +16,8 @@ import numpy as np
 import onnxruntime as ort
 
 from inference4py import env
+from inference4py.engine import file_weights
+from inference4py.engine.kernels import DOMAIN, kernel_library, register_kernels
 from inference4py.errors import ConfigurationError, InferenceError, ModelFilesMissingError, ModelLoadError
 
 __all__ = [
@@ -87,6 +89,7 @@ class SessionOptions:
         # weights, constant folding) are freed back to the system instead of staying in the arena.
         # SmolLM2-135M fp32: ~200 MB less resident after loading, same speed (docs/performance.md).
         opts.add_session_config_entry("session.use_device_allocator_for_initializers", "1")
+        register_kernels(opts)  # inference4py's compiled ggml operators, where a graph names them
         return opts
 
 
@@ -173,14 +176,25 @@ def create_session(
             value = _OPTIMIZATION_LEVELS[value]
         setattr(ort_options, key, value)
     providers, per_provider = _providers(options, provider, provider_options)
+    source: str | bytes = str(path)
+    weights = file_weights.weights_file(path)
+    if weights is not None:  # the weights are another file's bytes: read from its folder, in place
+        ort_options.add_session_config_entry(file_weights.FOLDER_CONFIG, str(weights.path.parent))
+        source = path.read_bytes()
     try:
         if per_provider is not None:
             return ort.InferenceSession(
-                str(path), sess_options=ort_options, providers=providers, provider_options=per_provider
+                source, sess_options=ort_options, providers=providers, provider_options=per_provider
             )
-        return ort.InferenceSession(str(path), sess_options=ort_options, providers=providers)
+        return ort.InferenceSession(source, sess_options=ort_options, providers=providers)
     except Exception as exc:  # onnxruntime raises several private exception types
         text = str(exc)
+        if DOMAIN in text or "GgmlMatMul" in text or "GgmlGather" in text:
+            raise ModelLoadError(
+                f"{path} runs on inference4py's compiled ggml operators, which are not available here "
+                f"({kernel_library().reason or text.strip()[:200]}). Convert the model file again (the conversion "
+                "then uses onnxruntime's own operators), or reinstall inference4py with a C++ compiler."
+            ) from exc
         if "external data" in text.lower() or "onnx_data" in text or "No such file" in text:
             raise ModelFilesMissingError(
                 f"{path.name} refers to external weight data that could not be read ({text.strip()[:300]}). "

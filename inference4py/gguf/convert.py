@@ -35,14 +35,24 @@ __all__ = ["BITS", "convert_gguf", "file_digest", "gguf_folder", "width_name"]
 _log = logging.getLogger("inference4py.gguf")
 
 BITS = (4, 8, 16, 32)
-CONVERTER_VERSION = 3  # bump when the folders it writes change: old cache entries are then rebuilt
+CONVERTER_VERSION = 4  # bump when the folders it writes change: old cache entries are then rebuilt
 _MARKER = "inference4py-gguf.json"
 _SPARE_DISK = 64 << 20  # bytes kept free beyond the estimated folder size
 
 
-def width_name(bits: int | None) -> str:
-    """The cache suffix of a width: ``file`` (as the file holds it) or ``<bits>bit``."""
-    return "file" if bits is None else f"{bits}bit"
+def width_name(bits: int | None, *, ggml: bool = False) -> str:
+    """The cache suffix of a width: ``file`` (as the file holds it; ``file-ggml`` on the compiled operators,
+    the file's own bytes in place) or ``<bits>bit``."""
+    if bits is None:
+        return "file-ggml" if ggml else "file"
+    return f"{bits}bit"
+
+
+def in_place(bits: int | None) -> bool:
+    """Whether a conversion at ``bits`` keeps the file's bytes in place, on the compiled operators."""
+    from inference4py.engine.kernels import kernel_library
+
+    return bits is None and kernel_library().available
 
 
 def _check_bits(bits: int | None) -> None:
@@ -53,10 +63,13 @@ def _check_bits(bits: int | None) -> None:
         )
 
 
-def estimated_size(gguf: GGUFFile, bits: int | None) -> int:
+def estimated_size(gguf: GGUFFile, bits: int | None, *, ggml: bool = False) -> int:
     """About how many bytes the converted folder takes, rounded up (the disk check's estimate)."""
     total = 0.0
     for info in gguf.tensors():
+        if ggml:  # matrices stay in the file; vectors become float32 inside the graph
+            total += 0 if len(info.shape) > 1 else 4 * float(np.prod(info.shape))
+            continue
         total += 4096  # page alignment
         count = float(np.prod(info.shape))
         layout = LAYOUTS.get(info.type)
@@ -78,9 +91,10 @@ def estimated_size(gguf: GGUFFile, bits: int | None) -> int:
     return int(total * 1.05)
 
 
-def _check_disk(gguf: GGUFFile, folder: Path, bits: int | None) -> None:
+def _check_disk(gguf: GGUFFile, folder: Path, bits: int | None, ggml: bool) -> None:
     """A clear error before writing anything when the disk cannot hold the folder."""
-    check_disk(f"{gguf.path.name} ({width_name(bits)})", estimated_size(gguf, bits) + _SPARE_DISK, folder)
+    size = estimated_size(gguf, bits, ggml=ggml)
+    check_disk(f"{gguf.path.name} ({width_name(bits, ggml=ggml)})", size + _SPARE_DISK, folder)
 
 
 def convert_gguf(
@@ -112,39 +126,49 @@ def convert_gguf(
 def gguf_folder(path: str | os.PathLike[str], *, bits: int | None = None) -> Path:
     """The converted folder of ``path``, from the cache (built on first use).
 
-    The cache lives in ``$INFERENCE4PY_CACHE/gguf/<sha256 of the file>-<width>`` (``file`` for the
-    default, ``32bit``...); an entry without its marker (an interrupted conversion, an older
-    converter) is rebuilt, never trusted.  A cached entry is found from the file's remembered hash
-    alone: the file is neither parsed nor re-read.
+    The cache lives in ``$INFERENCE4PY_CACHE/gguf/<sha256 of the file>-<width>`` (``file-ggml`` for the
+    default on the compiled operators, ``file`` without them, ``32bit``...); an entry without its marker
+    (an interrupted conversion, an older converter) is rebuilt, never trusted.  A cached entry is found
+    from the file's remembered hash alone: the file is neither parsed nor re-read.  An entry whose
+    weights are the file in place is rebuilt (the graph only: seconds) when the file is elsewhere now.
     """
+    from inference4py.engine.file_weights import WeightsFile, weights_file
+
     _check_bits(bits)
     source = Path(path).expanduser()
     check_header(source)
     started = time.perf_counter()
     digest = file_digest(source)
-    folder = env.inference4py_cache() / "gguf" / f"{digest[:32]}-{width_name(bits)}"
+    ggml = in_place(bits)
+    folder = env.inference4py_cache() / "gguf" / f"{digest[:32]}-{width_name(bits, ggml=ggml)}"
     if read_marker(folder, _MARKER, CONVERTER_VERSION).get("sha256") == digest:
-        return folder
+        recorded = weights_file(folder / "model.onnx", check=False)
+        if recorded is None or recorded == WeightsFile.of(source):
+            return folder
     gguf = GGUFFile(source)
     remove_abandoned(folder)
     if folder.exists():
         _log.warning("rebuilding the conversion of %s: the cached folder %s is incomplete or outdated", source, folder)
         shutil.rmtree(folder, ignore_errors=True)
-    _log.warning("converting %s to an ONNX folder (%s), once: %s", source.name, width_name(bits), folder)
+    _log.warning("converting %s to an ONNX folder (%s), once: %s", source.name, width_name(bits, ggml=ggml), folder)
     _write(gguf, folder, bits, digest=digest)
     _log.info("converted %s in %.1f s", source.name, time.perf_counter() - started)
     return folder
 
 
 def _write(gguf: GGUFFile, target: Path, bits: int | None, *, digest: str | None) -> Path:
+    from inference4py.engine.file_weights import record_weights_file
     from inference4py.gguf.graph import write_decoder
     from inference4py.gguf.tokenizer import generation_defaults, tokenizer_files
 
     files = tokenizer_files(gguf.metadata)  # before the graph: a bad vocabulary fails fast
-    _check_disk(gguf, target.parent, bits)
+    ggml = in_place(bits)
+    _check_disk(gguf, target.parent, bits, ggml)
 
     def fill(work: Path) -> None:
-        _dump(work / "config.json", write_decoder(gguf, work, bits))
+        _dump(work / "config.json", write_decoder(gguf, work, bits, ggml=ggml))
+        if ggml:
+            record_weights_file(work, gguf.path)
         _dump(work / "generation_config.json", generation_defaults(gguf.metadata))
         for name, content in files.items():
             _dump(work / name, content)
@@ -156,6 +180,7 @@ def _write(gguf: GGUFFile, target: Path, bits: int | None, *, digest: str | None
         "architecture": gguf.architecture,
         "name": gguf.get("general.name"),
         "tensor_types": dict(gguf.types()),
+        "operators": "inference4py ggml (the file's bytes in place)" if ggml else "onnxruntime",
         "converter": CONVERTER_VERSION,
     }
     return write_folder(target, fill, _MARKER, provenance)

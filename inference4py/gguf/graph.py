@@ -12,7 +12,12 @@ The graph is the layout the library already runs fastest (a shared past/present 
 * RMS norms as ``SimplifiedLayerNormalization`` / ``SkipSimplifiedLayerNormalization`` (the
   residual stream runs through the Skip variant), a gated MLP, tied or separate lm_head.
 
-Weights (``bits``).  None, the default, keeps every weight as the file holds it: each ggml block
+Weights (``bits``).  None, the default, keeps every weight as the file holds it.  With inference4py's
+compiled operators (:mod:`inference4py.engine.kernels`; ``ggml=True``) every matrix is the GGUF
+file's own bytes, used in place: an initializer whose external data is the file itself at the
+tensor's offset (nothing copied; the session maps the file), multiplied by ``GgmlMatMul`` (q, k, v
+in one, gate and up in one) and read by ``GgmlGather`` for the embedding; llama.cpp's interleaved
+q/k row order stays as stored and the attention rotates interleaved pairs.  Without them, each ggml block
 type runs on ``MatMulNBits`` with the file's own codes and scales (:mod:`inference4py.gguf.blocks`
 says which width and block per type), a type with per-block minimums adds their small product
 (each block's sum of the input times its minimum), and the embedding table is read by
@@ -32,10 +37,11 @@ from typing import Any
 
 import numpy as np
 
+from inference4py.engine.kernels import DOMAIN
 from inference4py.errors import ConfigurationError, UnsupportedModelError
 from inference4py.gguf.blocks import LAYOUTS, Layout, unpack
 from inference4py.gguf.hyper import MAX_ROPE_POSITIONS, Hyper, hf_config, read_hyper
-from inference4py.gguf.reader import FLOAT_TYPES, SUPPORTED_TYPES, GGUFFile
+from inference4py.gguf.reader import FLOAT_TYPES, SUPPORTED_TYPES, GGUFFile, require_gguf
 from inference4py.gguf.store import ExternalData
 
 __all__ = ["BITS", "Part", "write_decoder"]
@@ -128,9 +134,11 @@ def _pack(stored: np.ndarray, bits: int) -> np.ndarray:
 class _Builder:
     """Nodes and initializers of the graph being built; initializers go to ``store`` as they are made."""
 
-    def __init__(self, gguf: GGUFFile, bits: int | None, store: ExternalData) -> None:
+    def __init__(self, gguf: GGUFFile, bits: int | None, store: ExternalData, *, ggml: bool = False) -> None:
         from onnx import helper, numpy_helper
 
+        self.ggml = ggml and bits is None  # matrices as the file's own bytes, on the compiled operators
+        self._file_tensors: dict[tuple[str, int, int], str] = {}
         self.helper = helper
         self.numpy_helper = numpy_helper
         self.gguf = gguf
@@ -179,6 +187,8 @@ class _Builder:
     def mode(self, kind: str, tensor: str) -> str:
         """How a ``kind`` matrix is held at this width: nbits (as stored), float32, float16 or requantized."""
         if self.bits is None:
+            if self.ggml and (kind in LAYOUTS or kind in FLOAT_TYPES):
+                return "ggml"
             if kind in LAYOUTS:
                 return "nbits"
             if kind in FLOAT_TYPES:
@@ -219,8 +229,14 @@ class _Builder:
         """``x @ W.T (+ bias)`` for ``W`` the parts' rows stacked (``[out, in]``), held at the build's width.
 
         Parts of different storage (Q4_K_M files keep some rows in Q6_K) become one product each,
-        concatenated: no part is converted to another part's format.
+        concatenated: no part is converted to another part's format.  On the compiled operators, up
+        to three parts of any types are one ``GgmlMatMul``.
         """
+        if self.ggml and len(parts) <= 3:
+            y = self.ggml_matmul(x, parts, name)
+            if bias is not None:
+                y = self.one("Add", [y, self.initializer(bias.astype(np.float32), f"{name}.bias")], f"{name}/Add")
+            return y
         groups: list[list[Part]] = []
         for part in parts:
             if groups and self.kind(groups[-1][0].tensor) == self.kind(part.tensor):
@@ -248,6 +264,45 @@ class _Builder:
             half = self.initializer(np.ascontiguousarray(weight.T, dtype=np.float16), f"{name}.weight")
             stored = self.one("Cast", [half], f"{name}.weight/Cast", to=1)
         return self.one("MatMul", [x, stored], f"{name}/MatMul")
+
+    # ------------------------------------------------------------------ the file's own bytes (compiled operators)
+    def type_id(self, tensor: str) -> int:
+        return int(require_gguf().GGMLQuantizationType[self.kind(tensor)])
+
+    def file_tensor(self, part: Part) -> str:
+        """The rows of ``part`` as an initializer that is the GGUF file's bytes in place: ``[rows, row bytes]``
+        uint8 whose external data is the file at the rows' offset. A tied head and the embedding share it."""
+        info = self.gguf.info(part.tensor)
+        total = info.shape[0]
+        window = range(total)[part.rows] if part.rows is not None else range(total)
+        key = (part.tensor, window.start, window.stop)
+        if key not in self._file_tensors:
+            offset, length = self.gguf.span(part.tensor)
+            row_bytes = length // total
+            name = part.tensor if len(window) == total else f"{part.tensor}[{window.start}:{window.stop}]"
+            self.initializers.append(
+                self.store.in_file(
+                    name, self.gguf.path.name, offset + window.start * row_bytes, (len(window), row_bytes)
+                )
+            )
+            self._file_tensors[key] = name
+        return self._file_tensors[key]
+
+    def ggml_matmul(self, x: str, parts: list[Part], name: str) -> str:
+        """``x @ W.T`` for the parts' rows side by side, on their blocks as stored (activations rounded per block
+        as llama.cpp rounds them for each type)."""
+        attrs = {("type" if i == 0 else f"type{i}"): self.type_id(p.tensor) for i, p in enumerate(parts)}
+        cols = self.gguf.info(parts[0].tensor).shape[-1]
+        weights = [self.file_tensor(p) for p in parts]
+        return self.one("GgmlMatMul", [x, *weights], f"{name}/GgmlMatMul", domain=DOMAIN, K=cols, **attrs)
+
+    def ggml_embedding(self, tensor: str, ids: str, name: str) -> str:
+        """Rows ``ids`` of the table, dequantized from the file's blocks exactly as gguf dequantizes them."""
+        cols = self.gguf.info(tensor).shape[-1]
+        table = self.file_tensor(Part(tensor))
+        return self.one(
+            "GgmlGather", [table, ids], f"{name}/GgmlGather", domain=DOMAIN, type=self.type_id(tensor), K=cols
+        )
 
     def quantized(self, parts: list[Part], kind: str, name: str) -> _Quantized:
         """Write the parts' blocks as MatMulNBits holds them (codes, scales, minimums as stored)."""
@@ -432,7 +487,7 @@ class _Builder:
         return outs[0], outs[3]
 
 
-def write_decoder(gguf: GGUFFile, folder: Path, bits: int | None = None) -> dict[str, Any]:
+def write_decoder(gguf: GGUFFile, folder: Path, bits: int | None = None, *, ggml: bool = False) -> dict[str, Any]:
     """Write the decoder of a GGUF file into ``folder`` as ``model.onnx`` + ``model.onnx.data``.
 
     Weights are read and written one tensor (a large one, one chunk of rows) at a time, so the
@@ -447,6 +502,9 @@ def write_decoder(gguf: GGUFFile, folder: Path, bits: int | None = None) -> dict
             32 dequantizes every weight to float32 (exact), 16 stores float16 (exact for F16 files),
             8 and 4 re-round every matrix into symmetric ``MatMulNBits`` blocks of 32 (lossy: only
             when asked for).
+        ggml: With ``bits=None``, every matrix is the file's own bytes in place, on inference4py's
+            compiled operators (the caller checks they are available); the graph then holds every
+            other initializer inside it, since its external data is the GGUF file.
 
     Returns:
         The transformers-style config.json dict (model_type, architectures, hidden_size, ...,
@@ -475,12 +533,15 @@ def write_decoder(gguf: GGUFFile, folder: Path, bits: int | None = None) -> dict
         for info in gguf.tensors():
             if len(info.shape) > 1 and info.type not in SUPPORTED_TYPES:
                 raise _no_exact_operator(gguf, info.name, info.type)
-    store = ExternalData(folder)
+    in_place = ggml and bits is None
+    store = ExternalData(folder, inline=in_place)
     try:
-        b = _Builder(gguf, bits, store)
+        b = _Builder(gguf, bits, store, ggml=in_place)
         model = _build(b, hp, TensorProto, helper)
     finally:
         store.close()
+    if in_place:
+        store.path.unlink()  # nothing was written to it: the weights are the GGUF file's
     (folder / "model.onnx").write_bytes(model.SerializeToString())
     return hf_config(hp, gguf)
 
@@ -521,7 +582,9 @@ def _build(b: _Builder, hp: Hyper, TensorProto: Any, helper: Any) -> Any:  # onn
     # embeddings
     embed_kind = b.kind("token_embd.weight")  # [vocab, hidden]
     quantized_embed, table = None, None
-    if b.mode(embed_kind, "token_embd.weight") == "nbits":  # as the file holds it; a tied head shares the bytes
+    if b.mode(embed_kind, "token_embd.weight") == "ggml":
+        x = b.ggml_embedding("token_embd.weight", "input_ids", "/model/embed_tokens")
+    elif b.mode(embed_kind, "token_embd.weight") == "nbits":  # as the file holds it; a tied head shares the bytes
         quantized_embed = b.quantized([Part("token_embd.weight")], embed_kind, "model.embed_tokens")
         x = b.embedding(quantized_embed, "input_ids", "/model/embed_tokens")
     else:
@@ -567,7 +630,8 @@ def _build(b: _Builder, hp: Hyper, TensorProto: Any, helper: Any) -> Any:  # onn
             local_window_size=hp.sliding_window if sliding and hp.sliding_window else -1,
             softcap=hp.attn_softcap,
             do_rotary=1,
-            rotary_interleaved=0,
+            # llama.cpp's q/k row order rotates adjacent pairs: kept as stored on the file's own bytes
+            rotary_interleaved=1 if b.ggml and hp.arch.permuted_qk else 0,
         )
         b.nodes[-1].output[1] = f"present.{i}.key"
         b.nodes[-1].output[2] = f"present.{i}.value"
@@ -631,7 +695,9 @@ def _build(b: _Builder, hp: Hyper, TensorProto: Any, helper: Any) -> Any:  # onn
     h = b.one("Slice", [h, start, b.ints([np.iinfo(np.int64).max]), b.ints([1])], "/lm_head/keep/Slice")
 
     # lm_head
-    if quantized_embed is not None and hp.tied:  # the embedding's own blocks
+    if head_mode == "ggml":  # the file's blocks (a tied head's are the embedding's very initializer)
+        logits = b.linear(h, [Part(head)], "lm_head")
+    elif quantized_embed is not None and hp.tied:  # the embedding's own blocks
         logits = b.matmul_nbits(h, quantized_embed, "lm_head")
     elif head_mode in ("nbits", "requantized"):  # re-rounded: a tied head gets its own quantized copy
         logits = b.linear(h, [Part(head)], "lm_head")
@@ -678,7 +744,8 @@ def _build(b: _Builder, hp: Hyper, TensorProto: Any, helper: Any) -> Any:  # onn
     graph = helper.make_graph(b.nodes, f"{hp.arch.name}-gguf", inputs, outputs, initializer=b.initializers)
     model = helper.make_model(
         graph,
-        opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)],
+        opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)]
+        + ([helper.make_opsetid(DOMAIN, 1)] if b.ggml else []),
         producer_name="inference4py.gguf",
     )
     model.ir_version = 10

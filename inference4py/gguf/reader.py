@@ -175,6 +175,11 @@ class GGUFFile:
         data = np.asarray(t.data)
         return data.reshape(-1, data.shape[-1]) if data.ndim > 1 else data.reshape(1, -1)
 
+    def span(self, name: str) -> tuple[int, int]:
+        """Where a tensor's bytes lie in the file: (absolute offset, length)."""
+        t = self._tensor(name)
+        return int(t.data_offset), int(t.n_bytes)
+
     def types(self) -> Mapping[str, int]:
         """How many tensors of each ggml type the file holds."""
         counts: dict[str, int] = {}

@@ -28,9 +28,10 @@ class ExternalData:
         data_file: The file's name in ``folder`` (a folder with several graphs gives each its own).
     """
 
-    def __init__(self, folder: Path, data_file: str = DATA_FILE) -> None:
+    def __init__(self, folder: Path, data_file: str = DATA_FILE, *, inline: bool = False) -> None:
         from onnx import TensorProto, helper, numpy_helper
 
+        self.inline = inline  # every array inside the graph (a graph whose external data is another file's)
         self._tensor_proto = TensorProto
         self._helper = helper
         self._numpy_helper = numpy_helper
@@ -45,7 +46,7 @@ class ExternalData:
     def array(self, array: np.ndarray, name: str) -> Any:
         """An initializer holding ``array`` (written now; small arrays stay inline)."""
         array = np.ascontiguousarray(array)
-        if array.nbytes < _INLINE:
+        if array.nbytes < _INLINE or self.inline:
             return self._numpy_helper.from_array(array, name)
         return self.chunks(name, array.dtype, array.shape, [array])
 
@@ -56,6 +57,9 @@ class ExternalData:
             ValueError: the parts do not add up to ``shape`` (a converter bug, never user input).
         """
         dtype = np.dtype(dtype)
+        if self.inline:
+            joined = np.concatenate([np.ascontiguousarray(p, dtype=dtype).reshape(-1) for p in parts])
+            return self._numpy_helper.from_array(joined.reshape(shape), name)
         pad = -self.written % _ALIGN
         if pad:
             self._file.write(b"\0" * pad)
@@ -75,6 +79,20 @@ class ExternalData:
         tensor.dims.extend(int(d) for d in shape)
         tensor.data_location = self._tensor_proto.EXTERNAL
         for key, value in (("location", self.data_file), ("offset", str(offset)), ("length", str(length))):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+        return tensor
+
+    def in_file(self, name: str, file_name: str, offset: int, shape: tuple[int, ...]) -> Any:
+        """A uint8 initializer of ``shape`` that is the bytes at ``offset`` of ``file_name``, another file
+        than this store's (a GGUF file's tensor, used in place: the session maps it, nothing is copied)."""
+        tensor = self._tensor_proto()
+        tensor.name = name
+        tensor.data_type = self._tensor_proto.UINT8
+        tensor.dims.extend(int(d) for d in shape)
+        tensor.data_location = self._tensor_proto.EXTERNAL
+        length = int(np.prod(shape, dtype=np.int64))
+        for key, value in (("location", file_name), ("offset", str(offset)), ("length", str(length))):
             entry = tensor.external_data.add()
             entry.key, entry.value = key, value
         return tensor

@@ -218,7 +218,7 @@ def test_a_gguf_file_from_the_hub_cache_offline(llama_gguf, cache, tmp_path, mon
 def test_a_load_without_a_width_reuses_the_default_conversion_only(llama_gguf, cache, monkeypatch):
     default = gguf_folder(llama_gguf)  # as the file holds it
     explicit16 = gguf_folder(llama_gguf, bits=16)
-    assert default.name.endswith("-file") and explicit16.name.endswith("-16bit")
+    assert default.name.endswith(("-file", "-file-ggml")) and explicit16.name.endswith("-16bit")
     monkeypatch.setattr(convert_module, "GGUFFile", None)  # both answered from the cache, nothing parsed
     assert gguf_folder(llama_gguf) == default and gguf_folder(llama_gguf, bits=16) == explicit16
 

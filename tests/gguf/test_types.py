@@ -15,6 +15,10 @@ tensor), and:
   greedy steps agreeing with float32 is recorded (``agreement_steps_level4``), not asserted: tiny random
   models have top-2 logit margins of a few 1e-3, which int8 activations (logit errors of 1-4e-2) flip.
 
+These are the conversions onnxruntime's own operators hold (an install without inference4py's
+compiled operators: ``INFERENCE4PY_GGML_OPS=0`` here); tests/gguf/test_ggml_types.py holds the same
+files on the compiled operators.
+
 The prompt was picked among random ones so that the float32 conversions' top-2 logit margins along
 their 16 greedy steps are at least 3.5e-3 for every type (the float-activation graphs' logits differ
 from float32's by at most 3.1e-6) while most models still generate varied tokens.
@@ -48,6 +52,18 @@ LAYERS = 2
 PROMPT = [823, 629, 441, 514, 266, 496, 379, 247]
 NEW_TOKENS = 16
 LOGIT_TOLERANCE = 1e-4  # float-activation graph against float32: summation order only (seen: <= 3.1e-6)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def onnxruntime_operators():
+    """This module converts onto onnxruntime's MatMulNBits layout, as an install without a compiler does."""
+    from inference4py.engine import kernels
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("INFERENCE4PY_GGML_OPS", "0")
+        kernels._load.cache_clear()
+        yield
+    kernels._load.cache_clear()
 
 
 @pytest.fixture(scope="module")

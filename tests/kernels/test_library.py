@@ -11,9 +11,10 @@ from inference4py.errors import ConfigurationError
 
 
 @pytest.fixture
-def fresh_load() -> Iterator[None]:
+def fresh_load(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     kernels._load.cache_clear()
     yield
+    monkeypatch.undo()  # the environment as it was, before the library is found again
     kernels._load.cache_clear()
     best = kernels.kernel_library().best_isa
     if best is not None:
@@ -50,3 +51,11 @@ def test_a_forced_path_the_cpu_lacks_is_an_error(monkeypatch: pytest.MonkeyPatch
 def test_a_forced_path_is_used(monkeypatch: pytest.MonkeyPatch, fresh_load: None) -> None:
     monkeypatch.setenv("INFERENCE4PY_GGML_ISA", "scalar")
     assert kernels.kernel_library().isa == "scalar"
+
+
+def test_a_library_named_by_the_environment_must_exist(
+    monkeypatch: pytest.MonkeyPatch, fresh_load: None, tmp_path
+) -> None:
+    monkeypatch.setenv("INFERENCE4PY_GGML_LIBRARY", str(tmp_path / "missing.so"))
+    with pytest.raises(ConfigurationError, match="INFERENCE4PY_GGML_LIBRARY=.*missing.so is not a file"):
+        kernels.kernel_library()
