@@ -12,7 +12,9 @@ through the decode kernel, so both round differently from a row inside a tile of
 * keys and values written by decode steps (a generated answer) differ in the last bits from those a
   prompt pass computes for the same tokens, so only prompt-pass positions may be reused.
 
-The same rule lets a long prompt run in pieces (:func:`prefill_bounds`) with the logits of one run.
+The same rule lets a long prompt run in pieces (:func:`prefill_bounds`) with the logits of one run,
+and lets the server's scheduler run a prompt a piece at a time between other requests' decode steps
+(:func:`next_cut`, every piece as long as a step's budget allows).
 
 The tile follows onnxruntime's own rule: key blocks sized to fill the L2 cache (``sysconf``'s
 ``_SC_LEVEL2_CACHE_SIZE``, as onnxruntime reads it), query blocks at most twice the head size.  The
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["MIN_REST", "PREFILL_CHUNK", "prefill_bounds", "query_tile"]
+__all__ = ["MIN_REST", "PREFILL_CHUNK", "next_cut", "prefill_bounds", "query_tile"]
 
 #: Tokens a continuing prefill must feed at least: one would take the decode kernel (and, with int4
 #: weights, the one-row MatMulNBits product).
@@ -43,13 +45,26 @@ def query_tile(head_size: int) -> int:
     return max(1, min(kv_block, 2 * head_size))
 
 
+def next_cut(done: int, n: int, tile: int, limit: int) -> int:
+    """Where the piece of a prompt pass that starts after ``done`` of its ``n`` new tokens ends: at most
+    ``limit`` tokens on, cut at a multiple of ``tile`` counted from the pass's start (so every row is
+    computed as in one run) with at least ``MIN_REST`` tokens after it; a piece holds one tile at least,
+    and the rest of the prompt when no such cut is left."""
+    tile = max(1, int(tile))
+    size = tile * max(1, int(limit) // tile)
+    cut = done + size  # ``done`` is 0 or an earlier cut: a multiple of the tile
+    return cut if cut <= n - MIN_REST else n
+
+
 def prefill_bounds(n: int, tile: int, chunk: int = PREFILL_CHUNK) -> list[int]:
-    """Where a prompt pass of ``n`` new tokens is cut into runs: ``[0, ..., n]``, every cut a multiple of
-    ``tile`` (a whole number of tiles per run, so each row is computed as in one run) with at least
-    ``MIN_REST`` tokens after it."""
-    size = max(1, int(tile)) * max(1, -(-int(chunk) // max(1, int(tile))))
-    cuts = list(range(size, n - MIN_REST + 1, size))
-    return [0, *cuts, n]
+    """Where a prompt pass of ``n`` new tokens is cut into runs: ``[0, ..., n]``, every run the whole
+    tiles that ``chunk`` rounds up to (:func:`next_cut`)."""
+    tile = max(1, int(tile))
+    size = tile * max(1, -(-int(chunk) // tile))
+    bounds = [0]
+    while bounds[-1] < n:
+        bounds.append(next_cut(bounds[-1], n, tile, size))
+    return bounds
 
 
 def _l2_cache_bytes() -> int:

@@ -11,8 +11,12 @@ the others:
   row are trimmed.  The mask hides padding and positions are per row.
 * shared-buffer graphs (GroupQueryAttention: genai and fused folders): one pre-allocated
   ``[slots, kv_heads, capacity, head_size]`` buffer per cache input, rows right-padded, each with
-  its own valid length.  A newcomer is prefilled straight into the next free slot, a retired row's
-  slot is filled with the last row, and the step binds the first ``batch`` slots.
+  its own valid length.  A newcomer is copied into the next free slot, a retired row's slot is
+  filled with the last row, and the step binds the first ``batch`` slots.
+
+A newcomer's prompt runs in a state of its own (:class:`~inference4py.engine.prompt_pass.PromptPass`),
+all at once (:meth:`RowBatch.admit`) or a piece at a time while the batch goes on stepping
+(:meth:`RowBatch.begin`, then :meth:`RowBatch.join`).
 
 A row may start from a cached prefix (:class:`KVPrefix`): its cache is copied in and only the
 remaining tokens are prefilled.
@@ -20,44 +24,20 @@ remaining tokens are prefilled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import onnxruntime as ort
 
 from inference4py.engine.decoder import DecoderState
+from inference4py.engine.kv_prefix import KVPrefix
+from inference4py.engine.prompt_pass import PromptPass
 from inference4py.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from inference4py.engine.decoder import DecoderRuntime
 
 __all__ = ["KVPrefix", "RowBatch"]
-
-
-@dataclass(frozen=True)
-class KVPrefix:
-    """The cache of a token prefix, one batch-of-one array per cache input (the layout's order).
-
-    ``arrays[i]`` holds ``length`` positions on axis ``seq_axes[i]``.
-    """
-
-    length: int
-    arrays: tuple[np.ndarray, ...]
-    seq_axes: tuple[int, ...]
-
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.arrays)
-
-    def cut(self, length: int) -> KVPrefix:
-        """The first ``length`` positions (views: a cached prefix is never written)."""
-        arrays = []
-        for arr, axis in zip(self.arrays, self.seq_axes):
-            index = [slice(None)] * arr.ndim
-            index[axis] = slice(0, length)
-            arrays.append(arr[tuple(index)])
-        return KVPrefix(length, tuple(arrays), self.seq_axes)
 
 
 class RowBatch(DecoderState):
@@ -83,41 +63,40 @@ class RowBatch(DecoderState):
         return runtime.shared_kv or runtime.rest.has_positions
 
     # ------------------------------------------------------------------ admit
-    def admit(
+    def begin(
         self, prompt: np.ndarray, *, reserve: int = 0, prefix: KVPrefix | None = None, all_logits: bool = False
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Prefill ``prompt`` (``[n]`` ids) as a new last row; ``(last logits [1, vocab], all logits or None)``.
+    ) -> PromptPass:
+        """A new row's prompt, to prefill piece by piece (:class:`~inference4py.engine.prompt_pass.PromptPass`)
+        while this batch goes on stepping, then :meth:`join`.
 
         ``reserve`` is the room the row will need (prompt + max_new_tokens), a hint for the
         buffers; ``prefix`` a cached start of ``prompt`` (only the rest is prefilled);
-        ``all_logits`` keeps every prefilled position's logits ``[1, n, vocab]``.
+        ``all_logits`` keeps every prefilled position's logits.
         """
-        ids = np.asarray(prompt, dtype=np.int64).reshape(-1)
-        start = prefix.length if prefix is not None else 0
-        if not 0 <= start < len(ids):
-            raise InvalidInputError(f"A row needs at least one token to prefill (prompt {len(ids)}, prefix {start}).")
+        return PromptPass(self.rt, prompt, reserve=reserve, prefix=prefix, all_logits=all_logits)
+
+    def join(self, prompt: PromptPass) -> tuple[np.ndarray, np.ndarray | None]:
+        """Take a finished prompt as the new last row; ``(last logits [1, vocab], all logits or None)``."""
         if self.batch >= self.max_rows:
             raise InvalidInputError(f"The batch already holds {self.max_rows} rows.")
+        logits = prompt.logits()
+        self._vocab = prompt.state._vocab
         if self.shared_buffer:
-            return self._admit_shared(ids, max(reserve, len(ids)), prefix, all_logits)
-        return self._admit_growing(ids, max(reserve, len(ids)), prefix, all_logits)
+            self._take_shared(prompt.state, len(prompt.ids), prompt.reserve)
+        else:
+            self._stack(prompt.state)
+        return logits
 
-    def _admit_growing(
-        self, ids: np.ndarray, reserve: int, prefix: KVPrefix | None, all_logits: bool
+    def admit(
+        self, prompt: np.ndarray, *, reserve: int = 0, prefix: KVPrefix | None = None, all_logits: bool = False
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        single = DecoderState(self.rt, 1, capacity=reserve)
-        single.keep_prefill_logits = all_logits
-        start = 0
-        if prefix is not None:
-            start = prefix.length
-            single._past = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a)) for a in prefix.arrays]
-            single._maskbuf = np.ones((1, start), dtype=single._maskbuf.dtype)
-            single.length = start
-            single._next_pos = np.array([start], dtype=np.int64)
-        logits = single.prefill(ids[None, start:])
-        self._vocab = single._vocab
-        self._stack(single)
-        return logits.copy(), single.prefill_logits
+        """Prefill ``prompt`` (``[n]`` ids) as a new last row at once (:meth:`begin`, every piece, :meth:`join`)."""
+        if self.batch >= self.max_rows:
+            raise InvalidInputError(f"The batch already holds {self.max_rows} rows.")
+        pending = self.begin(prompt, reserve=reserve, prefix=prefix, all_logits=all_logits)
+        while not pending.finished:
+            pending.run(self.rt.prefill_chunk)
+        return self.join(pending)
 
     def _stack(self, single: DecoderState) -> None:
         """Growing mode: add ``single``'s one row below the batch, left-padding the shorter side."""
@@ -158,33 +137,22 @@ class RowBatch(DecoderState):
         self._pad = np.zeros(self.batch, dtype=np.int64)
         self._step_ready = False
 
-    def _admit_shared(
-        self, ids: np.ndarray, reserve: int, prefix: KVPrefix | None, all_logits: bool
-    ) -> tuple[np.ndarray, np.ndarray | None]:
+    def _take_shared(self, single: DecoderState, n: int, reserve: int) -> None:
+        """Shared mode: copy ``single``'s one row of ``n`` positions into the next free slot."""
         b = self.batch
         self._reserve(b + 1, reserve)
-        start = 0
-        entries = self.rt.layout.self_entries
-        if prefix is not None:
-            start = prefix.length
-            for entry, cached in zip(entries, prefix.arrays):
-                self._store[entry.input][b, :, :start] = cached[0, :, :start]
-        self._view(b + 1)  # the new slot is part of the bound arrays while it is prefilled
-        n = len(ids) - start
-        chunk_mask = np.ones((1, start + n), dtype=self._mask_dtype)
-        logits = self._run_shared(
-            ids[None, start:], chunk_mask, np.array([start], dtype=np.int64), slot=b, keep_all=all_logits
-        )
-        self._valid = np.concatenate([self._valid[:b], [len(ids)]]).astype(np.int64)
+        for entry in self.rt.layout.self_entries:
+            self._store[entry.input][b, :, :n] = single._kv[entry.input][0][0, :, :n]
+        self._valid = np.concatenate([self._valid[:b], [n]]).astype(np.int64)
         self._pad = np.zeros(b + 1, dtype=np.int64)
         mask = np.zeros((b + 1, self.capacity), dtype=self._mask_dtype)
         mask[:b] = self._maskbuf[:b, : self.capacity]
-        mask[b, : len(ids)] = 1
+        mask[b, :n] = 1
         self._maskbuf = mask
         self.batch = b + 1
         self.length = int(self._valid.max())
+        self._view(self.batch)
         self._step_ready = False
-        return np.array(logits[:, -1, :], dtype=np.float32), (np.array(logits, np.float32) if all_logits else None)
 
     def _reserve(self, slots: int, positions: int) -> None:
         """Shared mode: buffers with at least ``slots`` rows and ``positions`` capacity (rows kept)."""

@@ -3,13 +3,21 @@
 Each iteration the scheduler
 
 1. drops the requests whose caller went away or whose time ran out;
-2. admits waiting requests while there is room (``max_rows`` rows, a KV budget): each is
-   prefilled alone into its own row, from the prefix cache when its prompt starts with a held
-   sequence, and chooses its first token;
+2. prefills waiting requests while there is room (``max_rows`` rows, a KV budget), one prompt at a
+   time, each alone in a state of its own (from the prefix cache when its prompt starts with a held
+   sequence); a finished prompt joins the batch as a row and chooses its first token;
 3. runs one batched decode step over every row and lets each row choose its next token with its
    own processors, sampler and seed (:class:`~inference4py.generation.search.TokenChooser`);
 4. retires the rows that finished (EOS, max_new_tokens, a stop string), keeping their KV in the
    prefix cache.
+
+While rows decode, step 2 prefills only about ``step_seconds`` worth of prompt tokens
+(:class:`~inference4py.generation.prefill_budget.PrefillBudget`, measured on the pieces as they
+run): a long prompt runs a piece per iteration, between the running rows' decode steps, so a
+running stream's gap between two tokens stays about one step and one piece, however long the
+prompt.  Pieces end at whole query tiles, so the prompt's logits and cache are those of one run
+(:mod:`~inference4py.engine.prompt_pass`).  With no row decoding, pieces are ``prefill_chunk``
+tokens (memory, not latency, bounds them).
 
 Some kernels compute a one-row product differently from a several-row one: onnxruntime's
 MatMulNBits (int4 weights) quantizes activations with another kernel for a single row, and the
@@ -39,12 +47,14 @@ import numpy as np
 
 from inference4py.engine.decoder import DecoderRuntime
 from inference4py.engine.graph_io import has_op
+from inference4py.engine.prompt_pass import PromptPass
 from inference4py.engine.rows import RowBatch
 from inference4py.errors import GeneratorClosedError, InferenceError, QueueFullError, RequestTimeoutError
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.generate import stream_generate
 from inference4py.generation.memory import MemoryBudget
 from inference4py.generation.prefix_cache import PrefixCache
+from inference4py.generation.prompt_stage import PrefillBudget, PromptStage
 from inference4py.generation.result import GenerationChunk
 from inference4py.generation.search import TokenChooser
 
@@ -148,6 +158,8 @@ class Scheduler:
             ran alone (see the module's docstring).  None: when the graph has a kernel whose
             rounding depends on the row count (MatMulNBits).
         name: For the thread's name and the log.
+        step_seconds: How long the prompt pieces of one iteration may take while other requests
+            decode (a running stream's gap between tokens is about this and one decode step).
     """
 
     def __init__(
@@ -163,6 +175,7 @@ class Scheduler:
         batch_invariant: bool | None = None,
         name: str = "model",
         memory: MemoryBudget | None = None,
+        step_seconds: float = 0.5,
     ) -> None:
         self.runtime = runtime
         self.tokenizer = tokenizer
@@ -187,6 +200,10 @@ class Scheduler:
         self._batch = self._new_batch()
         self._slots: list[Ticket | None] = []  # aligned with the batch's rows; None: the ballast row
         self._waiting: collections.deque[Ticket] = collections.deque()
+        # the request being prefilled, and the prompt tokens an iteration may prefill while rows decode
+        self._stage: PromptStage[Ticket] = PromptStage(
+            PrefillBudget(step_seconds, tile=runtime.prompt_tile, most=runtime.prefill_chunk), runtime.prefill_chunk
+        )
         self._cond = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name=f"inference4py-scheduler-{name}", daemon=True)
@@ -201,7 +218,8 @@ class Scheduler:
 
     @property
     def running(self) -> int:
-        return len(self._rows)
+        """Requests past the queue: decoding, or being prefilled."""
+        return len(self._rows) + (self._stage.current is not None)
 
     @property
     def kv_usage(self) -> float:
@@ -288,9 +306,9 @@ class Scheduler:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not (self._waiting or self._rows or self._closed):
+                while not (self._waiting or self._rows or self._stage.current or self._closed):
                     self._cond.wait()
-                starved = self._starved and not self._rows
+                starved = self._starved and not self._rows and not self._stage.current
                 self._starved = False
                 if self._closed:
                     break
@@ -301,7 +319,7 @@ class Scheduler:
                 self._room.clear()
             try:
                 self._drop_stopped()
-                self._admit()
+                self._prefill()
                 if self._rows:
                     self._step()
             except Exception as exc:  # a failed engine call fails its rows, never the thread
@@ -314,31 +332,25 @@ class Scheduler:
         self._waiting.clear()
 
     def _drop_stopped(self) -> None:
-        """Retire cancelled and timed-out rows; forget cancelled waiting requests."""
+        """Forget cancelled and timed-out requests: waiting, being prefilled, or decoding."""
         now = time.perf_counter()
         with self._cond:
-            kept: collections.deque[Ticket] = collections.deque()
-            for ticket in self._waiting:
-                if ticket.cancelled:
-                    self.stats.cancelled += 1
-                elif ticket.deadline is not None and now > ticket.deadline:
-                    self._time_out(ticket)
-                else:
-                    kept.append(ticket)
-            self._waiting = kept
-        gone = []
-        for i, row in enumerate(self._slots):
-            if row is None:
-                continue
-            if row.cancelled:
-                self.stats.cancelled += 1
-                gone.append(i)
-            elif row.deadline is not None and now > row.deadline:
-                self._time_out(row)
-                gone.append(i)
-        self._retire(gone, keep_cache=False)
+            self._waiting = collections.deque(t for t in self._waiting if not self._stopped(t, now))
+        prompt = self._stage.current
+        if prompt is not None and self._stopped(prompt[0], now):
+            self._free_memory(prompt[0])
+            self._stage.current = None
+        self._retire(
+            [i for i, t in enumerate(self._slots) if t is not None and self._stopped(t, now)], keep_cache=False
+        )
 
-    def _time_out(self, ticket: Ticket) -> None:
+    def _stopped(self, ticket: Ticket, now: float) -> bool:
+        """Whether the request was cancelled or ran past its deadline (counted; a late one is told so)."""
+        if ticket.cancelled:
+            self.stats.cancelled += 1
+            return True
+        if ticket.deadline is None or now <= ticket.deadline:
+            return False
         self.stats.timed_out += 1
         ticket.deliver(
             RequestTimeoutError(
@@ -346,23 +358,48 @@ class Scheduler:
                 "or raise the limit."
             )
         )
+        return True
 
-    def _admit(self) -> None:
+    def _prefill(self) -> None:
+        """Admit waiting requests and prefill their prompts (:class:`PromptStage`): with rows decoding,
+        about ``step_seconds`` worth of prompt tokens; a finished prompt joins the batch."""
+        for ticket, done in self._stage.run(bool(self._rows), self._next_prompt):
+            if isinstance(done, PromptPass):
+                self._start(ticket, done)
+            else:
+                self._fail(ticket, done)
+
+    def _next_prompt(self) -> tuple[Ticket, PromptPass] | None:
+        """The next request that may start now, off the queue, with its prompt pass (from the prefix cache
+        when it holds a start of the prompt)."""
         while len(self._rows) < self.max_rows:
             with self._cond:
                 if not self._waiting:
-                    return
+                    return None
                 ticket = self._waiting[0]
                 if self._rows and not self._fits(ticket):
-                    return
+                    return None
                 if not ticket.cancelled and not self._hold_memory(ticket):
                     self._starved = True
-                    return
+                    return None
                 self._waiting.popleft()
             if ticket.cancelled:
                 self.stats.cancelled += 1
                 continue
-            self._start(ticket)
+            prefix = None if ticket.all_logits else self.cache.lookup(ticket.prompt)  # two tokens left at least
+            try:
+                pending = self._batch.begin(
+                    np.asarray(ticket.prompt, dtype=np.int64),
+                    reserve=ticket.reserve,
+                    prefix=prefix,
+                    all_logits=ticket.all_logits,
+                )
+            except Exception as exc:
+                self._fail(ticket, exc)
+                continue
+            ticket.cached_tokens = prefix.length if prefix is not None else 0
+            return ticket, pending
+        return None
 
     def _hold_memory(self, ticket: Ticket) -> bool:
         """Reserve the request's KV bytes in the server's memory budget (the prefix cache gives room first)."""
@@ -388,26 +425,18 @@ class Scheduler:
 
     def _reserved(self) -> int:
         """Positions the running requests reserve (read from other threads too: ``_rows`` is a fresh list)."""
-        return sum(t.reserve for t in self._rows)
+        prompt = self._stage.current
+        return sum(t.reserve for t in self._rows) + (prompt[0].reserve if prompt is not None else 0)
 
-    def _start(self, ticket: Ticket) -> None:
-        """Prefill ``ticket`` into a new row and choose its first token."""
-        prefix = None if ticket.all_logits else self.cache.lookup(ticket.prompt)  # leaves two tokens at least
+    def _start(self, ticket: Ticket, pending: PromptPass) -> None:
+        """Take the prefilled prompt as a new row and choose its first token."""
         try:
-            last, everything = self._batch.admit(
-                np.asarray(ticket.prompt, dtype=np.int64),
-                reserve=ticket.reserve,
-                prefix=prefix,
-                all_logits=ticket.all_logits,
-            )
+            last, everything = self._batch.join(pending)
             if everything is not None and ticket.chooser.recorder is not None:
                 ticket.chooser.recorder.record_prompt(ticket.prompt, everything[0])
-        except Exception as exc:  # this request fails alone
-            self.stats.failed += 1
-            self._free_memory(ticket)
-            ticket.deliver(exc)
+        except Exception as exc:
+            self._fail(ticket, exc)
             return
-        ticket.cached_tokens = prefix.length if prefix is not None else 0
         self.stats.prompt_tokens += len(ticket.prompt)
         self.stats.prefilled_tokens += len(ticket.prompt) - ticket.cached_tokens
         self._slots.append(ticket)
@@ -416,9 +445,15 @@ class Scheduler:
             self._retire([len(self._slots) - 1], keep_cache=True)
             ticket.deliver(last_item)
 
+    def _fail(self, ticket: Ticket, error: BaseException) -> None:
+        """A request that could not start fails alone."""
+        self.stats.failed += 1
+        self._free_memory(ticket)
+        ticket.deliver(error)
+
     def _step(self) -> None:
         if self.ballast:
-            self._balance()
+            self._slots = _balanced(self._batch, self._slots)
         rows = self._rows
         lead = rows[0].chooser.last_token
         tokens = np.fromiter(
@@ -439,29 +474,6 @@ class Scheduler:
         for ticket, (_, item) in zip(tickets, ending):  # after retiring: a caller that sees the end sees a free row
             assert ticket is not None
             ticket.deliver(item)
-
-    def _balance(self) -> None:
-        """Ballast mode: exactly one ballast row beside a lone request, none beside several (or none)."""
-        real = [i for i, t in enumerate(self._slots) if t is not None]
-        spare = [i for i, t in enumerate(self._slots) if t is None]
-        if len(real) != 1:
-            if spare:
-                self._slots = [self._slots[i] for i in self._batch.retire(spare)]
-            return
-        if spare:  # one is all it takes
-            if len(spare) > 1:
-                self._slots = [self._slots[i] for i in self._batch.retire(spare[1:])]
-            return
-        # a copy of the request's own cache: its last token is prefilled again (a one-row product whose
-        # logits are thrown away), then both rows step together
-        row = real[0]
-        ticket = self._slots[row]
-        assert ticket is not None
-        held = self._batch.row_length(row)
-        cache = self._batch.row_cache(row)
-        ids = np.asarray(ticket.chooser.sequence()[:held], dtype=np.int64)
-        self._batch.admit(ids, reserve=ticket.reserve, prefix=cache.cut(held - 1))
-        self._slots.append(None)
 
     def _advance(self, ticket: Ticket, logits: np.ndarray) -> GenerationChunk | BaseException | None:
         """Choose the row's next token and deliver its chunk; the request's last item (not delivered) when it is over."""
@@ -509,12 +521,31 @@ class Scheduler:
         self._slots = [self._slots[i] for i in order]
 
     def _fail_all(self, error: BaseException) -> None:
-        for ticket in self._rows:
-            self.stats.failed += 1
-            self._free_memory(ticket)
-            ticket.deliver(error)
+        prompt, self._stage.current = self._stage.current, None
+        for ticket in self._rows + ([prompt[0]] if prompt is not None else []):
+            self._fail(ticket, error)
         self._slots = []
         self._batch = self._new_batch()
+
+
+def _balanced(batch: RowBatch, slots: list[Ticket | None]) -> list[Ticket | None]:
+    """Ballast mode: the slots with exactly one ballast row (None) beside a lone request, none beside several
+    (or none); ``batch``'s rows follow."""
+    real = [i for i, t in enumerate(slots) if t is not None]
+    spare = [i for i, t in enumerate(slots) if t is None]
+    if len(real) != 1:
+        return [slots[i] for i in batch.retire(spare)] if spare else slots
+    if spare:  # one is all it takes
+        return [slots[i] for i in batch.retire(spare[1:])] if len(spare) > 1 else slots
+    # a copy of the request's own cache: its last token is prefilled again (a one-row product whose
+    # logits are thrown away), then both rows step together
+    ticket = slots[real[0]]
+    assert ticket is not None
+    held = batch.row_length(real[0])
+    cache = batch.row_cache(real[0])
+    ids = np.asarray(ticket.chooser.sequence()[:held], dtype=np.int64)
+    batch.admit(ids, reserve=ticket.reserve, prefix=cache.cut(held - 1))
+    return [*slots, None]
 
 
 def row_count_sensitive(runtime: DecoderRuntime) -> bool:

@@ -90,6 +90,9 @@ class BatchedTextGenerator:
         memory: A server's :class:`~inference4py.generation.memory.MemoryBudget`, shared with its other
             models: each request's KV bytes (prompt + max_new_tokens positions) are reserved in it while it
             runs, and the prefix cache keeps entries only while it has room. None: no byte budget.
+        step_seconds: While requests decode, a new prompt is prefilled in pieces of about this many
+            seconds between their steps (measured as the pieces run), so a long prompt delays each
+            running stream's next token by about this much, never by the whole prompt.
 
     Greedy search and sampling are batched; beam search and several sequences per call are not
     (``generate()`` on the model runs them).
@@ -107,6 +110,7 @@ class BatchedTextGenerator:
         batch_invariant: bool | None = None,
         name: str = "model",
         memory: MemoryBudget | None = None,
+        step_seconds: float = 0.5,
     ) -> None:
         if max_concurrent < 1:
             raise ConfigurationError(f"max_concurrent must be >= 1, got {max_concurrent}.")
@@ -124,6 +128,7 @@ class BatchedTextGenerator:
             batch_invariant=batch_invariant,
             name=name,
             memory=memory,
+            step_seconds=step_seconds,
         )
 
     # ------------------------------------------------------------------ state

@@ -475,7 +475,7 @@ class OnnxTextGenerator(ClosableTask):
         """Continuous batching over this model, for many concurrent callers (see :class:`BatchedTextGenerator`).
 
         Options: ``max_concurrent``, ``max_waiting``, ``kv_budget``, ``prefix_cache_mb``, ``timeout``,
-        ``memory`` (a :class:`~inference4py.generation.memory.MemoryBudget` shared with other models).
+        ``step_seconds``, ``memory`` (a :class:`~inference4py.generation.memory.MemoryBudget` shared with other models).
         """
         from inference4py.tasks.batched import BatchedTextGenerator
 

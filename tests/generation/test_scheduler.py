@@ -341,13 +341,13 @@ def test_the_ballast_keeps_prefix_cache_turns_exact_and_never_prefills_one_token
         sizes = _step_sizes(batched)
         batch = batched._scheduler._batch
         prefilled: list[int] = []
-        admit = batch.admit
+        begin = batch.begin  # every prompt pass starts there (the ballast's admit too)
 
-        def counting_admit(ids, *, prefix=None, **kw):
+        def counting_begin(ids, *, prefix=None, **kw):
             prefilled.append(len(ids) - (prefix.length if prefix is not None else 0))
-            return admit(ids, prefix=prefix, **kw)
+            return begin(ids, prefix=prefix, **kw)
 
-        batch.admit = counting_admit
+        batch.begin = counting_begin
         reply = batched.generate(first, max_new_tokens=6, do_sample=False)
         # the second prompt is the first plus one token: a one-token prefill would be a one-row product
         second = model.encode_prompt(first) + [model.encode_prompt("x")[-1]]
