@@ -29,7 +29,7 @@ from inference4py.generation.logprobs import TokenLogprob
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.serve.admin import add_admin_routes
 from inference4py.serve.audio import add_audio_routes
-from inference4py.serve.dispatch import collect_all, open_all, text_worker, with_thinking
+from inference4py.serve.dispatch import collect_all, named_model, open_all, text_worker, with_thinking
 from inference4py.serve.embeddings import add_embedding_routes
 from inference4py.serve.errors import InternalErrors, error_payload, reason
 from inference4py.serve.guard import Cors, Guard
@@ -174,6 +174,7 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(body: ChatCompletionRequest, request: Request) -> Any:
+        body.model = named_model(registry, body.model, "chat")
         worker = await text_worker(registry, body.model, "chat", request)
         messages = template_messages(body.messages)
         options = _options(body, request).replace(
@@ -194,6 +195,7 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
 
     @app.post("/v1/completions", response_model=None)
     async def completions(body: CompletionRequest, request: Request) -> Any:
+        body.model = named_model(registry, body.model, "completions")
         worker = await text_worker(registry, body.model, "completions", request)
         options = _options(body, request)
         if body.logprobs is not None:

@@ -18,10 +18,29 @@ from inference4py.tasks.options import RequestOptions
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-__all__ = ["CHAT_KINDS", "TEXT_KINDS", "collect_all", "open_all", "text_worker", "with_thinking"]
+__all__ = ["CHAT_KINDS", "TEXT_KINDS", "collect_all", "named_model", "open_all", "text_worker", "with_thinking"]
 
 # OpenAI's reasoning_effort (chat) / reasoning.effort (Responses) as a thinking switch
 _EFFORT_THINKS = {"none": False, "minimal": False, "low": True, "medium": True, "high": True}
+
+
+def named_model(models: ModelRegistry, name: str, route: str) -> str:
+    """``name``, or for a request that names no model, the one served model that answers ``route``.
+
+    A chat or completion request without ``model`` goes to the only model that can answer it, as
+    llama-server and vLLM take it; with several, ``model`` is required.
+
+    Raises:
+        ApiError: 400, no model named and not exactly one that answers ``route``.
+    """
+    if name:
+        return name
+    able = models.names(*(CHAT_KINDS if route == "chat" else TEXT_KINDS))
+    if len(able) != 1:
+        raise ApiError(
+            400, f"model: Field required: name one of the served models ({', '.join(able) or 'none'}).", "model"
+        )
+    return able[0]
 
 
 async def text_worker(models: ModelRegistry, name: str, route: str, request: Request) -> ModelWorker:

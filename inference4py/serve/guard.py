@@ -72,7 +72,7 @@ class Cors:
         allowed = self.allows(origin, host)
         preflight = scope["method"] == "OPTIONS" and b"access-control-request-method" in headers
         if preflight:
-            answer = [(b"vary", b"Origin"), (b"content-length", b"0")]
+            answer = [(b"content-length", b"0")]
             if allowed:
                 answer += self._allow(raw) + [
                     (b"access-control-allow-methods", _METHODS),
@@ -85,6 +85,7 @@ class Cors:
                     answer.append((b"access-control-allow-private-network", b"true"))
             else:
                 self._warn(origin)
+                answer.append((b"vary", b"Origin"))
             await send({"type": "http.response.start", "status": 200, "headers": answer})
             await send({"type": "http.response.body", "body": b""})
             return

@@ -102,7 +102,7 @@ class StreamOptions(BaseModel):
 class _Request(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
-    model: str
+    model: str = ""  # "": the one model served that answers the route (dispatch.named_model)
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)

@@ -477,3 +477,18 @@ def test_models_say_what_they_answer_so_the_chat_page_lists_only_chat_models():
         "sentence-bert": ["embedding"],
     }
     assert 'm.capabilities.includes("chat")' in page  # the picker's filter (driven in a browser: test_chat_page.py)
+
+
+def test_a_request_without_model_goes_to_the_only_chat_model():
+    from inference4py.serve import load_models
+
+    body = json.dumps({"messages": HI, "max_tokens": 3, "temperature": 0})
+    with running(create_app({"qwen2": _fresh()})) as url:
+        status, _, payload = request(url, "/v1/chat/completions", body)
+        named = request(url, "/v1/chat/completions", json.dumps({"model": "qwen2", **json.loads(body)}))[2]
+    assert status == 200 and payload["model"] == "qwen2"
+    assert payload["choices"][0]["message"] == named["choices"][0]["message"]
+    with running(create_app(load_models([str(QWEN), str(FIXTURES / "models" / "llama")]))) as url:
+        status, _, payload = request(url, "/v1/chat/completions", body)
+    assert status == 400 and payload["error"]["param"] == "model"
+    assert "qwen2, llama" in payload["error"]["message"] or "llama, qwen2" in payload["error"]["message"]
