@@ -73,9 +73,10 @@ def llama_perplexity(binary: str, model: Path, text: Path, ctx: int, chunks: int
 
 def our_perplexity(folder: Path, tokens: list[int], ctx: int, chunks: int, bos: int | None) -> dict[str, Any]:
     """llama.cpp's perplexity recipe on the converted graph (one prefill per chunk, all logits kept)."""
-    import onnxruntime as ort
+    from inference4py.engine.sessions import create_session
 
-    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    # the engine's sessions: the compiled ggml operators registered, a GGUF file's bytes read in place
+    session = create_session(folder / "model.onnx")
     inputs = {i.name: i for i in session.get_inputs()}
     started = time.perf_counter()
     nll, count = 0.0, 0

@@ -40,8 +40,9 @@ import numpy as np
 from inference4py.engine.kernels import DOMAIN
 from inference4py.errors import ConfigurationError, UnsupportedModelError
 from inference4py.gguf.blocks import LAYOUTS, Layout, unpack
-from inference4py.gguf.hyper import MAX_ROPE_POSITIONS, Hyper, hf_config, read_hyper
-from inference4py.gguf.reader import FLOAT_TYPES, SUPPORTED_TYPES, GGUFFile, require_gguf
+from inference4py.gguf.hyper import Hyper, hf_config, read_hyper, rope_caches
+from inference4py.gguf.in_place import InPlace
+from inference4py.gguf.reader import FLOAT_TYPES, SUPPORTED_TYPES, GGUFFile
 from inference4py.gguf.store import ExternalData
 
 __all__ = ["BITS", "Part", "write_decoder"]
@@ -51,22 +52,6 @@ BLOCK_SIZE = 32  # MatMulNBits block: genai's builder and inference4py.quantize 
 ACCURACY_LEVEL = 4  # int8 activations in MatMulNBits: the fastest on CPU
 OPSET = 21  # Gelu with approximate="tanh" needs 20
 _CHUNK_VALUES = 1 << 24  # rows of a large tensor are read and written about 16M values at a time
-
-
-def rope_caches(
-    hp: Hyper, base: float, linear_factor: float, factors: np.ndarray | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin ``[positions, rotary_dim / 2]`` in float32, computed as transformers does."""
-    dim = hp.rotary_dim
-    inv_freq = 1.0 / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)))
-    inv_freq = inv_freq.astype(np.float32)
-    if factors is not None:  # Llama 3's rope_freqs: llama.cpp divides each frequency by its factor
-        inv_freq = (inv_freq / factors.astype(np.float32).reshape(-1)[: dim // 2]).astype(np.float32)
-    if linear_factor != 1.0:
-        inv_freq = (inv_freq / np.float32(linear_factor)).astype(np.float32)
-    positions = np.arange(min(hp.context, MAX_ROPE_POSITIONS), dtype=np.float32)
-    freqs = np.outer(positions, inv_freq).astype(np.float32)
-    return np.cos(freqs).astype(np.float32), np.sin(freqs).astype(np.float32)
 
 
 def unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
@@ -138,7 +123,6 @@ class _Builder:
         from onnx import helper, numpy_helper
 
         self.ggml = ggml and bits is None  # matrices as the file's own bytes, on the compiled operators
-        self._file_tensors: dict[tuple[str, int, int], str] = {}
         self.helper = helper
         self.numpy_helper = numpy_helper
         self.gguf = gguf
@@ -146,6 +130,7 @@ class _Builder:
         self.store = store
         self.nodes: list[Any] = []
         self.initializers: list[Any] = []
+        self.in_place = InPlace(gguf, store, self.one, self.initializers)
         self._consts: dict[tuple[str, tuple[int, ...]], str] = {}
         self._block_sums: dict[tuple[str, int], str] = {}
         self._written: set[str] = set()
@@ -233,7 +218,7 @@ class _Builder:
         to three parts of any types are one ``GgmlMatMul``.
         """
         if self.ggml and len(parts) <= 3:
-            y = self.ggml_matmul(x, parts, name)
+            y = self.in_place.matmul(x, [(p.tensor, p.rows) for p in parts], name)
             if bias is not None:
                 y = self.one("Add", [y, self.initializer(bias.astype(np.float32), f"{name}.bias")], f"{name}/Add")
             return y
@@ -264,45 +249,6 @@ class _Builder:
             half = self.initializer(np.ascontiguousarray(weight.T, dtype=np.float16), f"{name}.weight")
             stored = self.one("Cast", [half], f"{name}.weight/Cast", to=1)
         return self.one("MatMul", [x, stored], f"{name}/MatMul")
-
-    # ------------------------------------------------------------------ the file's own bytes (compiled operators)
-    def type_id(self, tensor: str) -> int:
-        return int(require_gguf().GGMLQuantizationType[self.kind(tensor)])
-
-    def file_tensor(self, part: Part) -> str:
-        """The rows of ``part`` as an initializer that is the GGUF file's bytes in place: ``[rows, row bytes]``
-        uint8 whose external data is the file at the rows' offset. A tied head and the embedding share it."""
-        info = self.gguf.info(part.tensor)
-        total = info.shape[0]
-        window = range(total)[part.rows] if part.rows is not None else range(total)
-        key = (part.tensor, window.start, window.stop)
-        if key not in self._file_tensors:
-            offset, length = self.gguf.span(part.tensor)
-            row_bytes = length // total
-            name = part.tensor if len(window) == total else f"{part.tensor}[{window.start}:{window.stop}]"
-            self.initializers.append(
-                self.store.in_file(
-                    name, self.gguf.path.name, offset + window.start * row_bytes, (len(window), row_bytes)
-                )
-            )
-            self._file_tensors[key] = name
-        return self._file_tensors[key]
-
-    def ggml_matmul(self, x: str, parts: list[Part], name: str) -> str:
-        """``x @ W.T`` for the parts' rows side by side, on their blocks as stored (activations rounded per block
-        as llama.cpp rounds them for each type)."""
-        attrs = {("type" if i == 0 else f"type{i}"): self.type_id(p.tensor) for i, p in enumerate(parts)}
-        cols = self.gguf.info(parts[0].tensor).shape[-1]
-        weights = [self.file_tensor(p) for p in parts]
-        return self.one("GgmlMatMul", [x, *weights], f"{name}/GgmlMatMul", domain=DOMAIN, K=cols, **attrs)
-
-    def ggml_embedding(self, tensor: str, ids: str, name: str) -> str:
-        """Rows ``ids`` of the table, dequantized from the file's blocks exactly as gguf dequantizes them."""
-        cols = self.gguf.info(tensor).shape[-1]
-        table = self.file_tensor(Part(tensor))
-        return self.one(
-            "GgmlGather", [table, ids], f"{name}/GgmlGather", domain=DOMAIN, type=self.type_id(tensor), K=cols
-        )
 
     def quantized(self, parts: list[Part], kind: str, name: str) -> _Quantized:
         """Write the parts' blocks as MatMulNBits holds them (codes, scales, minimums as stored)."""
@@ -583,7 +529,7 @@ def _build(b: _Builder, hp: Hyper, TensorProto: Any, helper: Any) -> Any:  # onn
     embed_kind = b.kind("token_embd.weight")  # [vocab, hidden]
     quantized_embed, table = None, None
     if b.mode(embed_kind, "token_embd.weight") == "ggml":
-        x = b.ggml_embedding("token_embd.weight", "input_ids", "/model/embed_tokens")
+        x = b.in_place.embedding("token_embd.weight", "input_ids", "/model/embed_tokens")
     elif b.mode(embed_kind, "token_embd.weight") == "nbits":  # as the file holds it; a tied head shares the bytes
         quantized_embed = b.quantized([Part("token_embd.weight")], embed_kind, "model.embed_tokens")
         x = b.embedding(quantized_embed, "input_ids", "/model/embed_tokens")

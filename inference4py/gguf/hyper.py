@@ -11,11 +11,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from inference4py.errors import UnsupportedModelError
 from inference4py.gguf.archs import ARCHITECTURES, Architecture, supported_architectures
 from inference4py.gguf.reader import GGUFFile
 
-__all__ = ["MAX_ROPE_POSITIONS", "Hyper", "hf_config", "read_hyper"]
+__all__ = ["MAX_ROPE_POSITIONS", "Hyper", "hf_config", "read_hyper", "rope_caches"]
 
 MAX_ROPE_POSITIONS = 131_072  # cos/sin caches beyond this would only cost memory
 
@@ -172,3 +174,19 @@ def hf_config(hp: Hyper, gguf: GGUFFile) -> dict[str, Any]:
         if gguf.get(field) is not None:
             config[key] = int(gguf.get(field))
     return config
+
+
+def rope_caches(
+    hp: Hyper, base: float, linear_factor: float, factors: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin ``[positions, rotary_dim / 2]`` in float32, computed as transformers does."""
+    dim = hp.rotary_dim
+    inv_freq = 1.0 / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)))
+    inv_freq = inv_freq.astype(np.float32)
+    if factors is not None:  # Llama 3's rope_freqs: llama.cpp divides each frequency by its factor
+        inv_freq = (inv_freq / factors.astype(np.float32).reshape(-1)[: dim // 2]).astype(np.float32)
+    if linear_factor != 1.0:
+        inv_freq = (inv_freq / np.float32(linear_factor)).astype(np.float32)
+    positions = np.arange(min(hp.context, MAX_ROPE_POSITIONS), dtype=np.float32)
+    freqs = np.outer(positions, inv_freq).astype(np.float32)
+    return np.cos(freqs).astype(np.float32), np.sin(freqs).astype(np.float32)
