@@ -129,6 +129,8 @@ class _StateCore:
         # ([batch, n, vocab]), for prompt log-probabilities (OpenAI's echo).
         self.keep_prefill_logits = False
         self.prefill_logits: np.ndarray | None = None
+        # Options of the prompt runs (a prompt pass's last piece shrinks the arena: engine/prompt_pass.py)
+        self.run_options: ort.RunOptions | None = None
         self.batch = batch_size
         self.capacity = int(capacity) if capacity else 0
         self.shared_buffer = runtime.shared_kv

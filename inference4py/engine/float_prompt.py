@@ -88,6 +88,8 @@ class FloatPrompt(Generic[G]):
         stores: Mapping[str, np.ndarray],
         n: int,
         capacity: int,
+        *,
+        options: ort.RunOptions | None = None,
     ) -> list[np.ndarray]:
         """One prompt of ``n`` tokens from an empty cache, in one run or several (a long prompt's pieces, in
         order, on one float cache); returns each run's logits, as the int8 graph's runs would.
@@ -97,6 +99,7 @@ class FloatPrompt(Generic[G]):
             stores: Past input name -> the int8 buffer of the rows being prefilled (``[rows, kv_heads,
                 cap, head_size]``, written in place at positions ``[0, n)``).
             capacity: Positions of the temporary float buffer (at least ``n``; a sliding window's size).
+            options: The runs' options (the last run's: each shrinks the arena, if they say so).
         """
         g = self.graph
         floats: dict[str, np.ndarray] = {}
@@ -114,7 +117,7 @@ class FloatPrompt(Generic[G]):
             for entry in g.layout.self_entries:
                 binding.bind_ortvalue_input(entry.input, values[entry.input])
                 binding.bind_ortvalue_output(entry.output, values[entry.input])
-            run_binding(g.session, binding, what=g.name)
+            run_binding(g.session, binding, what=g.name, options=options)
             out.append(binding.get_outputs()[0].numpy())
         for name, buffer in floats.items():
             stores[name][:, :, :n] = quantize_int8(buffer[:, :, :n], self.scales[name])

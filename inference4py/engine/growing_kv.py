@@ -83,7 +83,7 @@ class _GrowingCache(_StateCore):
                 if entry.output in g.outputs:
                     binding.bind_output(entry.output, "cpu")
 
-        fast.run(what=g.name)
+        fast.run(what=g.name, options=self.run_options)
         outputs = fast.outputs()
         names = ["logits"] + [
             e.output

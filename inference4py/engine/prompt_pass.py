@@ -21,6 +21,7 @@ import onnxruntime as ort
 
 from inference4py.engine.decoder import DecoderState
 from inference4py.engine.prompt_tiles import next_cut
+from inference4py.engine.sessions import shrinking_run
 from inference4py.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -90,6 +91,8 @@ class PromptPass:
         if self.finished:
             return 0
         end = self.done + self.next_piece(limit)
+        # the last piece gives the arena's growth back (activations and logits of the pieces)
+        self.state.run_options = shrinking_run() if end == len(self.ids) else None
         self._last = self.state.prefill(self.ids[None, self.done : end])
         if self.state.keep_prefill_logits:
             assert self.state.prefill_logits is not None
@@ -104,6 +107,10 @@ class PromptPass:
             raise InvalidInputError("The prompt is not prefilled yet.")
         everything = np.concatenate(self._all, axis=1) if self._all else None
         return self._last.copy(), everything
+
+    def close(self) -> None:
+        """Free the pass's own cache (a batch that joined it holds a copy)."""
+        self.state._reset()
 
     def _load(self, prefix: KVPrefix) -> None:
         """Put a cached prefix into the state, as if its tokens had been prefilled."""

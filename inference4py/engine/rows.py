@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 __all__ = ["KVPrefix", "RowBatch"]
 
+#: Positions from which a shared buffer far wider than its longest row is made smaller when a row leaves.
+_SHRINK_FROM = 2048
+
 
 class RowBatch(DecoderState):
     """A batch of independent sequences, admitted and retired one by one.
@@ -85,6 +88,7 @@ class RowBatch(DecoderState):
             self._take_shared(prompt.state, len(prompt.ids), prompt.reserve)
         else:
             self._stack(prompt.state)
+        prompt.close()
         return logits
 
     def admit(
@@ -160,7 +164,10 @@ class RowBatch(DecoderState):
         if self._store and have_slots >= slots and self.capacity >= positions:
             return
         cap = self._want(positions) if positions > self.capacity or not self._store else self.capacity
-        rows = min(self.max_rows, max(slots, 2 * have_slots, 1))
+        self._allocate(min(self.max_rows, max(slots, 2 * have_slots, 1)), cap)
+
+    def _allocate(self, rows: int, cap: int) -> None:
+        """Shared mode: new buffers of ``rows`` slots and ``cap`` positions, the rows' contents kept up to ``cap``."""
         layout = self.rt.layout
         for entry in layout.self_entries:
             empty = layout.empty(entry, 1)
@@ -206,11 +213,12 @@ class RowBatch(DecoderState):
         return order
 
     def _clear(self) -> None:
-        store = self._store
         self.batch = 0
         self._reset()
-        self._store = store  # the buffers stay allocated for the next rows
-        self._maskbuf = np.zeros((0, self.capacity), dtype=self._mask_dtype)
+        # the buffers go: the pages a long row wrote would stay resident (new ones cost nothing until written)
+        self._store = {}
+        self.capacity = 0
+        self._maskbuf = np.zeros((0, 0), dtype=self._mask_dtype)
 
     def _trim(self) -> None:
         """Growing mode: drop the leading columns that are padding for every row."""
@@ -245,6 +253,8 @@ class RowBatch(DecoderState):
         self._pad = np.zeros(self.batch, dtype=np.int64)
         self._maskbuf = np.ascontiguousarray(self._maskbuf[: self.batch])
         self.length = int(self._valid.max())
+        if self.capacity > max(_SHRINK_FROM, 4 * self.length):  # a long row left: its positions' memory goes back
+            self._allocate(next(iter(self._store.values())).shape[0], max(2 * self.length, self.rt.min_capacity, 2))
         self._view(self.batch)
         self._step_ready = False
         return order

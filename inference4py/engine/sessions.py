@@ -29,6 +29,7 @@ __all__ = [
     "graph_outputs",
     "run_session",
     "run_binding",
+    "shrinking_run",
     "ORT_TO_NUMPY",
 ]
 
@@ -207,6 +208,14 @@ def create_session(
         ) from exc
 
 
+def shrinking_run() -> ort.RunOptions:
+    """Run options that free the CPU arena's unused chunks when the run ends: a long prompt's pieces grow
+    the arena, which would keep that peak for good (engine/heap.py then gives the C heap back)."""
+    options = ort.RunOptions()
+    options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    return options
+
+
 def run_session(
     session: ort.InferenceSession,
     feeds: Mapping[str, Any],
@@ -221,10 +230,16 @@ def run_session(
         raise InferenceError(f"onnxruntime failed while running the {what}: {str(exc).strip()[:500]}") from exc
 
 
-def run_binding(session: ort.InferenceSession, binding: ort.IOBinding, *, what: str = "model") -> None:
+def run_binding(
+    session: ort.InferenceSession,
+    binding: ort.IOBinding,
+    *,
+    what: str = "model",
+    options: ort.RunOptions | None = None,
+) -> None:
     """``session.run_with_iobinding`` with onnxruntime errors wrapped."""
     try:
-        session.run_with_iobinding(binding)
+        session.run_with_iobinding(binding, options)
     except Exception as exc:
         raise InferenceError(f"onnxruntime failed while running the {what}: {str(exc).strip()[:500]}") from exc
 
@@ -350,6 +365,6 @@ class StepBinding:
         vector = self._native.get_outputs()
         return [vector[i] for i in range(start, len(vector))]
 
-    def run(self, *, what: str = "model") -> None:
+    def run(self, *, what: str = "model", options: ort.RunOptions | None = None) -> None:
         """Run the session on this binding (errors wrapped, see :func:`run_binding`)."""
-        run_binding(self.session, self.binding, what=what)
+        run_binding(self.session, self.binding, what=what, options=options)

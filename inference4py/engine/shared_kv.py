@@ -163,7 +163,7 @@ class _SharedBuffer(_StateCore):
                 keep.append(value)
             binding.bind_ortvalue_input(entry.input, value)
             binding.bind_ortvalue_output(entry.output, value)
-        fast.run(what=g.name)
+        fast.run(what=g.name, options=self.run_options)
         logits = binding.get_outputs()[0].numpy()
         self._vocab = logits.shape[-1]
         return logits
@@ -207,6 +207,6 @@ class _SharedBuffer(_StateCore):
         ]
         rows = slice(slot, slot + 1) if slot is not None else slice(0, ids.shape[0])
         stores = {e.input: self._kv[e.input][0][rows] for e in self.rt.layout.self_entries}
-        logits = prompt.run(pieces, stores, n, max(n, self.rt.min_capacity))
+        logits = prompt.run(pieces, stores, n, max(n, self.rt.min_capacity), options=self.run_options)
         self._vocab = logits[-1].shape[-1]
         return np.concatenate(logits, axis=1) if keep_all else logits[-1]

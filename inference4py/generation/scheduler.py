@@ -47,6 +47,7 @@ import numpy as np
 
 from inference4py.engine.decoder import DecoderRuntime
 from inference4py.engine.graph_io import has_op
+from inference4py.engine.heap import trim_heap
 from inference4py.engine.prompt_pass import PromptPass
 from inference4py.engine.rows import RowBatch
 from inference4py.errors import GeneratorClosedError, InferenceError, QueueFullError, RequestTimeoutError
@@ -518,7 +519,10 @@ class Scheduler:
             self._slots[rows[0]] = None
             rows = rows[1:]
         order = self._batch.retire(rows)
+        long = any(len(t.prompt) > self.runtime.prefill_chunk for t in (self._slots[i] for i in gone) if t is not None)
         self._slots = [self._slots[i] for i in order]
+        if long:  # what its prompt pass and its rows held goes back to the system (engine/heap.py)
+            trim_heap()
 
     def _fail_all(self, error: BaseException) -> None:
         prompt, self._stage.current = self._stage.current, None

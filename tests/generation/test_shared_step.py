@@ -242,3 +242,30 @@ def test_the_budget_follows_the_measured_speed_in_whole_pieces():
     assert budget.tokens() == 12 and next_cut(0, 1000, 128, budget.tokens()) == 128
     with pytest.raises(ConfigurationError, match="step_seconds"):
         PrefillBudget(0, tile=128, most=512)
+
+
+def test_memory_of_a_long_row_goes_back_when_it_leaves(gguf_files, monkeypatch):  # noqa: F811
+    """A joined prompt's own cache is freed; a shared buffer far wider than its longest row shrinks when a
+    row leaves (the short row left decodes on unchanged) and is dropped when the batch empties."""
+    from inference4py.engine import rows
+
+    monkeypatch.setattr(rows, "_SHRINK_FROM", 16)  # the fixtures' context is 128 positions
+    model = _load("genai-llama", gguf_files)
+    rt = model._runtime
+    ids = _prompt(model, 100)
+    reference = RowBatch(rt, 1)
+    reference.admit(ids[:6])
+    batch = RowBatch(rt, 2)
+    batch.admit(ids[:6])
+    pending = batch.begin(ids, reserve=120)
+    while not pending.finished:
+        pending.run(rt.prompt_tile)
+    batch.join(pending)
+    assert pending.state._kv == {}, "the pass's own buffers were kept after the batch copied them"
+    wide = batch.capacity
+    batch.retire([1])
+    assert wide >= 120 and batch.capacity < wide / 4
+    for token in (5, 9, 11):
+        assert np.array_equal(batch.step(np.asarray([token])), reference.step(np.asarray([token])))
+    batch.retire([0])
+    assert batch._store == {} and batch.capacity == 0
