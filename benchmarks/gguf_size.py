@@ -93,7 +93,10 @@ def bytes_by_role(folder: Path) -> dict[str, int]:
     for tensor in model.graph.initializer:
         length = next((int(e.value) for e in tensor.external_data if e.key == "length"), len(tensor.raw_data))
         name = tensor.name
-        if "weight_Q" in name:
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        if location.endswith(".gguf"):
+            role = "the GGUF file's blocks, in place (not in the folder)"
+        elif "weight_Q" in name:
             role = "block codes (" + name.rsplit("_Q", 1)[1] + "-bit)"
         elif name.endswith(("weight_scales", "weight_scales_3d")):
             role = "block scales (float32)"

@@ -63,13 +63,18 @@ static_assert(sizeof(BlockIQ4_XS) == 136, "IQ4_XS block");
 static_assert(sizeof(BlockMXFP4) == 17, "MXFP4 block");
 
 // Activation blocks: q8_0 for the 32-value types, q8_1 (with d * sum of codes) for Q4_1/Q5_1,
-// q8_K (float scale, sums of each 16 codes) for the K-quants and IQ4_XS.
-struct ActQ8_0 { f16_bits d; int8_t qs[QK]; };
-struct ActQ8_1 { f16_bits d, s; int8_t qs[QK]; };
+// q8_K (float scale, sums of each 16 codes) for the K-quants and IQ4_XS. llama.cpp stores the q8_0 /
+// q8_1 scales as float16; these hold the same float16 values widened once to float32, so a kernel
+// reads them without a conversion per block.
+struct ActQ8_0 { float d; int32_t sum; int8_t qs[QK]; };  // sum: of the codes (kernels over offset codes)
+struct ActQ8_1 { float d, s; int8_t qs[QK]; };
 struct ActQ8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };
 
-static_assert(sizeof(ActQ8_0) == 34, "q8_0 block");
-static_assert(sizeof(ActQ8_1) == 36, "q8_1 block");
+static_assert(sizeof(ActQ8_0) == 40, "q8_0 block");
+static_assert(sizeof(ActQ8_1) == 40, "q8_1 block");
+
+// A float32 rounded to float16 and back: the value llama.cpp's float16 field holds.
+float f16_round(float x);
 static_assert(sizeof(ActQ8_K) == 292, "q8_K block");
 
 // The non-uniform 4-bit grids: IQ4_NL / IQ4_XS codes, and MXFP4's e2m1 values doubled (the

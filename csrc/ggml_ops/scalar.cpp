@@ -8,6 +8,8 @@
 
 namespace i4p {
 
+float f16_round(float x) { return f16_to_f32(f32_to_f16(x)); }
+
 const TypeInfo* type_info(int type) {
     static const TypeInfo kF32{1, 4, Act::F32, "F32"};
     static const TypeInfo kF16{1, 2, Act::F16, "F16"};
@@ -215,7 +217,7 @@ float dot_row(int type, const uint8_t* w, const void* act, int k) {
                     case T_IQ4_NL: codes_grid(w + 2, kIQ4Values, q); scale = f16_to_f32(load_f16(w)); break;
                     default: codes_grid(w + 1, kMXFP4Values, q); scale = e8m0_half(w[0]); break;
                 }
-                sum += static_cast<float>(dot_i8(q, a[b].qs, QK)) * (scale * f16_to_f32(a[b].d));
+                sum += static_cast<float>(dot_i8(q, a[b].qs, QK)) * (scale * a[b].d);
             }
             return sum;
         }
@@ -225,7 +227,7 @@ float dot_row(int type, const uint8_t* w, const void* act, int k) {
             for (int b = 0; b < k / QK; ++b, w += bytes) {
                 if (type == T_Q4_1) codes_q4_1(w, q); else codes_q5_1(w, q);
                 const float d = f16_to_f32(load_f16(w)), m = f16_to_f32(load_f16(w + 2));
-                sum += static_cast<float>(dot_i8(q, a[b].qs, QK)) * (d * f16_to_f32(a[b].d)) + m * f16_to_f32(a[b].s);
+                sum += static_cast<float>(dot_i8(q, a[b].qs, QK)) * (d * a[b].d) + m * a[b].s;
             }
             return sum;
         }
@@ -444,8 +446,13 @@ void quantize_q8_0(const float* x, ActQ8_0* out, int k) {
         for (int j = 0; j < QK; ++j) amax = std::fmax(amax, std::fabs(x[j]));
         const float d = amax / 127.0f;
         const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        out[b].d = f32_to_f16(d);
-        for (int j = 0; j < QK; ++j) out[b].qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
+        out[b].d = f16_round(d);
+        int sum = 0;
+        for (int j = 0; j < QK; ++j) {
+            out[b].qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
+            sum += out[b].qs[j];
+        }
+        out[b].sum = sum;
     }
 }
 
@@ -455,13 +462,13 @@ void quantize_q8_1(const float* x, ActQ8_1* out, int k) {
         for (int j = 0; j < QK; ++j) amax = std::fmax(amax, std::fabs(x[j]));
         const float d = amax / 127.0f;
         const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        out[b].d = f32_to_f16(d);
+        out[b].d = f16_round(d);
         int sum = 0;
         for (int j = 0; j < QK; ++j) {
             out[b].qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
             sum += out[b].qs[j];
         }
-        out[b].s = f32_to_f16(d * static_cast<float>(sum));
+        out[b].s = f16_round(d * static_cast<float>(sum));
     }
 }
 
