@@ -175,3 +175,32 @@ def test_a_changed_or_moved_file_is_a_clear_error_and_the_cache_converts_again(f
     os.utime(moved, ns=(0, 0))
     with pytest.raises(ModelLoadError, match="changed since it was converted"):
         create_session(again / "model.onnx")
+
+
+def test_without_the_library_a_file_converts_onto_onnxruntimes_operators_and_says_why(
+    files,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+    caplog,
+):
+    from inference4py.engine import kernels
+    from inference4py.gguf import convert
+
+    monkeypatch.setenv("INFERENCE4PY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("INFERENCE4PY_GGML_OPS", "0")
+    kernels._load.cache_clear()
+    convert._say_fallback.cache_clear()
+    try:
+        with caplog.at_level("WARNING", logger="inference4py.gguf"):
+            folder = gguf_folder(files["Q4_K"])
+        assert folder.name.endswith("-file")
+        said = [r.getMessage() for r in caplog.records if "GGUF files run on" in r.getMessage()]
+        assert len(said) == 1 and "MatMulNBits" in said[0] and "INFERENCE4PY_GGML_OPS=0" in said[0]
+        model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+        assert {n.op_type for n in model.graph.node} >= {"MatMulNBits"}
+        assert not (folder / "inference4py-weights.json").exists()
+        with OnnxTextGenerator.builder().model_path(folder).build() as generator:
+            assert generator.generate(PROMPT, max_new_tokens=4, do_sample=False).token_ids
+    finally:
+        monkeypatch.delenv("INFERENCE4PY_GGML_OPS")
+        kernels._load.cache_clear()
