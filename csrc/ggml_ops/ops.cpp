@@ -2,6 +2,7 @@
 // registered by RegisterCustomOps (what SessionOptions.register_custom_ops_library calls).
 // Bad shapes and types are statuses with a message naming the problem, never a crash.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -73,12 +74,22 @@ constexpr int kRowsPerTask = 16;  // a task's weight rows, at least (a multiple 
 constexpr int64_t kTasksPerWeight = 32;  // enough to balance a few threads; fewer, larger tasks cost less to hand out
 constexpr int kActRowsPerTile = 4;  // activation rows a kernel takes at once (simd.inc's tiles)
 
+// A gated activation of two weights' outputs (an MLP's gate and up): act(x @ W0.T) * (x @ W1.T)
+enum class Gate : int { None = 0, Silu = 1, GeluTanh = 2 };
+
 struct MatMulKernel {
     int types[kMaxWeights];
     int weights;  // how many of types[] the node names
     int64_t k;
     bool float_activations;
+    Gate gate;
 };
+
+inline float gate_value(Gate gate, float x) {
+    if (gate == Gate::Silu) return x / (1.0f + std::exp(-x));
+    const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);  // sqrt(2 / pi)
+    return 0.5f * x * (1.0f + std::tanh(inner));
+}
 
 struct MatMulRun {
     const MatMulKernel* kernel;
@@ -99,8 +110,40 @@ struct MatMulRun {
     const KernelTable* table;
 };
 
+void gated_task(const MatMulRun& run, int64_t first) {
+    // the same rows of both weights, a tile of activation rows at a time, then act(gate) * up
+    const MatMulKernel& kernel = *run.kernel;
+    const int rows = static_cast<int>(std::min<int64_t>(run.rows_per_task[0], run.n[0] - first));
+    const int k = static_cast<int>(kernel.k);
+    std::vector<float> gate(static_cast<size_t>(rows) * kActRowsPerTile), up(gate.size());
+    for (int64_t i = 0; i < run.m; i += kActRowsPerTile) {
+        const int cols = static_cast<int>(std::min<int64_t>(kActRowsPerTile, run.m - i));
+        float* parts[2] = {gate.data(), up.data()};
+        for (int which = 0; which < 2; ++which) {
+            const uint8_t* w = run.w[which] + first * run.w_stride[which];
+            const int type = kernel.types[which];
+            if (kernel.float_activations) {
+                for (int c = 0; c < cols; ++c)
+                    scalar::dot_rows_float(type, w, run.w_stride[which], rows, run.x + (i + c) * k, k, parts[which] + c * rows, 1);
+            } else {
+                DotTileFn fn = run.table->dot_tile[type] ? run.table->dot_tile[type] : scalar::dot_tile;
+                fn(type, w, run.w_stride[which], rows, run.act[which] + i * run.act_stride[which], run.act_stride[which],
+                   cols, k, parts[which], static_cast<size_t>(rows));
+            }
+        }
+        for (int c = 0; c < cols; ++c) {
+            float* out = run.y + (i + c) * run.n_total + first;
+            for (int r = 0; r < rows; ++r) out[r] = gate_value(kernel.gate, gate[c * rows + r]) * up[c * rows + r];
+        }
+    }
+}
+
 void matmul_task(void* data, size_t index) {
     const MatMulRun& run = *static_cast<const MatMulRun*>(data);
+    if (run.kernel->gate != Gate::None) {
+        gated_task(run, run.tasks[index].second);
+        return;
+    }
     const auto [which, first] = run.tasks[index];
     const int type = run.kernel->types[which];
     const int rows = static_cast<int>(std::min<int64_t>(run.rows_per_task[which], run.n[which] - first));
@@ -183,7 +226,13 @@ OrtStatus* matmul_compute(void* kernel_ptr, OrtKernelContext* context) {
             per_task = std::max<int64_t>(kRowsPerTask, (spread + kRowsPerTask - 1) / kRowsPerTask * kRowsPerTask);
         }
         run.rows_per_task[i] = per_task;
+        if (kernel.gate != Gate::None && i > 0) continue;  // gated: tasks over the gate's rows take both
         for (int64_t first = 0; first < run.n[i]; first += per_task) run.tasks.emplace_back(i, first);
+    }
+    if (kernel.gate != Gate::None) {
+        if (kernel.weights != 2 || run.n[0] != run.n[1])
+            return fail("GgmlMatMul with a gated activation takes two weights of equal rows (gate, up)");
+        run.n_total = run.n[0];
     }
     std::vector<int64_t> out_dims = xs.dims;
     out_dims.back() = run.n_total;
@@ -220,6 +269,12 @@ OrtStatus* matmul_create(const OrtKernelInfo* info, void** kernel_out) {
     auto* kernel = new MatMulKernel{};
     kernel->k = attribute(info, "K", -1);
     kernel->float_activations = attribute(info, "float_activations", 0) != 0;
+    const int64_t gate = attribute(info, "gate", 0);
+    if (gate < 0 || gate > 2) {
+        delete kernel;
+        return fail("GgmlMatMul attribute gate=" + std::to_string(gate) + " is not 0 (none), 1 (silu) or 2 (gelu_tanh)");
+    }
+    kernel->gate = static_cast<Gate>(gate);
     const char* names[kMaxWeights] = {"type", "type1", "type2"};
     size_t inputs = 0;
     if (OrtStatus* s = g_api->KernelInfo_GetInputCount(info, &inputs)) {

@@ -594,7 +594,15 @@ def _build(b: _Builder, hp: Hyper, TensorProto: Any, helper: Any) -> Any:  # onn
             half = gguf.info(f"{p}ffn_up.weight").shape[0] // 2
             gate_part = Part(f"{p}ffn_up.weight", rows=slice(0, half))
             up_part = Part(f"{p}ffn_up.weight", rows=slice(half, 2 * half))
-        if b.kind(gate_part.tensor) == b.kind(up_part.tensor):  # one product for both, then split
+        if b.ggml:  # one product of both with the activation applied in it: act(gate) * up
+            gated = b.in_place.matmul(
+                h,
+                [(gate_part.tensor, gate_part.rows), (up_part.tensor, up_part.rows)],
+                f"{n}.mlp.gate_up_proj",
+                gate=hp.arch.activation,
+            )
+            m = b.linear(gated, [Part(f"{p}ffn_down.weight")], f"{n}.mlp.down_proj")
+        elif b.kind(gate_part.tensor) == b.kind(up_part.tensor):  # one product for both, then split
             intermediate = b.shape([gate_part])[0]
             gate, up = b.node(
                 "Split",
@@ -606,11 +614,12 @@ def _build(b: _Builder, hp: Hyper, TensorProto: Any, helper: Any) -> Any:  # onn
         else:
             gate = b.linear(h, [gate_part], f"{n}.mlp.gate_proj")
             up = b.linear(h, [up_part], f"{n}.mlp.up_proj")
-        if hp.arch.activation == "gelu_tanh":
-            act = b.one("Gelu", [gate], f"/{n}/mlp/act_fn/Gelu", approximate="tanh")
-        else:
-            act = b.one("Mul", [gate, b.one("Sigmoid", [gate], f"/{n}/mlp/act_fn/Sigmoid")], f"/{n}/mlp/act_fn/Mul")
-        m = b.linear(b.one("Mul", [act, up], f"/{n}/mlp/Mul"), [Part(f"{p}ffn_down.weight")], f"{n}.mlp.down_proj")
+        if not b.ggml:
+            if hp.arch.activation == "gelu_tanh":
+                act = b.one("Gelu", [gate], f"/{n}/mlp/act_fn/Gelu", approximate="tanh")
+            else:
+                act = b.one("Mul", [gate, b.one("Sigmoid", [gate], f"/{n}/mlp/act_fn/Sigmoid")], f"/{n}/mlp/act_fn/Mul")
+            m = b.linear(b.one("Mul", [act, up], f"/{n}/mlp/Mul"), [Part(f"{p}ffn_down.weight")], f"{n}.mlp.down_proj")
         if f"{p}post_ffw_norm.weight" in gguf:  # Gemma: norm of the MLP output
             m = b.rms_norm(m, gguf.tensor(f"{p}post_ffw_norm.weight"), f"{n}.post_feedforward_layernorm", hp.eps)
         last = i == hp.layers - 1

@@ -19,6 +19,7 @@ from inference4py.gguf.store import ExternalData
 __all__ = ["InPlace"]
 
 Rows = slice | None  # the rows of a tensor a product reads (None: all)
+_GATES = {"silu": 1, "gelu_tanh": 2}  # GgmlMatMul's gate attribute
 
 
 class InPlace:
@@ -56,10 +57,13 @@ class InPlace:
             self._tensors[key] = name
         return self._tensors[key]
 
-    def matmul(self, x: str, parts: list[tuple[str, Rows]], name: str) -> str:
+    def matmul(self, x: str, parts: list[tuple[str, Rows]], name: str, *, gate: str | None = None) -> str:
         """``x @ W.T`` for up to three tensors' rows side by side, on their blocks as stored (activations
-        rounded per block as llama.cpp rounds them for each type)."""
+        rounded per block as llama.cpp rounds them for each type).  With ``gate`` (``silu`` or
+        ``gelu_tanh``) and two parts (an MLP's gate and up): ``gate(x @ W0.T) * (x @ W1.T)``."""
         attrs = {("type" if i == 0 else f"type{i}"): self.type_id(tensor) for i, (tensor, _) in enumerate(parts)}
+        if gate is not None:
+            attrs["gate"] = _GATES[gate]
         cols = self.gguf.info(parts[0][0]).shape[-1]
         weights = [self.tensor(tensor, rows) for tensor, rows in parts]
         return self.node("GgmlMatMul", [x, *weights], f"{name}/GgmlMatMul", domain=DOMAIN, K=cols, **attrs)

@@ -30,9 +30,13 @@ def _session(nodes: list, inputs: list, outputs: list, initializers: list) -> or
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def matmul(weights: list[tuple[str, np.ndarray]], k: int, *, float_activations: int = 0) -> ort.InferenceSession:
+def matmul(
+    weights: list[tuple[str, np.ndarray]], k: int, *, float_activations: int = 0, gate: int = 0
+) -> ort.InferenceSession:
     names = [f"W{i}" for i in range(len(weights))]
     attrs = {("type" if i == 0 else f"type{i}"): type_id(kind) for i, (kind, _) in enumerate(weights)}
+    if gate:
+        attrs["gate"] = gate
     node = helper.make_node(
         "GgmlMatMul", ["X", *names], ["Y"], domain=kernels.DOMAIN, K=k, float_activations=float_activations, **attrs
     )
@@ -98,6 +102,30 @@ def test_three_weights_of_different_types_side_by_side(isa: str) -> None:
         part = y[0, :, start : start + raw.shape[0]]
         assert (np.abs(part - reference(kind, raw, x[0])) / magnitude(kind, raw, x[0])).max() < TOLERANCE
         start += raw.shape[0]
+
+
+@pytest.mark.parametrize("gate", [1, 2])
+@pytest.mark.parametrize("rows", [1, 6])
+def test_a_gated_product_is_the_activation_of_the_gate_times_up(gate: int, rows: int, isa: str) -> None:
+    """An MLP's gate and up in one product (of different types): silu(g) * u, or gelu_tanh(g) * u."""
+    rng = np.random.default_rng(gate * 10 + rows)
+    k, n = 256, 40
+    parts = [("Q4_K", random_rows("Q4_K", n, k, rng)), ("Q6_K", random_rows("Q6_K", n, k, rng))]
+    x = rng.normal(0, 1, (1, rows, k)).astype(np.float32)
+    y = matmul(parts, k, gate=gate).run(None, {"X": x})[0]
+    assert y.shape == (1, rows, n)
+    g, u = (reference(kind, raw, x[0]) for kind, raw in parts)
+    silu = g / (1 + np.exp(-g))
+    gelu_tanh = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g**3)))
+    act = silu if gate == 1 else gelu_tanh
+    np.testing.assert_allclose(y[0], act * u, rtol=1e-4, atol=1e-4 * np.abs(act * u).max())
+
+
+def test_a_gated_product_needs_two_weights_of_equal_rows(library: kernels.KernelLibrary) -> None:
+    rng = np.random.default_rng(0)
+    parts = [("Q4_K", random_rows("Q4_K", 8, 256, rng)), ("Q4_K", random_rows("Q4_K", 16, 256, rng))]
+    with pytest.raises(Exception, match="gated activation takes two weights of equal rows"):
+        matmul(parts, 256, gate=1).run(None, {"X": np.zeros((1, 1, 256), np.float32)})
 
 
 def gather(kind: str, raw: np.ndarray, k: int) -> ort.InferenceSession:
