@@ -42,6 +42,7 @@ from inference4py.errors import ConfigurationError, UnsupportedModelError
 from inference4py.gguf.blocks import LAYOUTS, Layout, unpack
 from inference4py.gguf.hyper import Hyper, hf_config, read_hyper, rope_caches
 from inference4py.gguf.in_place import InPlace
+from inference4py.gguf.parts import Part, qkv_parts, unpermute
 from inference4py.gguf.reader import FLOAT_TYPES, SUPPORTED_TYPES, GGUFFile
 from inference4py.gguf.store import ExternalData
 
@@ -54,47 +55,12 @@ OPSET = 21  # Gelu with approximate="tanh" needs 20
 _CHUNK_VALUES = 1 << 24  # rows of a large tensor are read and written about 16M values at a time
 
 
-def unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
-    """Undo llama.cpp's q/k row order (interleaved rotary pairs) back to the half-split order."""
-    rows = weight.shape[0]
-    half = rows // heads // 2
-    return weight.reshape(heads, half, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
-
-
 def _no_exact_operator(gguf: GGUFFile, tensor: str, kind: str) -> UnsupportedModelError:
     return UnsupportedModelError(
         f"{gguf.path}: tensor {tensor!r} is stored as {kind}, which no onnxruntime operator holds as stored. "
         f"Types converted exactly as the file holds them: {', '.join(SUPPORTED_TYPES)}. Convert with --bits 32 "
         "(gguf_bits(32) in Python; float32, exact but larger) or, accepting a second rounding, --bits 8 or 4."
     )
-
-
-def _qkv(gguf: GGUFFile, hp: Hyper, prefix: str) -> tuple[list[Part], np.ndarray | None]:
-    """Layer ``prefix``'s q, k, v projection rows (q/k in half-split rotary order) and their bias."""
-    if f"{prefix}attn_qkv.weight" in gguf:  # Phi-3 stores it fused, unpermuted
-        bias = gguf.tensor(f"{prefix}attn_qkv.bias") if f"{prefix}attn_qkv.bias" in gguf else None
-        return [Part(f"{prefix}attn_qkv.weight")], bias
-    permuted = hp.arch.permuted_qk
-    parts = [
-        Part(f"{prefix}attn_q.weight", heads=hp.heads if permuted else None),
-        Part(f"{prefix}attn_k.weight", heads=hp.kv_heads if permuted else None),
-        Part(f"{prefix}attn_v.weight"),
-    ]
-    if f"{prefix}attn_q.bias" not in gguf:
-        return parts, None
-    if permuted:  # llama.cpp would have permuted these too; no such file is known
-        raise UnsupportedModelError(f"{gguf.path}: q/k biases on a permuted {hp.arch.name} layout are not supported.")
-    return parts, np.concatenate([gguf.tensor(f"{prefix}attn_{t}.bias").reshape(-1) for t in "qkv"])
-
-
-@dataclass(frozen=True)
-class Part:
-    """Rows of one GGUF tensor that a linear layer reads: all of them, or ``rows``; llama.cpp's rotary
-    row order undone over ``heads`` heads when given."""
-
-    tensor: str
-    rows: slice | None = None
-    heads: int | None = None
 
 
 @dataclass(frozen=True)
@@ -546,8 +512,8 @@ def _build(b: _Builder, hp: Hyper, TensorProto: Any, helper: Any) -> Any:  # onn
     residual = x
     for i in range(hp.layers):
         p, n = f"blk.{i}.", f"model.layers.{i}"
-        qkv_parts, qkv_b = _qkv(gguf, hp, p)
-        qkv = b.linear(h, qkv_parts, f"{n}.attn.qkv_proj", qkv_b)
+        qkv_rows, qkv_b = qkv_parts(gguf, hp, p)
+        qkv = b.linear(h, qkv_rows, f"{n}.attn.qkv_proj", qkv_b)
         if f"{p}attn_q_norm.weight" in gguf:  # Qwen3, Gemma 3: RMS norm of each head's query and key
             q, k, v = b.node(
                 "Split", [qkv, b.ints([q_size, kv_size, kv_size])], f"/{n}/attn/qkv_split", outputs=3, axis=-1
