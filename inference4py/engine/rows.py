@@ -182,6 +182,8 @@ class RowBatch(DecoderState):
         mask[:, :keep] = self._maskbuf[: self.batch, :keep]
         self._maskbuf = mask
         self.capacity = cap
+        if self._binding is not None:  # it holds the old buffers until the next step binds: they go now
+            self._binding.clear()
         self._view(self.batch)
         self._step_ready = False
 

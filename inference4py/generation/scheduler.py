@@ -521,7 +521,7 @@ class Scheduler:
         order = self._batch.retire(rows)
         long = any(len(t.prompt) > self.runtime.prefill_chunk for t in (self._slots[i] for i in gone) if t is not None)
         self._slots = [self._slots[i] for i in order]
-        if long:  # what its prompt pass and its rows held goes back to the system (engine/heap.py)
+        if long or not self._slots:  # what the pieces and the rows held goes back to the system (engine/heap.py)
             trim_heap()
 
     def _fail_all(self, error: BaseException) -> None:
