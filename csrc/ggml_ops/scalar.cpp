@@ -440,35 +440,34 @@ void dot_rows_float(int type, const uint8_t* w, size_t w_stride, int rows, const
 
 // llama.cpp's x86 rounding of q8_0 / q8_1: scale amax / 127 stored as float16, codes
 // round-to-nearest-even of x * (127 / amax).
+// one block's codes (round-to-nearest-even of x * 127 / amax), their sum returned; *d the scale amax / 127
+int round_q8(const float* x, int8_t* qs, float* d) {
+    float amax = 0.0f;
+    for (int j = 0; j < QK; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+    *d = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < QK; ++j) {
+        qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
+        sum += qs[j];
+    }
+    return sum;
+}
+
 void quantize_q8_0(const float* x, ActQ8_0* out, int k) {
     for (int b = 0; b < k / QK; ++b, x += QK) {
-        float amax = 0.0f;
-        for (int j = 0; j < QK; ++j) amax = std::fmax(amax, std::fabs(x[j]));
-        const float d = amax / 127.0f;
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        float d;
+        out[b].sum = round_q8(x, out[b].qs, &d);
         out[b].d = f16_round(d);
-        int sum = 0;
-        for (int j = 0; j < QK; ++j) {
-            out[b].qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
-            sum += out[b].qs[j];
-        }
-        out[b].sum = sum;
     }
 }
 
 void quantize_q8_1(const float* x, ActQ8_1* out, int k) {
     for (int b = 0; b < k / QK; ++b, x += QK) {
-        float amax = 0.0f;
-        for (int j = 0; j < QK; ++j) amax = std::fmax(amax, std::fabs(x[j]));
-        const float d = amax / 127.0f;
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        float d;
+        const int sum = round_q8(x, out[b].qs, &d);
         out[b].d = f16_round(d);
-        int sum = 0;
-        for (int j = 0; j < QK; ++j) {
-            out[b].qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
-            sum += out[b].qs[j];
-        }
-        out[b].s = f16_round(d * static_cast<float>(sum));
+        out[b].s = f16_round(d * static_cast<float>(sum));  // llama.cpp: the unrounded scale times the sum
     }
 }
 

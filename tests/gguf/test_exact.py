@@ -26,22 +26,8 @@ from inference4py.gguf.blocks import LAYOUTS, block_bytes, unpack  # noqa: E402
 from inference4py.gguf.graph import Part, _Builder  # noqa: E402
 from inference4py.gguf.reader import GGUFFile  # noqa: E402
 from inference4py.gguf.store import ExternalData  # noqa: E402
+from tests.kernels.blocks import SCALE_FIELDS as _F16_FIELDS  # noqa: E402  (byte offsets of the float16 scales)
 
-# byte offsets of each type's float16 scale fields (set to finite values: random bytes may be NaN)
-_F16_FIELDS = {
-    "Q4_0": (0,),
-    "Q4_1": (0, 2),
-    "Q5_0": (0,),
-    "Q5_1": (0, 2),
-    "Q8_0": (0,),
-    "Q2_K": (80, 82),
-    "Q3_K": (108,),
-    "Q4_K": (0, 2),
-    "Q5_K": (0, 2),
-    "Q6_K": (208,),
-    "IQ4_NL": (0,),
-    "IQ4_XS": (0,),
-}
 ROWS, COLS = 48, 512
 
 

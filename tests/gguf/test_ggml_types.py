@@ -29,11 +29,11 @@ from inference4py import OnnxTextGenerator  # noqa: E402
 from inference4py.engine.kernels import DOMAIN, kernel_library  # noqa: E402
 from inference4py.engine.sessions import create_session  # noqa: E402
 from inference4py.errors import ModelLoadError  # noqa: E402
-from inference4py.gguf.convert import convert_gguf, gguf_folder  # noqa: E402
+from inference4py.gguf.convert import gguf_folder  # noqa: E402
+from tests.gguf import test_types as types  # noqa: E402
 from tests.gguf.test_types import (  # noqa: E402
     KINDS,
     LOGIT_TOLERANCE,
-    NEW_TOKENS,
     PROMPT,
     SHAPE,
     TIED,
@@ -61,27 +61,11 @@ def float_activation_copy(folder: Path, out: Path) -> Path:
     return out
 
 
-class Converted:
-    def __init__(self, source: Path, root: Path) -> None:
-        self.source, self.root = source, root
-        self.folders: dict[str, Path] = {}
-        self.ids: dict[str, list[int]] = {}
+class Converted(types.Converted):
+    """The same conversions on the compiled operators; float activations set on every GgmlMatMul."""
 
-    def folder(self, which: str) -> Path:
-        if which not in self.folders:
-            if which == "float_act":
-                self.folders[which] = float_activation_copy(self.folder("file"), self.root / "float_act")
-            else:
-                bits = None if which == "file" else 32
-                self.folders[which] = convert_gguf(self.source, self.root / which, bits=bits)
-        return self.folders[which]
-
-    def greedy(self, which: str) -> list[int]:
-        if which not in self.ids:
-            with OnnxTextGenerator.builder().model_path(self.folder(which)).build() as generator:
-                result = generator.generate(PROMPT, max_new_tokens=NEW_TOKENS, do_sample=False)
-            self.ids[which] = [int(t) for t in result.token_ids]
-        return self.ids[which]
+    def float_activation_copy(self, folder: Path, out: Path) -> Path:
+        return float_activation_copy(folder, out)
 
 
 @pytest.fixture(scope="module")

@@ -95,11 +95,15 @@ class Converted:
         self._folders: dict[str, Path] = {}
         self._ids: dict[str, list[int]] = {}
 
+    def float_activation_copy(self, folder: Path, out: Path) -> Path:
+        """A copy of the default conversion whose products take float32 activations (MatMulNBits level 0)."""
+        return float_activations(folder, out)
+
     def folder(self, which: str) -> Path:
-        """``file`` (bits=None), ``float32`` (bits=32) or ``float_act`` (the file's, accuracy level 0)."""
+        """``file`` (bits=None), ``float32`` (bits=32) or ``float_act`` (the file's, float32 activations)."""
         if which not in self._folders:
             if which == "float_act":
-                self._folders[which] = float_activations(self.folder("file"), self.root / "float_act")
+                self._folders[which] = self.float_activation_copy(self.folder("file"), self.root / "float_act")
             else:
                 bits = None if which == "file" else 32
                 self._folders[which] = convert_gguf(self.source, self.root / which, bits=bits)
@@ -107,8 +111,8 @@ class Converted:
 
     def greedy(self, which: str) -> list[int]:
         if which not in self._ids:
-            generator = OnnxTextGenerator.builder().model_path(self.folder(which)).build()
-            result = generator.generate(PROMPT, max_new_tokens=NEW_TOKENS, do_sample=False)
+            with OnnxTextGenerator.builder().model_path(self.folder(which)).build() as generator:
+                result = generator.generate(PROMPT, max_new_tokens=NEW_TOKENS, do_sample=False)
             self._ids[which] = [int(t) for t in result.token_ids]
         return self._ids[which]
 

@@ -12,7 +12,7 @@ from gguf import GGMLQuantizationType, quants
 from inference4py.gguf.blocks import block_bytes
 
 # byte offsets of each type's float16 scale fields inside a block
-_SCALE_FIELDS = {
+SCALE_FIELDS = {
     "Q4_0": (0,),
     "Q4_1": (0, 2),
     "Q5_0": (0,),
@@ -26,7 +26,7 @@ _SCALE_FIELDS = {
     "IQ4_NL": (0,),
     "IQ4_XS": (0,),
 }
-QUANTIZED = (*_SCALE_FIELDS, "MXFP4")
+QUANTIZED = (*SCALE_FIELDS, "MXFP4")
 TYPES = (*QUANTIZED, "F16", "BF16")
 # the activation rounding llama.cpp pairs with each type
 ACTIVATION = {t: "q8_0" for t in ("Q4_0", "Q5_0", "Q8_0", "IQ4_NL", "MXFP4")} | {"Q4_1": "q8_1", "Q5_1": "q8_1"}
@@ -48,7 +48,7 @@ def random_rows(kind: str, rows: int, cols: int, rng: np.random.Generator) -> np
     blocks = rng.integers(0, 256, (rows * cols // values, size), dtype=np.uint8)
     if kind == "MXFP4":
         blocks[:, 0] = rng.integers(118, 126, blocks.shape[0])
-    for at in _SCALE_FIELDS.get(kind, ()):
+    for at in SCALE_FIELDS.get(kind, ()):
         scale = rng.uniform(0.001, 0.02, blocks.shape[0]).astype(np.float16)
         blocks[:, at : at + 2] = scale.view(np.uint8).reshape(-1, 2)
     return blocks.reshape(rows, -1)
