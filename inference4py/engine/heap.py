@@ -6,8 +6,9 @@ has been freed (its mmap threshold rises to 32 MB), and keeps the freed heap pag
 Measured on SmolLM2-135M (docs/serving.md): RSS 220 MB before a 4,000-token prompt, 468 MB after it
 with every array freed, 192 MB after ``malloc_trim(0)``.  onnxruntime's arena shrinkage (the
 ``memory.enable_memory_arena_shrinkage`` run option) alone gave back 21 MB, and running without the
-CPU arena nothing: the memory was glibc's, not the arena's.  The scheduler trims once a request
-whose prompt ran in pieces leaves (with the arena shrunk after a prompt's last piece): 202 MB after.
+CPU arena nothing: the memory was glibc's, not the arena's.  The scheduler trims at the end of an
+iteration in which a request with a long prompt left or the batch emptied, once the chunks are
+delivered (the arena is shrunk after a prompt's last piece too): 202 MB after.
 """
 
 from __future__ import annotations

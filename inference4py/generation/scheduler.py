@@ -190,6 +190,7 @@ class Scheduler:
         self.cache = PrefixCache(prefix_cache_bytes, tile=runtime.prompt_tile, memory=memory)
         self.stats = SchedulerStats()
         self._starved = False  # the head of the queue waits for memory another model holds
+        self._trim_due = False  # a request left: the C heap is trimmed at the end of the iteration
         # set when the budget gets memory back: an Event, a leaf lock, because the budget calls it from
         # whichever thread releases (another model's scheduler, which may hold its own locks)
         self._room = threading.Event()
@@ -323,6 +324,9 @@ class Scheduler:
                 self._prefill()
                 if self._rows:
                     self._step()
+                if self._trim_due:  # after a long request, or once idle (engine/heap.py)
+                    self._trim_due = False
+                    trim_heap()
             except Exception as exc:  # a failed engine call fails its rows, never the thread
                 _log.exception("the batch of %s failed", self.name)
                 self._fail_all(InferenceError(f"Generation failed: {exc}. The model's other requests go on."))
@@ -521,8 +525,8 @@ class Scheduler:
         order = self._batch.retire(rows)
         long = any(len(t.prompt) > self.runtime.prefill_chunk for t in (self._slots[i] for i in gone) if t is not None)
         self._slots = [self._slots[i] for i in order]
-        if long or not self._slots:  # what the pieces and the rows held goes back to the system (engine/heap.py)
-            trim_heap()
+        # what the pieces and the rows held goes back to the system once the iteration's chunks are delivered
+        self._trim_due = self._trim_due or long or not self._slots
 
     def _fail_all(self, error: BaseException) -> None:
         prompt, self._stage.current = self._stage.current, None
