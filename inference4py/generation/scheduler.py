@@ -12,7 +12,7 @@ Each iteration the scheduler
    prefix cache.
 
 While rows decode, step 2 prefills only about ``step_seconds`` worth of prompt tokens
-(:class:`~inference4py.generation.prefill_budget.PrefillBudget`, measured on the pieces as they
+(:class:`~inference4py.generation.prompt_stage.PrefillBudget`, measured on the pieces as they
 run): a long prompt runs a piece per iteration, between the running rows' decode steps, so a
 running stream's gap between two tokens stays about one step and one piece, however long the
 prompt.  Pieces end at whole query tiles, so the prompt's logits and cache are those of one run
