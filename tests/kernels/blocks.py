@@ -27,10 +27,11 @@ SCALE_FIELDS = {
     "IQ4_XS": (0,),
 }
 QUANTIZED = (*SCALE_FIELDS, "MXFP4")
-TYPES = (*QUANTIZED, "F16", "BF16")
+TYPES = (*QUANTIZED, "F16", "BF16", "F32")
 # the activation rounding llama.cpp pairs with each type
 ACTIVATION = {t: "q8_0" for t in ("Q4_0", "Q5_0", "Q8_0", "IQ4_NL", "MXFP4")} | {"Q4_1": "q8_1", "Q5_1": "q8_1"}
-ACTIVATION |= {t: "q8_K" for t in ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")} | {"F16": "f16", "BF16": "bf16"}
+ACTIVATION |= {t: "q8_K" for t in ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")}
+ACTIVATION |= {"F16": "f16", "BF16": "bf16", "F32": "f32"}
 
 
 def type_id(kind: str) -> int:
@@ -41,6 +42,8 @@ def random_rows(kind: str, rows: int, cols: int, rng: np.random.Generator) -> np
     """``[rows, row bytes]`` uint8: ``rows`` rows of ``cols`` values of ``kind``."""
     if kind == "F16":
         return rng.normal(0, 0.05, (rows, cols)).astype(np.float16).view(np.uint8)
+    if kind == "F32":
+        return rng.normal(0, 0.05, (rows, cols)).astype(np.float32).view(np.uint8)
     if kind == "BF16":
         bits = rng.normal(0, 0.05, (rows, cols)).astype(np.float32).view(np.uint32) >> 16
         return bits.astype(np.uint16).view(np.uint8).reshape(rows, -1)
@@ -57,6 +60,8 @@ def random_rows(kind: str, rows: int, cols: int, rng: np.random.Generator) -> np
 def dequantize(kind: str, raw: np.ndarray) -> np.ndarray:
     """gguf's own float32 values of the rows."""
     rows = raw.shape[0]
+    if kind == "F32":
+        return np.ascontiguousarray(raw).view(np.float32).reshape(rows, -1)
     return np.asarray(quants.dequantize(raw, GGMLQuantizationType[kind]), dtype=np.float32).reshape(rows, -1)
 
 
@@ -70,6 +75,8 @@ def round_activations(kind: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray 
     x = x.astype(np.float32)
     m, k = x.shape
     act = ACTIVATION[kind]
+    if act == "f32":
+        return x.astype(np.float64), None
     if act == "f16":
         return _f16(x).astype(np.float64), None
     if act == "bf16":
