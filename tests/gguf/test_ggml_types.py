@@ -38,6 +38,7 @@ from tests.gguf.test_types import (  # noqa: E402
     SHAPE,
     TIED,
     agreeing_steps,
+    all_logits,
     files,  # noqa: E402,F401  (the same random files)
 )
 
@@ -78,16 +79,6 @@ def converted(files, tmp_path_factory):  # noqa: F811
         return cache[kind]
 
     return get
-
-
-def all_logits(folder: Path, ids: list[int]) -> np.ndarray:
-    session = create_session(folder / "model.onnx")
-    batch = np.array([ids], dtype=np.int64)
-    feeds = {"input_ids": batch, "attention_mask": np.ones_like(batch), "num_logits_to_keep": np.array(0, np.int64)}
-    for i in session.get_inputs():
-        if i.name.startswith("past_key_values."):
-            feeds[i.name] = np.zeros((1, i.shape[1], 0, i.shape[3]), np.float32)
-    return session.run(["logits"], feeds)[0][0]
 
 
 @pytest.mark.parametrize("kind", KINDS)

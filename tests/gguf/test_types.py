@@ -131,7 +131,9 @@ def converted(files, tmp_path_factory):
 
 def all_logits(folder: Path, ids: list[int]) -> np.ndarray:
     """``[len(ids), vocab]`` logits of one prefill of ``ids`` (every position kept)."""
-    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    from inference4py.engine.sessions import create_session
+
+    session = create_session(folder / "model.onnx")  # the engine's: a GGUF file's bytes read in place
     batch = np.array([ids], dtype=np.int64)
     feeds = {"input_ids": batch, "attention_mask": np.ones_like(batch), "num_logits_to_keep": np.array(0, np.int64)}
     for i in session.get_inputs():
