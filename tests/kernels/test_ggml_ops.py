@@ -49,7 +49,7 @@ def matmul(
 
 
 @pytest.mark.parametrize("kind", TYPES)
-@pytest.mark.parametrize("rows", [1, 5])
+@pytest.mark.parametrize("rows", [1, 5, 11])
 def test_matmul_with_llama_cpp_rounding_equals_the_reference(kind: str, rows: int, isa: str) -> None:
     rng = np.random.default_rng(type_id(kind) * 10 + rows)
     k, n = 512, 40  # 40 rows: the last task holds a partial group of rows
@@ -105,7 +105,7 @@ def test_three_weights_of_different_types_side_by_side(isa: str) -> None:
 
 
 @pytest.mark.parametrize("gate", [1, 2])
-@pytest.mark.parametrize("rows", [1, 6])
+@pytest.mark.parametrize("rows", [1, 6, 11])
 def test_a_gated_product_is_the_activation_of_the_gate_times_up(gate: int, rows: int, isa: str) -> None:
     """An MLP's gate and up in one product (of different types): silu(g) * u, or gelu_tanh(g) * u."""
     rng = np.random.default_rng(gate * 10 + rows)
