@@ -173,6 +173,22 @@ inline void k_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
     }
 }
 
+// The sixteen 6-bit signed sub-block scales of a Q3_K super-block (12 packed bytes), minus 32.
+inline void q3_k_scales(const uint8_t* p, int8_t* out) {
+    for (int j = 0; j < 16; ++j) {
+        const int lo = j < 8 ? (p[j] & 0xF) : (p[j - 8] >> 4);
+        const int hi = (p[8 + (j % 4)] >> (2 * (j / 4))) & 3;
+        out[j] = static_cast<int8_t>((lo | (hi << 4)) - 32);
+    }
+}
+
+// The 6-bit signed scale of sub-block j of an IQ4_XS super-block, minus 32.
+inline int iq4_xs_scale(const BlockIQ4_XS* x, int j) {
+    const int lo = (x->scales_l[j / 2] >> (4 * (j % 2))) & 0xF;
+    const int hi = (x->scales_h >> (2 * j)) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
 // Type facts: values per block, bytes per block, and which activation block it pairs with.
 enum class Act { F32, F16, BF16, Q8_0, Q8_1, Q8_K };
 

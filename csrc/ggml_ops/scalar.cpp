@@ -122,12 +122,9 @@ void codes_q3_k(const BlockQ3_K* x, int8_t* q, int* sc) {
                 q[128 * half + 32 * shift + l] = static_cast<int8_t>(low - (high ? 0 : 4));
             }
     }
-    const uint8_t* p = x->scales;
-    for (int j = 0; j < 16; ++j) {
-        const int lo = j < 8 ? (p[j] & 0xF) : (p[j - 8] >> 4);
-        const int hi = (p[8 + (j % 4)] >> (2 * (j / 4))) & 3;
-        sc[j] = (lo | (hi << 4)) - 32;
-    }
+    int8_t scales[16];
+    q3_k_scales(x->scales, scales);
+    for (int j = 0; j < 16; ++j) sc[j] = scales[j];
 }
 
 void codes_q4_k(const BlockQ4_K* x, int8_t* q) {
@@ -159,12 +156,6 @@ void codes_q6_k(const BlockQ6_K* x, int8_t* q) {
             y[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
         }
     }
-}
-
-int iq4_xs_scale(const BlockIQ4_XS* x, int j) {
-    const int lo = (x->scales_l[j / 2] >> (4 * (j % 2))) & 0xF;
-    const int hi = (x->scales_h >> (2 * j)) & 3;
-    return (lo | (hi << 4)) - 32;
 }
 
 void codes_iq4_xs(const BlockIQ4_XS* x, int8_t* q) {

@@ -90,6 +90,18 @@ def _runtime_api_version() -> int:
     return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
 
 
+@functools.lru_cache(maxsize=4)
+def _bound(path: Path) -> ctypes.CDLL:
+    """The library loaded in this process (the very copy onnxruntime registers), its entry points typed."""
+    lib = ctypes.CDLL(str(path))
+    lib.inference4py_ggml_api_version.restype = ctypes.c_int
+    lib.inference4py_ggml_isa.restype = ctypes.c_char_p
+    lib.inference4py_ggml_best_isa.restype = ctypes.c_char_p
+    lib.inference4py_ggml_set_isa.argtypes = [ctypes.c_char_p]
+    lib.inference4py_ggml_set_isa.restype = ctypes.c_int
+    return lib
+
+
 @functools.lru_cache(maxsize=1)
 def _load() -> KernelLibrary:
     if not env.ggml_ops_enabled():
@@ -98,14 +110,9 @@ def _load() -> KernelLibrary:
     if path is None:
         return KernelLibrary(None, None, None, None, f"the library was not built at install time: {_BUILD_HINT}")
     try:
-        lib = ctypes.CDLL(str(path))
+        lib = _bound(path)
     except OSError as exc:
         return KernelLibrary(None, None, None, None, f"{path.name} does not load ({exc}): {_BUILD_HINT}")
-    lib.inference4py_ggml_api_version.restype = ctypes.c_int
-    lib.inference4py_ggml_isa.restype = ctypes.c_char_p
-    lib.inference4py_ggml_best_isa.restype = ctypes.c_char_p
-    lib.inference4py_ggml_set_isa.argtypes = [ctypes.c_char_p]
-    lib.inference4py_ggml_set_isa.restype = ctypes.c_int
     needed, served = lib.inference4py_ggml_api_version(), _runtime_api_version()
     if served < needed:
         return KernelLibrary(
@@ -142,9 +149,7 @@ def set_isa(isa: str) -> None:
         raise ConfigurationError(f"inference4py's compiled ggml operators are not available: {library.reason}")
     if isa not in ISAS:
         raise ConfigurationError(f"{isa!r} is not a kernel path: use one of {', '.join(ISAS)}.")
-    lib = ctypes.CDLL(str(library.path))
-    lib.inference4py_ggml_set_isa.argtypes = [ctypes.c_char_p]
-    if not lib.inference4py_ggml_set_isa(isa.encode()):
+    if not _bound(library.path).inference4py_ggml_set_isa(isa.encode()):
         raise ConfigurationError(f"this CPU (or this build) cannot run the {isa} kernels: it has {library.best_isa}.")
 
 

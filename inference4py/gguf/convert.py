@@ -132,7 +132,7 @@ def convert_gguf(
     if target.exists() and not overwrite:
         raise ConfigurationError(f"{target} already exists: choose another folder, or pass overwrite=True.")
     gguf = GGUFFile(path)
-    return _write(gguf, target, bits, digest=None)
+    return _write(gguf, target, bits, digest=None, ggml=in_place(bits))
 
 
 def gguf_folder(path: str | os.PathLike[str], *, bits: int | None = None) -> Path:
@@ -163,18 +163,17 @@ def gguf_folder(path: str | os.PathLike[str], *, bits: int | None = None) -> Pat
         _log.warning("rebuilding the conversion of %s: the cached folder %s is incomplete or outdated", source, folder)
         shutil.rmtree(folder, ignore_errors=True)
     _log.warning("converting %s to an ONNX folder (%s), once: %s", source.name, width_name(bits, ggml=ggml), folder)
-    _write(gguf, folder, bits, digest=digest)
+    _write(gguf, folder, bits, digest=digest, ggml=ggml)
     _log.info("converted %s in %.1f s", source.name, time.perf_counter() - started)
     return folder
 
 
-def _write(gguf: GGUFFile, target: Path, bits: int | None, *, digest: str | None) -> Path:
+def _write(gguf: GGUFFile, target: Path, bits: int | None, *, digest: str | None, ggml: bool) -> Path:
     from inference4py.engine.file_weights import record_weights_file
     from inference4py.gguf.graph import write_decoder
     from inference4py.gguf.tokenizer import generation_defaults, tokenizer_files
 
     files = tokenizer_files(gguf.metadata)  # before the graph: a bad vocabulary fails fast
-    ggml = in_place(bits)
     _check_disk(gguf, target.parent, bits, ggml)
 
     def fill(work: Path) -> None:

@@ -88,7 +88,7 @@ class _Builder:
     def __init__(self, gguf: GGUFFile, bits: int | None, store: ExternalData, *, ggml: bool = False) -> None:
         from onnx import helper, numpy_helper
 
-        self.ggml = ggml and bits is None  # matrices as the file's own bytes, on the compiled operators
+        self.ggml = ggml  # matrices as the file's own bytes, on the compiled operators (write_decoder: bits None only)
         self.helper = helper
         self.numpy_helper = numpy_helper
         self.gguf = gguf
