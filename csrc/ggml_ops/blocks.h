@@ -189,6 +189,30 @@ inline int iq4_xs_scale(const BlockIQ4_XS* x, int j) {
     return (lo | (hi << 4)) - 32;
 }
 
+// Eight rows of a type, interleaved at each super-block index: made once from the file's blocks
+// (repack.cpp) for kernels that multiply eight weight rows at a time, holding the same integers.
+constexpr int kPackRows = 8;
+
+// Q4_K x 8: the eight rows' scales, minimums and code bytes of one super-block index, arranged so
+// one 32-byte load holds four code bytes of each row (a row per 32-bit lane).
+struct BlockQ4Kx8 {
+    f16_bits d[kPackRows], dmin[kPackRows];  // as stored
+    uint8_t scales[8][kPackRows];            // [sub-block][row]: the 6-bit scales, unpacked
+    uint8_t mins[4][kPackRows][2];           // [pair of sub-blocks][row][first or second]: the 6-bit minimums
+    uint8_t qs[4][8][4 * kPackRows];         // [32-byte chunk][4-byte group][row * 4 + byte]: the code bytes
+};
+static_assert(sizeof(BlockQ4Kx8) == 8 * 144 + 32, "Q4_K x 8 block: the rows' bytes with the scales unpacked");
+
+// Q6_K x 8: value 128 n + 32 m + 4 g + t of a row has its low four bits in byte 4 g + t of q[n][g][m % 2]
+// (the low nibble for m < 2, the high one after) and its top two at bits 2 m of q[n][g][2]'s byte 4 g + t;
+// the three 32-byte pieces a kernel takes together lie together, so it reads the block straight through.
+struct BlockQ6Kx8 {
+    f16_bits d[kPackRows];                   // as stored
+    int8_t scales[8][kPackRows][2];          // [pair of 16-value sub-blocks][row][first or second]
+    uint8_t q[2][8][3][4 * kPackRows];       // [128-value half][4-byte group][ql low, ql high, qh][row * 4 + byte]
+};
+static_assert(sizeof(BlockQ6Kx8) == 8 * 210, "Q6_K x 8 block: the rows' bytes, rearranged");
+
 // Type facts: values per block, bytes per block, and which activation block it pairs with.
 enum class Act { F32, F16, BF16, Q8_0, Q8_1, Q8_K };
 

@@ -22,10 +22,17 @@ const char* isa_name(Isa isa);
 using DotTileFn = void (*)(int type, const uint8_t* w, size_t w_stride, int rows, const uint8_t* act,
                            size_t act_stride, int cols, int k, float* out, size_t out_stride);
 
+// The same for weights repacked eight rows at a time (``repack_rows``): ``groups`` groups of eight
+// rows, ``out[c * out_stride + 8 * g + i]`` for row i of group g.
+using DotPackedFn = void (*)(int type, const uint8_t* packed, int groups, const uint8_t* act, size_t act_stride,
+                             int cols, int k, float* out, size_t out_stride);
+
 struct KernelTable {
     Isa isa;
     // per type id (< 64): null where this ISA has no kernel (the scalar one is used)
     DotTileFn dot_tile[64];
+    // per type id: a kernel over eight interleaved rows, null where this ISA multiplies the file's rows
+    DotPackedFn dot_packed[64];
     // float32 activations rounded to an activation block: null where the scalar one is used
     void (*quantize_q8_0)(const float* x, ActQ8_0* out, int k);
     void (*quantize_q8_1)(const float* x, ActQ8_1* out, int k);
@@ -56,6 +63,15 @@ const KernelTable& active_table();
 Isa best_isa();
 // Forces a path; false (and nothing changed) when the CPU or the build lacks it.
 bool set_isa(Isa isa);
+
+// Repacked weights (repack.cpp). Bytes of one group of eight rows of ``k`` values, 0 for a type that is
+// not repacked.
+size_t packed_group_bytes(int type, int k);
+// Groups [first, first + count) of a weight of rows of ``w_stride`` bytes, into ``out``.
+void repack_rows(int type, const uint8_t* w, size_t w_stride, int first, int count, int k, uint8_t* out);
+// Gives back the pages of [p, p + bytes) when they are a mapped file's (read again from the file if
+// touched later); anonymous memory, the only copy of its bytes, is left alone.
+void release_file_pages(const void* p, size_t bytes);
 
 // Bytes of the activation blocks of a row of ``k`` values for ``type``.
 size_t act_row_bytes(int type, int k);

@@ -2,7 +2,11 @@
 // registered by RegisterCustomOps (what SessionOptions.register_custom_ops_library calls).
 // Bad shapes and types are statuses with a message naming the problem, never a crash.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -77,12 +81,23 @@ constexpr int kActRowsPerTile = 8;  // activation rows a kernel takes at once (s
 // A gated activation of two weights' outputs (an MLP's gate and up): act(x @ W0.T) * (x @ W1.T)
 enum class Gate : int { None = 0, Silu = 1, GeluTanh = 2 };
 
+// A weight repacked eight rows at a time (repack.cpp), made the first time the operator runs with
+// a kernel that reads that layout, from the bytes it then had (an initializer: always the same).
+struct PackedWeight {
+    std::atomic<const uint8_t*> source{nullptr};  // set once the packed copy is complete
+    std::unique_ptr<uint8_t[]> data;
+    bool refused = false;  // another pointer came later: this weight is not a constant, it is read as it comes
+};
+
 struct MatMulKernel {
     int types[kMaxWeights];
     int weights;  // how many of types[] the node names
     int64_t k;
     bool float_activations;
     Gate gate;
+    bool repack;  // INFERENCE4PY_GGML_REPACK=0 turns the repacked layouts off
+    PackedWeight packed[kMaxWeights];
+    std::mutex packing;
 };
 
 inline float gate_value(Gate gate, float x) {
@@ -104,11 +119,29 @@ struct MatMulRun {
     size_t w_stride[kMaxWeights];
     const uint8_t* act[kMaxWeights];
     size_t act_stride[kMaxWeights];
+    const uint8_t* packed[kMaxWeights];  // the weight repacked eight rows at a time, or null
+    size_t group_bytes[kMaxWeights];
     int64_t rows_per_task[kMaxWeights];
     // tasks: (weight, first row)
     std::vector<std::pair<int, int64_t>> tasks;
     const KernelTable* table;
 };
+
+// rows [first, first + rows) of weight `which` against activation rows [i, i + cols)
+void dot_rows(const MatMulRun& run, int which, int64_t first, int rows, int64_t i, int cols, float* out,
+              size_t out_stride) {
+    const int type = run.kernel->types[which];
+    const int k = static_cast<int>(run.kernel->k);
+    const uint8_t* act = run.act[which] + i * run.act_stride[which];
+    if (run.packed[which] != nullptr) {
+        run.table->dot_packed[type](type, run.packed[which] + first / kPackRows * run.group_bytes[which],
+                                    rows / kPackRows, act, run.act_stride[which], cols, k, out, out_stride);
+        return;
+    }
+    DotTileFn fn = run.table->dot_tile[type] ? run.table->dot_tile[type] : scalar::dot_tile;
+    fn(type, run.w[which] + first * run.w_stride[which], run.w_stride[which], rows, act, run.act_stride[which], cols, k,
+       out, out_stride);
+}
 
 void gated_task(const MatMulRun& run, int64_t first) {
     // the same rows of both weights, a tile of activation rows at a time, then act(gate) * up
@@ -126,9 +159,7 @@ void gated_task(const MatMulRun& run, int64_t first) {
                 for (int c = 0; c < cols; ++c)
                     scalar::dot_rows_float(type, w, run.w_stride[which], rows, run.x + (i + c) * k, k, parts[which] + c * rows, 1);
             } else {
-                DotTileFn fn = run.table->dot_tile[type] ? run.table->dot_tile[type] : scalar::dot_tile;
-                fn(type, w, run.w_stride[which], rows, run.act[which] + i * run.act_stride[which], run.act_stride[which],
-                   cols, k, parts[which], static_cast<size_t>(rows));
+                dot_rows(run, which, first, rows, i, cols, parts[which], static_cast<size_t>(rows));
             }
         }
         for (int c = 0; c < cols; ++c) {
@@ -155,12 +186,10 @@ void matmul_task(void* data, size_t index) {
             scalar::dot_rows_float(type, w, run.w_stride[which], rows, run.x + i * k, k, out + i * run.n_total, 1);
         return;
     }
-    DotTileFn fn = run.table->dot_tile[type] ? run.table->dot_tile[type] : scalar::dot_tile;
     // the task's weight rows stay in cache while every activation row passes, a few at a time
     for (int64_t i = 0; i < run.m; i += kActRowsPerTile) {
         const int cols = static_cast<int>(std::min<int64_t>(kActRowsPerTile, run.m - i));
-        fn(type, w, run.w_stride[which], rows, run.act[which] + i * run.act_stride[which], run.act_stride[which], cols,
-           k, out + i * run.n_total, static_cast<size_t>(run.n_total));
+        dot_rows(run, which, first, rows, i, cols, out + i * run.n_total, static_cast<size_t>(run.n_total));
     }
 }
 
@@ -185,8 +214,46 @@ OrtStatus* parallel(OrtKernelContext* context, void (*fn)(void*, size_t), size_t
     return g_api->KernelContext_ParallelFor(context, fn, total, 0, data);
 }
 
+struct RepackRun {
+    int type;
+    const uint8_t* w;
+    size_t w_stride;
+    int k;
+    uint8_t* out;
+};
+
+void repack_task(void* data, size_t index) {
+    const RepackRun& run = *static_cast<const RepackRun*>(data);
+    repack_rows(run.type, run.w, run.w_stride, static_cast<int>(index), 1, run.k, run.out);
+}
+
+// Weight `i` repacked for `table`'s kernels, made on first use; null where it is read as stored
+const uint8_t* packed_weight(MatMulKernel& kernel, int i, const KernelTable& table, const uint8_t* w, int64_t rows,
+                             size_t stride, OrtKernelContext* context, OrtStatus** status) {
+    const int type = kernel.types[i];
+    if (!kernel.repack || kernel.float_activations || table.dot_packed[type] == nullptr || rows % kPackRows != 0)
+        return nullptr;
+    PackedWeight& p = kernel.packed[i];
+    if (p.source.load(std::memory_order_acquire) == w) return p.data.get();
+    std::lock_guard<std::mutex> lock(kernel.packing);
+    if (p.source.load(std::memory_order_relaxed) == w) return p.data.get();
+    if (p.refused || p.data != nullptr) {  // a second pointer: not a constant weight, read it as it comes
+        p.refused = true;
+        return nullptr;
+    }
+    const size_t group = packed_group_bytes(type, kernel.k);
+    std::unique_ptr<uint8_t[]> data(new (std::nothrow) uint8_t[group * static_cast<size_t>(rows / kPackRows)]);
+    if (data == nullptr) return nullptr;  // no room for the copy: the file's rows serve
+    RepackRun run{type, w, stride, static_cast<int>(kernel.k), data.get()};
+    if ((*status = parallel(context, repack_task, static_cast<size_t>(rows / kPackRows), &run)) != nullptr) return nullptr;
+    release_file_pages(w, stride * static_cast<size_t>(rows));  // the copy replaces the file's pages in memory
+    p.data = std::move(data);
+    p.source.store(w, std::memory_order_release);
+    return p.data.get();
+}
+
 OrtStatus* matmul_compute(void* kernel_ptr, OrtKernelContext* context) {
-    const MatMulKernel& kernel = *static_cast<const MatMulKernel*>(kernel_ptr);
+    MatMulKernel& kernel = *static_cast<MatMulKernel*>(kernel_ptr);
     const OrtValue* x_value = nullptr;
     if (OrtStatus* s = g_api->KernelContext_GetInput(context, 0, &x_value)) return s;
     Shape xs;
@@ -216,6 +283,10 @@ OrtStatus* matmul_compute(void* kernel_ptr, OrtKernelContext* context) {
         if (OrtStatus* s = g_api->GetTensorData(wv, &wd)) return s;
         run.w[i] = static_cast<const uint8_t*>(wd);
         run.w_stride[i] = bytes;
+        OrtStatus* packing = nullptr;
+        run.packed[i] = packed_weight(kernel, i, *run.table, run.w[i], ws.dims[0], bytes, context, &packing);
+        if (packing != nullptr) return packing;
+        run.group_bytes[i] = packed_group_bytes(kernel.types[i], kernel.k);
         run.n[i] = ws.dims[0];
         run.col[i] = run.n_total;
         run.n_total += ws.dims[0];
@@ -275,6 +346,8 @@ OrtStatus* matmul_create(const OrtKernelInfo* info, void** kernel_out) {
         return fail("GgmlMatMul attribute gate=" + std::to_string(gate) + " is not 0 (none), 1 (silu) or 2 (gelu_tanh)");
     }
     kernel->gate = static_cast<Gate>(gate);
+    const char* repack = std::getenv("INFERENCE4PY_GGML_REPACK");
+    kernel->repack = repack == nullptr || std::strcmp(repack, "0") != 0;
     const char* names[kMaxWeights] = {"type", "type1", "type2"};
     size_t inputs = 0;
     if (OrtStatus* s = g_api->KernelInfo_GetInputCount(info, &inputs)) {

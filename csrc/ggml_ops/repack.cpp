@@ -1,0 +1,96 @@
+// Weights rearranged eight rows at a time for the kernels that read them so (simd.inc), made once
+// when an operator first runs; and the file's own pages given back once a weight is repacked.
+#include <cstdio>
+#include <cstring>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
+#include "kernels.h"
+
+namespace i4p {
+
+size_t packed_group_bytes(int type, int k) {
+    if (type == T_Q4_K) return sizeof(BlockQ4Kx8) * static_cast<size_t>(k / QK_K);
+    if (type == T_Q6_K) return sizeof(BlockQ6Kx8) * static_cast<size_t>(k / QK_K);
+    return 0;
+}
+
+namespace {
+
+void repack_q4_k(const uint8_t* w, size_t w_stride, int nb, BlockQ4Kx8* out) {
+    for (int b = 0; b < nb; ++b) {
+        BlockQ4Kx8& o = out[b];
+        for (int i = 0; i < kPackRows; ++i) {
+            const BlockQ4_K& x = reinterpret_cast<const BlockQ4_K*>(w + i * w_stride)[b];
+            o.d[i] = x.d;
+            o.dmin[i] = x.dmin;
+            for (int j = 0; j < 8; ++j) k_scale_min(j, x.scales, &o.scales[j][i], &o.mins[j / 2][i][j % 2]);
+            for (int chunk = 0; chunk < 4; ++chunk)
+                for (int g = 0; g < 8; ++g) std::memcpy(&o.qs[chunk][g][4 * i], x.qs + 32 * chunk + 4 * g, 4);
+        }
+    }
+}
+
+void repack_q6_k(const uint8_t* w, size_t w_stride, int nb, BlockQ6Kx8* out) {
+    for (int b = 0; b < nb; ++b) {
+        BlockQ6Kx8& o = out[b];
+        for (int i = 0; i < kPackRows; ++i) {
+            const BlockQ6_K& x = reinterpret_cast<const BlockQ6_K*>(w + i * w_stride)[b];
+            o.d[i] = x.d;
+            for (int s = 0; s < 16; ++s) o.scales[s / 2][i][s % 2] = x.scales[s];
+            for (int n = 0; n < 2; ++n)
+                for (int g = 0; g < 8; ++g) {
+                    for (int m = 0; m < 2; ++m) std::memcpy(&o.q[n][g][m][4 * i], x.ql + 64 * n + 32 * m + 4 * g, 4);
+                    std::memcpy(&o.q[n][g][2][4 * i], x.qh + 32 * n + 4 * g, 4);
+                }
+        }
+    }
+}
+
+}  // namespace
+
+void repack_rows(int type, const uint8_t* w, size_t w_stride, int first, int count, int k, uint8_t* out) {
+    const size_t group = packed_group_bytes(type, k);
+    for (int g = first; g < first + count; ++g) {
+        const uint8_t* rows = w + static_cast<size_t>(g) * kPackRows * w_stride;
+        if (type == T_Q4_K) repack_q4_k(rows, w_stride, k / QK_K, reinterpret_cast<BlockQ4Kx8*>(out + g * group));
+        if (type == T_Q6_K) repack_q6_k(rows, w_stride, k / QK_K, reinterpret_cast<BlockQ6Kx8*>(out + g * group));
+    }
+}
+
+void release_file_pages(const void* p, size_t bytes) {
+#if defined(__linux__)
+    const auto start = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t end = start + bytes;
+    // the mapping that holds the range must be a file's (a nonzero inode): then dropping the pages
+    // loses nothing, they are the file's bytes; anonymous memory is the only copy and stays
+    FILE* maps = std::fopen("/proc/self/maps", "r");
+    if (maps == nullptr) return;
+    bool file = false;
+    char line[512];
+    while (std::fgets(line, sizeof(line), maps) != nullptr) {
+        unsigned long lo = 0, hi = 0, offset = 0, inode = 0;
+        char perms[8] = {0}, dev[16] = {0};
+        if (std::sscanf(line, "%lx-%lx %7s %lx %15s %lu", &lo, &hi, perms, &offset, dev, &inode) != 6) continue;
+        if (lo <= start && end <= hi) {
+            // a file's pages: onnxruntime maps each initializer's external data privately (rw-p) and never
+            // writes it, so every page is still the file's
+            file = inode != 0;
+            break;
+        }
+    }
+    std::fclose(maps);
+    if (!file) return;
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t lo = (start + page - 1) / page * page, hi = end / page * page;  // whole pages inside only
+    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
+}  // namespace i4p

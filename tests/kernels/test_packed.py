@@ -1,0 +1,43 @@
+"""Q4_K and Q6_K weights repacked eight rows at a time (csrc/ggml_ops/repack.cpp) for the SIMD kernels.
+
+A weight whose rows are a multiple of eight is rearranged the first time its operator runs; the
+product must equal the numpy reference of llama.cpp's rounding and the same session built with
+``INFERENCE4PY_GGML_REPACK=0`` (the file's rows as stored), for every tile of activation rows and on
+every kernel path the CPU has.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.kernels.blocks import magnitude, random_rows, reference, type_id
+from tests.kernels.test_ggml_ops import TOLERANCE, matmul
+
+
+@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K"])
+@pytest.mark.parametrize("rows", [1, 4, 9, 19])
+def test_repacked_rows_equal_the_reference_and_the_rows_as_stored(
+    kind: str, rows: int, isa: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(type_id(kind) * 100 + rows)
+    k, n = 768, 56  # seven groups of eight rows, over tasks of sixteen: the last task holds one group
+    raw = random_rows(kind, n, k, rng)
+    x = rng.normal(0, 1, (1, rows, k)).astype(np.float32)
+    packed = matmul([(kind, raw)], k)
+    y = packed.run(None, {"X": x})[0]
+    assert np.array_equal(packed.run(None, {"X": x})[0], y)  # the packed copy is made once and kept
+    monkeypatch.setenv("INFERENCE4PY_GGML_REPACK", "0")
+    stored = matmul([(kind, raw)], k).run(None, {"X": x})[0]
+    scale = magnitude(kind, raw, x[0])
+    assert (np.abs(y[0] - reference(kind, raw, x[0])) / scale).max() < TOLERANCE
+    assert (np.abs(y[0] - stored[0]) / scale).max() < TOLERANCE
+
+
+def test_a_weight_of_rows_not_a_multiple_of_eight_is_read_as_stored(isa: str) -> None:
+    rng = np.random.default_rng(5)
+    k, n = 256, 44
+    raw = random_rows("Q4_K", n, k, rng)
+    x = rng.normal(0, 1, (1, 3, k)).astype(np.float32)
+    y = matmul([("Q4_K", raw)], k).run(None, {"X": x})[0]
+    assert (np.abs(y[0] - reference("Q4_K", raw, x[0])) / magnitude("Q4_K", raw, x[0])).max() < TOLERANCE
