@@ -139,7 +139,10 @@ def read_experts(gguf: GGUFFile, hp: Hyper) -> ExpertShape | None:
         _check_shape(gguf, f"{p}ffn_down_exps.weight", (count, hidden, ff), why)
         if shared_ff is not None:
             why = f"the shared expert of {shared_ff} rows and its sigmoid gate"
-            _check_shape(gguf, f"{p}ffn_gate_inp_shexp.weight", (1, hidden), why)
+            gate = f"{p}ffn_gate_inp_shexp.weight"  # [1, hidden]; llama-quantize writes it as [hidden]
+            _check_shape(
+                gguf, gate, (hidden,) if gate in gguf and len(gguf.info(gate).shape) == 1 else (1, hidden), why
+            )
             _check_shape(gguf, f"{p}ffn_gate_shexp.weight", (shared_ff, hidden), why)
             _check_shape(gguf, f"{p}ffn_up_shexp.weight", (shared_ff, hidden), why)
             _check_shape(gguf, f"{p}ffn_down_shexp.weight", (hidden, shared_ff), why)
@@ -220,11 +223,14 @@ class Experts:
             "silu",
             f"{name}.shared_expert",
         )
-        gate = b.one(
-            "Sigmoid",
-            [b.linear(x, [Part(f"{prefix}ffn_gate_inp_shexp.weight")], f"{name}.shared_expert_gate")],
-            f"/{name}/shared_expert_gate/Sigmoid",
-        )  # [batch, seq, 1]
+        # one row (a vector in llama-quantize's files, kept in float there): a float32 [hidden, 1] product
+        column = b.gguf.tensor(f"{prefix}ffn_gate_inp_shexp.weight").reshape(-1, 1).astype(np.float32)
+        logit = b.one(
+            "MatMul",
+            [x, b.initializer(column, f"{name}.shared_expert_gate.weight")],
+            f"/{name}/shared_expert_gate/MatMul",
+        )
+        gate = b.one("Sigmoid", [logit], f"/{name}/shared_expert_gate/Sigmoid")  # [batch, seq, 1]
         return b.one("Add", [out, b.one("Mul", [gate, shared], f"/{name}/shared_expert_gate/Mul")], f"/{name}/Add")
 
     def products(

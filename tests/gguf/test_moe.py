@@ -215,3 +215,38 @@ def test_a_missing_expert_count_is_named(tmp_path):
     bad = rewrite("moe-olmoe-F32.gguf", tmp_path / "bad.gguf", keys={"olmoe.expert_count": None})
     with pytest.raises(ModelLoadError, match=r"olmoe\.expert_count"):
         _convert(bad, tmp_path)
+
+
+def test_a_shared_expert_gate_stored_as_a_vector_runs_as_the_row(tmp_path, monkeypatch):
+    """llama-quantize writes Qwen2-MoE's [1, hidden] gate as a [hidden] vector (llama.cpp accepts both)."""
+    import tests.gguf.test_graph as graph_tests
+
+    name = "moe-qwen2moe-F32.gguf"
+    source = GGUFFile(GGUF_DIR / name)
+    gates = {
+        f"blk.{i}.ffn_gate_inp_shexp.weight": source.tensor(f"blk.{i}.ffn_gate_inp_shexp.weight")[0] for i in (0, 1)
+    }
+    rewrite(name, tmp_path / name, tensors=gates)
+    assert GGUFFile(tmp_path / name).info("blk.0.ffn_gate_inp_shexp.weight").shape == (32,)
+    monkeypatch.setattr(graph_tests, "GGUF_DIR", tmp_path)  # write_folder reads the rewritten file
+    folder = write_folder(name, 32, tmp_path / "folder", MODELS[name])
+    case = MODELS[name]["cases"][2]
+    result = (
+        OnnxTextGenerator.builder()
+        .model_path(folder)
+        .build()
+        .generate(case["prompt_ids"], max_new_tokens=case["max_new_tokens"], do_sample=False)
+    )
+    assert list(result.token_ids) == case["output_ids"]
+
+
+def test_a_batch_of_prompts_gives_each_row_its_own_ids(generator):
+    """The scheduler's batched steps (rows of different lengths in one GroupQueryAttention buffer): each row
+    routes its own tokens, so each equals its reference alone."""
+    name = "moe-qwen2moe-F32.gguf"
+    cases = MODELS[name]["cases"]
+    results = generator(name, 32).generate_batch(
+        [c["prompt_ids"] for c in cases], max_new_tokens=max(c["max_new_tokens"] for c in cases), do_sample=False
+    )
+    for case, result in zip(cases, results):
+        assert list(result.token_ids)[: case["max_new_tokens"]] == case["output_ids"], case["name"]
