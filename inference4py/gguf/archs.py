@@ -45,6 +45,11 @@ class Architecture:
         softcapping: the file carries ``attn_logit_softcapping`` / ``final_logit_softcapping``.
         big_query_scale_layers: block counts of the variants whose attention scale is
             1/sqrt(hidden/heads) instead of 1/sqrt(head_dim) (Gemma 2 and 3 27B, as llama.cpp decides).
+        experts_norm: in a mixture-of-experts layer (a file with ``ffn_gate_inp``), the top-k softmax
+            weights are divided by their sum (transformers' ``norm_topk_prob``).  GGUF has no key for it
+            on these architectures: llama.cpp fixes it per architecture, and so does this entry.
+        shared_expert_gate: every mixture-of-experts layer also has a shared expert (``*_shexp``) whose
+            output is scaled by ``sigmoid(x @ ffn_gate_inp_shexp)`` (Qwen2-MoE).
     """
 
     name: str
@@ -57,10 +62,13 @@ class Architecture:
     local_rope_base: float | None = None
     softcapping: bool = False
     big_query_scale_layers: tuple[int, ...] = ()
+    experts_norm: bool = False
+    shared_expert_gate: bool = False
 
 
 _ENTRIES = (
-    Architecture("llama", "llama", "LlamaForCausalLM", permuted_qk=True),  # SmolLM2, TinyLlama, Llama 3
+    # SmolLM2, TinyLlama, Llama 3; Mixtral is "llama" with experts (renormalised top-k)
+    Architecture("llama", "llama", "LlamaForCausalLM", permuted_qk=True, experts_norm=True),
     Architecture("mistral", "mistral", "MistralForCausalLM", permuted_qk=True),
     Architecture("qwen2", "qwen2", "Qwen2ForCausalLM"),  # q/k/v biases: read from the file
     Architecture("qwen3", "qwen3", "Qwen3ForCausalLM"),  # q/k norms: read from the file
@@ -86,6 +94,10 @@ _ENTRIES = (
         local_rope_base=10_000.0,
         big_query_scale_layers=(62,),
     ),
+    # mixture-of-experts decoders (inference4py.gguf.moe); Mixtral is "llama" with experts
+    Architecture("qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", experts_norm=True),
+    Architecture("qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM", shared_expert_gate=True),
+    Architecture("olmoe", "olmoe", "OlmoeForCausalLM"),  # q/k norms over all heads at once: read from the file
 )
 ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in _ENTRIES}
 

@@ -40,8 +40,10 @@ import numpy as np
 from inference4py.engine.kernels import DOMAIN
 from inference4py.errors import ConfigurationError, UnsupportedModelError
 from inference4py.gguf.blocks import LAYOUTS, Layout, unpack
+from inference4py.gguf.ffn import gated_mlp
 from inference4py.gguf.hyper import Hyper, hf_config, read_hyper, rope_caches
 from inference4py.gguf.in_place import InPlace
+from inference4py.gguf.moe import Experts, moe_config, read_experts
 from inference4py.gguf.parts import Part, qkv_parts, unpermute
 from inference4py.gguf.reader import FLOAT_TYPES, SUPPORTED_TYPES, GGUFFile
 from inference4py.gguf.store import ExternalData
@@ -446,19 +448,25 @@ def write_decoder(gguf: GGUFFile, folder: Path, bits: int | None = None, *, ggml
             if len(info.shape) > 1 and info.type not in SUPPORTED_TYPES:
                 raise _no_exact_operator(gguf, info.name, info.type)
     in_place = ggml and bits is None
+    shape = read_experts(gguf, hp)
+    if in_place and shape is not None:
+        raise UnsupportedModelError(
+            f"{gguf.path}: mixture-of-experts layers have no compiled expert-indexed operator yet; "
+            "convert with ggml=False (convert_gguf and gguf_folder fall back to it by themselves)."
+        )
     store = ExternalData(folder, inline=in_place)
     try:
         b = _Builder(gguf, bits, store, ggml=in_place)
-        model = _build(b, hp, TensorProto, helper)
+        model = _build(b, hp, None if shape is None else Experts(b, hp, shape), TensorProto, helper)
     finally:
         store.close()
     if in_place:
         store.path.unlink()  # nothing was written to it: the weights are the GGUF file's
     (folder / "model.onnx").write_bytes(model.SerializeToString())
-    return hf_config(hp, gguf)
+    return hf_config(hp, gguf) | ({} if shape is None else moe_config(shape))
 
 
-def _build(b: _Builder, hp: Hyper, TensorProto: Any, helper: Any) -> Any:  # onnx's names
+def _build(b: _Builder, hp: Hyper, experts: Experts | None, TensorProto: Any, helper: Any) -> Any:  # onnx's names
     gguf, bits = b.gguf, b.bits
 
     # attention_mask -> per-row valid length - 1 and the total length, as GroupQueryAttention wants them
@@ -518,11 +526,11 @@ def _build(b: _Builder, hp: Hyper, TensorProto: Any, helper: Any) -> Any:  # onn
             q, k, v = b.node(
                 "Split", [qkv, b.ints([q_size, kv_size, kv_size])], f"/{n}/attn/qkv_split", outputs=3, axis=-1
             )
-            per_head = b.ints([0, -1, hp.head_dim])
             for which, size in (("q", q_size), ("k", kv_size)):
-                t = q if which == "q" else k
-                t = b.one("Reshape", [t, per_head], f"/{n}/attn/{which}_norm/Reshape_1")
-                t = b.rms_norm(t, gguf.tensor(f"{p}attn_{which}_norm.weight"), f"{n}.attn.{which}_norm", hp.eps)
+                t, weight = q if which == "q" else k, gguf.tensor(f"{p}attn_{which}_norm.weight")
+                if weight.size == hp.head_dim:  # each head's (OLMoE: one norm over all heads at once)
+                    t = b.one("Reshape", [t, b.ints([0, -1, hp.head_dim])], f"/{n}/attn/{which}_norm/Reshape_1")
+                t = b.rms_norm(t, weight, f"{n}.attn.{which}_norm", hp.eps)
                 t = b.one("Reshape", [t, b.ints([0, -1, size])], f"/{n}/attn/{which}_norm/Reshape_2")
                 q, k = (t, k) if which == "q" else (q, t)
             attn_in = [q, k, v]
@@ -553,39 +561,17 @@ def _build(b: _Builder, hp: Hyper, TensorProto: Any, helper: Any) -> Any:  # onn
         h, residual = b.skip_rms_norm(
             residual, a, gguf.tensor(f"{p}ffn_norm.weight"), f"{n}.pre_feedforward_layernorm", hp.eps
         )
+        down, act = Part(f"{p}ffn_down.weight"), hp.arch.activation
 
-        if f"{p}ffn_gate.weight" in gguf:
-            gate_part, up_part = Part(f"{p}ffn_gate.weight"), Part(f"{p}ffn_up.weight")
+        if experts is not None:  # Qwen3-MoE, Qwen2-MoE, OLMoE, Mixtral: the router and the chosen experts
+            m = experts.layer(h, p, f"{n}.mlp")
+        elif f"{p}ffn_gate.weight" in gguf:
+            m = gated_mlp(b, h, Part(f"{p}ffn_gate.weight"), Part(f"{p}ffn_up.weight"), down, act, f"{n}.mlp")
         else:  # Phi-3: one [2 * intermediate, hidden] matrix, the gate's rows first
             half = gguf.info(f"{p}ffn_up.weight").shape[0] // 2
             gate_part = Part(f"{p}ffn_up.weight", rows=slice(0, half))
             up_part = Part(f"{p}ffn_up.weight", rows=slice(half, 2 * half))
-        if b.ggml:  # one product of both with the activation applied in it: act(gate) * up
-            gated = b.in_place.matmul(
-                h,
-                [(gate_part.tensor, gate_part.rows), (up_part.tensor, up_part.rows)],
-                f"{n}.mlp.gate_up_proj",
-                gate=hp.arch.activation,
-            )
-            m = b.linear(gated, [Part(f"{p}ffn_down.weight")], f"{n}.mlp.down_proj")
-        elif b.kind(gate_part.tensor) == b.kind(up_part.tensor):  # one product for both, then split
-            intermediate = b.shape([gate_part])[0]
-            gate, up = b.node(
-                "Split",
-                [b.linear(h, [gate_part, up_part], f"{n}.mlp.gate_up_proj"), b.ints([intermediate, intermediate])],
-                f"/{n}/mlp/gate_up_split",
-                outputs=2,
-                axis=-1,
-            )
-        else:
-            gate = b.linear(h, [gate_part], f"{n}.mlp.gate_proj")
-            up = b.linear(h, [up_part], f"{n}.mlp.up_proj")
-        if not b.ggml:
-            if hp.arch.activation == "gelu_tanh":
-                act = b.one("Gelu", [gate], f"/{n}/mlp/act_fn/Gelu", approximate="tanh")
-            else:
-                act = b.one("Mul", [gate, b.one("Sigmoid", [gate], f"/{n}/mlp/act_fn/Sigmoid")], f"/{n}/mlp/act_fn/Mul")
-            m = b.linear(b.one("Mul", [act, up], f"/{n}/mlp/Mul"), [Part(f"{p}ffn_down.weight")], f"{n}.mlp.down_proj")
+            m = gated_mlp(b, h, gate_part, up_part, down, act, f"{n}.mlp")
         if f"{p}post_ffw_norm.weight" in gguf:  # Gemma: norm of the MLP output
             m = b.rms_norm(m, gguf.tensor(f"{p}post_ffw_norm.weight"), f"{n}.post_feedforward_layernorm", hp.eps)
         last = i == hp.layers - 1

@@ -1,0 +1,285 @@
+"""Mixture-of-experts GGUF decoders (inference4py.gguf.moe): greedy and beam parity with transformers.
+
+tools/fixtures/gguf_moe.py builds tiny random Qwen3-MoE, OLMoE, Mixtral and Qwen2-MoE checkpoints,
+writes each to an F32 GGUF with llama.cpp's own convert_hf_to_gguf.py and records transformers'
+greedy and beam (num_beams=3) ids, with seeds whose logit and routing gaps are clear.  Each file is
+converted here (float32, the experts on the exact Gather + MatMul path) and run through the library's
+normal load path; the ids must be transformers'.  Files whose experts disagree with their metadata,
+an unknown router and a missing shared-expert gate are refused with the tensor or key named.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+onnx = pytest.importorskip("onnx")
+
+from inference4py import OnnxTextGenerator  # noqa: E402
+from inference4py.errors import ModelLoadError, UnsupportedModelError  # noqa: E402
+from inference4py.gguf.convert import gguf_folder  # noqa: E402
+from inference4py.gguf.graph import write_decoder  # noqa: E402
+from inference4py.gguf.reader import GGUFFile  # noqa: E402
+from tests.conftest import FIXTURES  # noqa: E402
+from tests.gguf.test_convert import _kind  # noqa: E402
+from tests.gguf.test_graph import float_activations, write_folder  # noqa: E402
+
+GGUF_DIR = FIXTURES / "gguf"
+REF = json.loads((GGUF_DIR / "moe-references.json").read_text(encoding="utf-8"))
+MODELS: dict[str, Any] = REF["models"]
+
+_folders: dict[tuple[str, int | None], Path] = {}
+_generators: dict[Path, OnnxTextGenerator] = {}
+
+
+@pytest.fixture(scope="module")
+def generator(tmp_path_factory):
+    """``generator(file, bits)`` -> the library's generator on that conversion (built once per module)."""
+
+    def get(name: str, bits: int | None) -> OnnxTextGenerator:
+        key = (name, bits)
+        if key not in _folders:
+            _folders[key] = write_folder(name, bits, tmp_path_factory.mktemp(f"{name}-{bits}"), MODELS[name])
+        folder = _folders[key]
+        if folder not in _generators:
+            _generators[folder] = OnnxTextGenerator.builder().model_path(folder).build()
+        return _generators[folder]
+
+    return get
+
+
+def _cases(types: tuple[str, ...] = ("F32", "Q8_0")):
+    for name, entry in MODELS.items():
+        if entry["type"] in types:
+            for case in entry["cases"]:
+                yield pytest.param(name, case, id=f"{entry['family']}-{entry['type']}-{case['name']}")
+
+
+def _stable(case: dict[str, Any]) -> list[int]:
+    """The reference ids up to the first greedy step whose two best logits are within min_logit_gap."""
+    return case["output_ids"][: case["stable_prefix"]]
+
+
+def _greedy(gen: OnnxTextGenerator, case: dict[str, Any]) -> list[int]:
+    result = gen.generate(case["prompt_ids"], max_new_tokens=case["max_new_tokens"], do_sample=False)
+    return list(result.token_ids)
+
+
+def test_the_fixtures_cover_the_four_families_with_clear_gaps():
+    families = ("qwen3moe", "olmoe", "mixtral", "qwen2moe")
+    assert {(m["family"], m["type"]) for m in MODELS.values()} == {(f, t) for f in families for t in ("F32", "Q8_0")}
+    for name, entry in MODELS.items():
+        assert (GGUF_DIR / name).stat().st_size < 600_000
+        assert entry["experts_per_token"] == 2 and entry["experts"] in (4, 8)
+        assert entry["min_route_gap"] >= REF["min_route_gap"], name
+        for case in entry["cases"]:
+            assert case["beam"]["robust_to_noise"], f"{name} {case['name']}"
+        if entry["type"] == "F32":  # the seeds were chosen on these: no near-tie anywhere
+            assert entry["min_logit_gap"] >= REF["min_logit_gap"]
+            for case in entry["cases"]:
+                assert case["stable_prefix"] == len(case["output_ids"])
+                # llama.cpp reads the file as transformers computes the checkpoint (llama-server, f32 KV, -fa off)
+                assert case["llama_cpp_ids"] == case["output_ids"], f"{name} {case['name']}"
+    # the normalisations llama.cpp applies, as the checkpoints were configured
+    assert {m["family"]: m["norm_topk_prob"] for m in MODELS.values()} == {
+        "qwen3moe": True,
+        "olmoe": False,
+        "mixtral": True,
+        "qwen2moe": False,
+    }
+
+
+@pytest.mark.parametrize("name,case", list(_cases()))
+def test_greedy_ids_equal_transformers(generator, name, case):
+    """F32 files, and Q8_0 files against transformers on their dequantized weights (the experts too)."""
+    assert _greedy(generator(name, 32), case)[: case["stable_prefix"]] == _stable(case)
+
+
+@pytest.mark.parametrize("name,case", list(_cases()))
+def test_beam_ids_equal_transformers(generator, name, case):
+    beam = case["beam"]
+    result = generator(name, 32).generate(
+        case["prompt_ids"],
+        max_new_tokens=beam["max_new_tokens"],
+        num_beams=beam["num_beams"],
+        num_return_sequences=beam["num_return_sequences"],
+        do_sample=False,
+    )
+    assert [list(c.token_ids) for c in result.candidates] == beam["output_ids"]
+
+
+@pytest.mark.parametrize("name,case", list(_cases(("F32",))))
+def test_the_default_width_of_an_f32_file_is_the_float_path(generator, name, case):
+    assert _greedy(generator(name, None), case) == case["output_ids"]
+
+
+@pytest.mark.parametrize("name", [n for n, m in MODELS.items() if m["type"] == "Q8_0"])
+def test_a_q8_0_file_as_it_holds_it_computes_with_its_exact_weights(generator, name, tmp_path, record_property):
+    """The default width: attention, router and head on 8-bit MatMulNBits with the file's own blocks, the
+    experts dequantized to float32.  With float32 activations (MatMulNBits accuracy level 0) it gives
+    transformers' ids on the dequantized file; the graph as converted rounds the activations of the
+    block products to 8 bits (level 4, as llama.cpp's q8 dot products), and its agreement is recorded."""
+    gen = generator(name, None)
+    folder = _folders[(name, None)]
+    exact = float_activations(folder, tmp_path / "f32act")
+    exact_gen = OnnxTextGenerator.builder().model_path(exact).build()
+    agree = total = 0
+    for case in MODELS[name]["cases"]:
+        assert _greedy(exact_gen, case)[: case["stable_prefix"]] == _stable(case), case["name"]
+        got = _greedy(gen, case)
+        agree += next((i for i, (a, b) in enumerate(zip(got, case["output_ids"])) if a != b), len(got))
+        total += len(case["output_ids"])
+    record_property("steps_before_first_difference_at_level_4", f"{agree}/{total}")
+
+
+def test_the_graph_gathers_only_the_chosen_experts(tmp_path):
+    config = write_decoder(GGUFFile(GGUF_DIR / "moe-qwen2moe-F32.gguf"), tmp_path, 32)
+    graph = onnx.load(str(tmp_path / "model.onnx"), load_external_data=False).graph
+    topk = [n for n in graph.node if n.op_type == "TopK"]
+    gathers = [n for n in graph.node if n.op_type == "Gather" and ".experts." in n.name]
+    assert len(topk) == 2 and len(gathers) == 2 * 2  # gate+up and down, per layer
+    assert {n.input[1] for n in gathers} == {n.output[1] for n in topk}  # indexed by the router's choice
+    assert (config["num_experts"], config["num_experts_per_tok"], config["shared_expert_intermediate_size"]) == (
+        4,
+        2,
+        48,
+    )
+
+
+def test_the_converter_falls_back_from_the_compiled_operators_with_one_line(tmp_path, monkeypatch, caplog):
+    from inference4py.engine.kernels import kernel_library
+
+    if not kernel_library().available:
+        pytest.skip("the compiled operators are not built here")
+    monkeypatch.setenv("INFERENCE4PY_CACHE", str(tmp_path / "cache"))
+    name = "moe-mixtral-F32.gguf"
+    with caplog.at_level(logging.WARNING, logger="inference4py.gguf"):
+        folder = gguf_folder(GGUF_DIR / name)
+    assert sum("mixture-of-experts" in r.getMessage() for r in caplog.records) == 1
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+    assert not any(n.domain == "ai.inference4py" for n in graph.node)
+    case = MODELS[name]["cases"][1]
+    gen = OnnxTextGenerator.builder().model_path(folder).build()
+    result = gen.generate(case["prompt_ids"], max_new_tokens=case["max_new_tokens"], do_sample=False)
+    assert list(result.token_ids) == case["output_ids"]
+    with pytest.raises(UnsupportedModelError, match="expert-indexed"):  # asked for directly: refused
+        write_decoder(GGUFFile(GGUF_DIR / name), tmp_path / "direct", ggml=True)
+
+
+# ---------------------------------------------------------------------------------- bad files
+
+
+def rewrite(
+    source: str,
+    path: Path,
+    *,
+    keys: dict[str, Any] | None = None,
+    drop: tuple[str, ...] = (),
+    tensors: dict[str, np.ndarray] | None = None,
+) -> Path:
+    """A copy of fixture ``source`` with metadata ``keys`` set (None: removed), tensors ``drop`` left out and
+    ``tensors`` replaced."""
+    src = GGUFFile(GGUF_DIR / source)
+    writer = gguf.GGUFWriter(str(path), src.architecture)
+    for key, value in {**src.metadata, **(keys or {})}.items():
+        if key != "general.architecture" and value is not None:
+            kind, sub = _kind(value)
+            writer.add_key_value(key, value, kind, sub_type=sub)
+    for info in src.tensors():
+        if info.name not in drop:
+            writer.add_tensor(info.name, np.ascontiguousarray((tensors or {}).get(info.name, src.tensor(info.name))))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _convert(path: Path, tmp_path: Path) -> None:
+    write_decoder(GGUFFile(path), tmp_path / "out", 32)
+
+
+def test_an_expert_count_that_disagrees_with_the_tensors_names_both(tmp_path):
+    bad = rewrite("moe-qwen3moe-F32.gguf", tmp_path / "bad.gguf", keys={"qwen3moe.expert_count": 6})
+    with pytest.raises(ModelLoadError, match=r"'blk\.0\.ffn_gate_inp\.weight' has shape \[8, 32\].*expert_count = 6"):
+        _convert(bad, tmp_path)
+
+
+def test_one_layer_with_fewer_experts_is_named(tmp_path):
+    source = GGUFFile(GGUF_DIR / "moe-olmoe-F32.gguf")
+    short = source.tensor("blk.1.ffn_down_exps.weight")[:7]
+    bad = rewrite("moe-olmoe-F32.gguf", tmp_path / "bad.gguf", tensors={"blk.1.ffn_down_exps.weight": short})
+    with pytest.raises(ModelLoadError, match=r"'blk\.1\.ffn_down_exps\.weight' has shape \[7, 32, 32\]"):
+        _convert(bad, tmp_path)
+
+
+def test_an_expert_length_that_disagrees_names_the_key(tmp_path):
+    bad = rewrite("moe-qwen2moe-F32.gguf", tmp_path / "bad.gguf", keys={"qwen2moe.expert_feed_forward_length": 64})
+    with pytest.raises(ModelLoadError, match=r"qwen2moe\.expert_feed_forward_length says 64"):
+        _convert(bad, tmp_path)
+
+
+def test_more_experts_used_than_there_are_is_refused(tmp_path):
+    bad = rewrite("moe-mixtral-F32.gguf", tmp_path / "bad.gguf", keys={"llama.expert_used_count": 5})
+    with pytest.raises(ModelLoadError, match=r"llama\.expert_used_count = 5"):
+        _convert(bad, tmp_path)
+
+
+@pytest.mark.parametrize("value,what", [(2, "a sigmoid router"), (9, r"an unknown router type \(9\)")])
+def test_a_router_other_than_softmax_is_refused_by_its_key(tmp_path, value, what):
+    bad = rewrite("moe-qwen3moe-F32.gguf", tmp_path / "bad.gguf", keys={"qwen3moe.expert_gating_func": value})
+    with pytest.raises(UnsupportedModelError, match=rf"qwen3moe\.expert_gating_func = {value} asks for {what}"):
+        _convert(bad, tmp_path)
+
+
+def test_a_missing_shared_expert_gate_is_named(tmp_path):
+    bad = rewrite("moe-qwen2moe-F32.gguf", tmp_path / "bad.gguf", drop=("blk.1.ffn_gate_inp_shexp.weight",))
+    with pytest.raises(ModelLoadError, match=r"no tensor 'blk\.1\.ffn_gate_inp_shexp\.weight'.*sigmoid gate"):
+        _convert(bad, tmp_path)
+
+
+def test_a_missing_expert_count_is_named(tmp_path):
+    bad = rewrite("moe-olmoe-F32.gguf", tmp_path / "bad.gguf", keys={"olmoe.expert_count": None})
+    with pytest.raises(ModelLoadError, match=r"olmoe\.expert_count"):
+        _convert(bad, tmp_path)
+
+
+def test_a_shared_expert_gate_stored_as_a_vector_runs_as_the_row(tmp_path, monkeypatch):
+    """llama-quantize writes Qwen2-MoE's [1, hidden] gate as a [hidden] vector (llama.cpp accepts both)."""
+    import tests.gguf.test_graph as graph_tests
+
+    name = "moe-qwen2moe-F32.gguf"
+    source = GGUFFile(GGUF_DIR / name)
+    gates = {
+        f"blk.{i}.ffn_gate_inp_shexp.weight": source.tensor(f"blk.{i}.ffn_gate_inp_shexp.weight")[0] for i in (0, 1)
+    }
+    rewrite(name, tmp_path / name, tensors=gates)
+    assert GGUFFile(tmp_path / name).info("blk.0.ffn_gate_inp_shexp.weight").shape == (32,)
+    monkeypatch.setattr(graph_tests, "GGUF_DIR", tmp_path)  # write_folder reads the rewritten file
+    folder = write_folder(name, 32, tmp_path / "folder", MODELS[name])
+    case = MODELS[name]["cases"][2]
+    result = (
+        OnnxTextGenerator.builder()
+        .model_path(folder)
+        .build()
+        .generate(case["prompt_ids"], max_new_tokens=case["max_new_tokens"], do_sample=False)
+    )
+    assert list(result.token_ids) == case["output_ids"]
+
+
+def test_a_batch_of_prompts_gives_each_row_its_own_ids(generator):
+    """The scheduler's batched steps (rows of different lengths in one GroupQueryAttention buffer): each row
+    routes its own tokens, so each equals its reference alone."""
+    name = "moe-qwen2moe-F32.gguf"
+    cases = MODELS[name]["cases"]
+    results = generator(name, 32).generate_batch(
+        [c["prompt_ids"] for c in cases], max_new_tokens=max(c["max_new_tokens"] for c in cases), do_sample=False
+    )
+    for case, result in zip(cases, results):
+        assert list(result.token_ids)[: case["max_new_tokens"]] == case["output_ids"], case["name"]
