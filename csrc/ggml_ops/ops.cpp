@@ -1,93 +1,23 @@
-// The operators as onnxruntime sees them: GgmlMatMul and GgmlGather in the ai.inference4py domain,
-// registered by RegisterCustomOps (what SessionOptions.register_custom_ops_library calls).
+// The operators as onnxruntime sees them: GgmlMatMul and GgmlGather (here) and GgmlExpertMatMul
+// (experts.cpp) in the ai.inference4py domain, registered by RegisterCustomOps (what SessionOptions.register_custom_ops_library calls).
 // Bad shapes and types are statuses with a message naming the problem, never a crash.
 #include <algorithm>
-#include <atomic>
-#include <cmath>
-#include <cstdlib>
-#include <memory>
-#include <mutex>
-#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "kernels.h"
-#include "ort_abi.h"
+#include "op_support.h"
 
 #define I4P_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace i4p {
 namespace {
 
-const ort::Api* g_api = nullptr;  // the runtime's table, set once by RegisterCustomOps
-
-OrtStatus* fail(const std::string& message) {
-    return g_api->CreateStatus(ort::kInvalidArgument, ("inference4py ggml operator: " + message).c_str());
-}
-
-// an int attribute, or `fallback` when the node does not have it
-int64_t attribute(const OrtKernelInfo* info, const char* name, int64_t fallback) {
-    int64_t value = fallback;
-    OrtStatus* status = g_api->KernelInfoGetAttribute_int64(info, name, &value);
-    if (status != nullptr) {
-        g_api->ReleaseStatus(status);
-        return fallback;
-    }
-    return value;
-}
-
-struct Shape {
-    std::vector<int64_t> dims;
-    int element_type = 0;
-    int64_t count() const {
-        int64_t n = 1;
-        for (int64_t d : dims) n *= d;
-        return n;
-    }
-};
-
-OrtStatus* shape_of(const OrtValue* value, Shape* out) {
-    OrtTensorTypeAndShapeInfo* info = nullptr;
-    if (OrtStatus* s = g_api->GetTensorTypeAndShape(value, &info)) return s;
-    size_t rank = 0;
-    OrtStatus* s = g_api->GetDimensionsCount(info, &rank);
-    if (s == nullptr) {
-        out->dims.assign(rank, 0);
-        s = g_api->GetDimensions(info, out->dims.data(), rank);
-    }
-    if (s == nullptr) s = g_api->GetTensorElementType(info, &out->element_type);
-    g_api->ReleaseTensorTypeAndShapeInfo(info);
-    return s;
-}
-
-std::string dims_text(const std::vector<int64_t>& dims) {
-    std::string text = "[";
-    for (size_t i = 0; i < dims.size(); ++i) text += (i ? ", " : "") + std::to_string(dims[i]);
-    return text + "]";
-}
-
-size_t row_bytes(int type, int64_t k) {
-    const TypeInfo* t = type_info(type);
-    return static_cast<size_t>(k / t->values) * t->bytes;
-}
-
 // ------------------------------------------------------------------ GgmlMatMul
 constexpr int kMaxWeights = 3;
 constexpr int kRowsPerTask = 16;  // a task's weight rows, at least (a multiple of it)
 constexpr int64_t kTasksPerWeight = 32;  // enough to balance a few threads; fewer, larger tasks cost less to hand out
 constexpr int kActRowsPerTile = 8;  // activation rows a kernel takes at once (simd.inc: tiles of 8 on VNNI, 4 on AVX2)
-
-// A gated activation of two weights' outputs (an MLP's gate and up): act(x @ W0.T) * (x @ W1.T)
-enum class Gate : int { None = 0, Silu = 1, GeluTanh = 2 };
-
-// A weight repacked eight rows at a time (repack.cpp), made the first time the operator runs with
-// a kernel that reads that layout, from the bytes it then had (an initializer: always the same).
-struct PackedWeight {
-    std::atomic<const uint8_t*> source{nullptr};  // set once the packed copy is complete
-    std::unique_ptr<uint8_t[]> data;
-    bool refused = false;  // another pointer came later: this weight is not a constant, it is read as it comes
-};
 
 struct MatMulKernel {
     int types[kMaxWeights];
@@ -97,14 +27,7 @@ struct MatMulKernel {
     Gate gate;
     bool repack;  // INFERENCE4PY_GGML_REPACK=0 turns the repacked layouts off
     PackedWeight packed[kMaxWeights];
-    std::mutex packing;
 };
-
-inline float gate_value(Gate gate, float x) {
-    if (gate == Gate::Silu) return x / (1.0f + std::exp(-x));
-    const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);  // sqrt(2 / pi)
-    return 0.5f * x * (1.0f + std::tanh(inner));
-}
 
 struct MatMulRun {
     const MatMulKernel* kernel;
@@ -193,65 +116,6 @@ void matmul_task(void* data, size_t index) {
     }
 }
 
-struct QuantizeRun {
-    int type;
-    const float* x;
-    int64_t k;
-    uint8_t* act;
-    size_t stride;
-};
-
-void quantize_task(void* data, size_t index) {
-    const QuantizeRun& run = *static_cast<const QuantizeRun*>(data);
-    quantize_act_row(run.type, run.x + index * run.k, run.act + index * run.stride, static_cast<int>(run.k));
-}
-
-OrtStatus* parallel(OrtKernelContext* context, void (*fn)(void*, size_t), size_t total, void* data) {
-    if (total == 1) {
-        fn(data, 0);
-        return nullptr;
-    }
-    return g_api->KernelContext_ParallelFor(context, fn, total, 0, data);
-}
-
-struct RepackRun {
-    int type;
-    const uint8_t* w;
-    size_t w_stride;
-    int k;
-    uint8_t* out;
-};
-
-void repack_task(void* data, size_t index) {
-    const RepackRun& run = *static_cast<const RepackRun*>(data);
-    repack_rows(run.type, run.w, run.w_stride, static_cast<int>(index), 1, run.k, run.out);
-}
-
-// Weight `i` repacked for `table`'s kernels, made on first use; null where it is read as stored
-const uint8_t* packed_weight(MatMulKernel& kernel, int i, const KernelTable& table, const uint8_t* w, int64_t rows,
-                             size_t stride, OrtKernelContext* context, OrtStatus** status) {
-    const int type = kernel.types[i];
-    if (!kernel.repack || kernel.float_activations || table.dot_packed[type] == nullptr || rows % kPackRows != 0)
-        return nullptr;
-    PackedWeight& p = kernel.packed[i];
-    if (p.source.load(std::memory_order_acquire) == w) return p.data.get();
-    std::lock_guard<std::mutex> lock(kernel.packing);
-    if (p.source.load(std::memory_order_relaxed) == w) return p.data.get();
-    if (p.refused || p.data != nullptr) {  // a second pointer: not a constant weight, read it as it comes
-        p.refused = true;
-        return nullptr;
-    }
-    const size_t group = packed_group_bytes(type, kernel.k);
-    std::unique_ptr<uint8_t[]> data(new (std::nothrow) uint8_t[group * static_cast<size_t>(rows / kPackRows)]);
-    if (data == nullptr) return nullptr;  // no room for the copy: the file's rows serve
-    RepackRun run{type, w, stride, static_cast<int>(kernel.k), data.get()};
-    if ((*status = parallel(context, repack_task, static_cast<size_t>(rows / kPackRows), &run)) != nullptr) return nullptr;
-    release_file_pages(w, stride * static_cast<size_t>(rows));  // the copy replaces the file's pages in memory
-    p.data = std::move(data);
-    p.source.store(w, std::memory_order_release);
-    return p.data.get();
-}
-
 OrtStatus* matmul_compute(void* kernel_ptr, OrtKernelContext* context) {
     MatMulKernel& kernel = *static_cast<MatMulKernel*>(kernel_ptr);
     const OrtValue* x_value = nullptr;
@@ -284,7 +148,9 @@ OrtStatus* matmul_compute(void* kernel_ptr, OrtKernelContext* context) {
         run.w[i] = static_cast<const uint8_t*>(wd);
         run.w_stride[i] = bytes;
         OrtStatus* packing = nullptr;
-        run.packed[i] = packed_weight(kernel, i, *run.table, run.w[i], ws.dims[0], bytes, context, &packing);
+        if (kernel.repack && !kernel.float_activations)
+            run.packed[i] = packed_weight(kernel.packed[i], kernel.types[i], kernel.k, *run.table, run.w[i], ws.dims[0],
+                                          bytes, context, &packing);
         if (packing != nullptr) return packing;
         run.group_bytes[i] = packed_group_bytes(kernel.types[i], kernel.k);
         run.n[i] = ws.dims[0];
@@ -326,10 +192,9 @@ OrtStatus* matmul_compute(void* kernel_ptr, OrtKernelContext* context) {
                 run.act_stride[i] = run.act_stride[same];
                 continue;
             }
-            run.act_stride[i] = act_row_bytes(kernel.types[i], static_cast<int>(kernel.k));
-            buffers[i].resize(run.act_stride[i] * run.m);
-            QuantizeRun q{kernel.types[i], run.x, kernel.k, buffers[i].data(), run.act_stride[i]};
-            if (OrtStatus* s = parallel(context, quantize_task, static_cast<size_t>(run.m), &q)) return s;
+            if (OrtStatus* s = round_activations(context, kernel.types[i], run.x, run.m, kernel.k, &buffers[i],
+                                                 &run.act_stride[i]))
+                return s;
             run.act[i] = buffers[i].data();
         }
     }
@@ -340,14 +205,12 @@ OrtStatus* matmul_create(const OrtKernelInfo* info, void** kernel_out) {
     auto* kernel = new MatMulKernel{};
     kernel->k = attribute(info, "K", -1);
     kernel->float_activations = attribute(info, "float_activations", 0) != 0;
-    const int64_t gate = attribute(info, "gate", 0);
-    if (gate < 0 || gate > 2) {
+    OrtStatus* bad = nullptr;
+    if (!gate_attribute(info, "GgmlMatMul", &kernel->gate, &bad)) {
         delete kernel;
-        return fail("GgmlMatMul attribute gate=" + std::to_string(gate) + " is not 0 (none), 1 (silu) or 2 (gelu_tanh)");
+        return bad;
     }
-    kernel->gate = static_cast<Gate>(gate);
-    const char* repack = std::getenv("INFERENCE4PY_GGML_REPACK");
-    kernel->repack = repack == nullptr || std::strcmp(repack, "0") != 0;
+    kernel->repack = repack_enabled();
     const char* names[kMaxWeights] = {"type", "type1", "type2"};
     size_t inputs = 0;
     if (OrtStatus* s = g_api->KernelInfo_GetInputCount(info, &inputs)) {
@@ -444,52 +307,6 @@ OrtStatus* gather_create(const OrtKernelInfo* info, void** kernel_out) {
     return nullptr;
 }
 
-// ------------------------------------------------------------------ the OrtCustomOp tables
-struct Op {
-    ort::CustomOp base;
-    const char* name;
-    std::vector<int> input_types;
-    std::vector<bool> optional;
-    OrtStatus* (*create)(const OrtKernelInfo*, void**);
-    OrtStatus* (*compute)(void*, OrtKernelContext*);
-    void (*destroy)(void*);
-};
-
-const Op& op_of(const ort::CustomOp* base) { return *reinterpret_cast<const Op*>(base); }
-
-Op make_op(const char* name, std::vector<int> types, std::vector<bool> optional,
-           OrtStatus* (*create)(const OrtKernelInfo*, void**), OrtStatus* (*compute)(void*, OrtKernelContext*),
-           void (*destroy)(void*)) {
-    Op op{};
-    op.name = name;
-    op.input_types = std::move(types);
-    op.optional = std::move(optional);
-    op.create = create;
-    op.compute = compute;
-    op.destroy = destroy;
-    ort::CustomOp& b = op.base;
-    b.version = ort::kCustomOpVersion;
-    b.GetName = [](const ort::CustomOp* o) { return op_of(o).name; };
-    b.GetExecutionProviderType = [](const ort::CustomOp*) -> const char* { return "CPUExecutionProvider"; };
-    b.GetInputType = [](const ort::CustomOp* o, size_t i) { return op_of(o).input_types[i]; };
-    b.GetInputTypeCount = [](const ort::CustomOp* o) { return op_of(o).input_types.size(); };
-    b.GetOutputType = [](const ort::CustomOp*, size_t) { return static_cast<int>(ort::kFloat); };
-    b.GetOutputTypeCount = [](const ort::CustomOp*) -> size_t { return 1; };
-    b.GetInputCharacteristic = [](const ort::CustomOp* o, size_t i) -> int {
-        return op_of(o).optional[i] ? ort::kOptional : ort::kRequired;
-    };
-    b.GetOutputCharacteristic = [](const ort::CustomOp*, size_t) -> int { return ort::kRequired; };
-    b.GetInputMemoryType = [](const ort::CustomOp*, size_t) -> int { return ort::kMemTypeDefault; };
-    b.GetVariadicInputMinArity = [](const ort::CustomOp*) { return 1; };
-    b.GetVariadicInputHomogeneity = [](const ort::CustomOp*) { return 1; };
-    b.GetVariadicOutputMinArity = [](const ort::CustomOp*) { return 1; };
-    b.GetVariadicOutputHomogeneity = [](const ort::CustomOp*) { return 1; };
-    b.CreateKernelV2 = [](const ort::CustomOp* o, const ort::ApiTable*, const OrtKernelInfo* info, void** kernel) {
-        return op_of(o).create(info, kernel);
-    };
-    return op;
-}
-
 void destroy_matmul(void* k) { delete static_cast<MatMulKernel*>(k); }
 void destroy_gather(void* k) { delete static_cast<GatherKernel*>(k); }
 
@@ -537,11 +354,14 @@ I4P_EXPORT OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const ort::A
     if (OrtStatus* s = apip->CreateCustomOpDomain("ai.inference4py", &domain)) return s;
     if (OrtStatus* s = apip->CustomOpDomain_Add(domain, &matmul_op()->base)) return s;
     if (OrtStatus* s = apip->CustomOpDomain_Add(domain, &gather_op()->base)) return s;
+    if (OrtStatus* s = apip->CustomOpDomain_Add(domain, &experts_op()->base)) return s;
     // the domain must outlive every session that uses it: it is kept for the process's life
     return apip->AddCustomOpDomain(options, domain);
 }
 
 I4P_EXPORT int inference4py_ggml_api_version() { return ort::kApiVersion; }
+// The operators' own version: 2 adds GgmlExpertMatMul (engine/kernels.py refuses a library of another one)
+I4P_EXPORT int inference4py_ggml_ops_version() { return 2; }
 I4P_EXPORT const char* inference4py_ggml_isa() { return i4p::isa_name(i4p::active_table().isa); }
 I4P_EXPORT const char* inference4py_ggml_best_isa() { return i4p::isa_name(i4p::best_isa()); }
 I4P_EXPORT int inference4py_ggml_set_isa(const char* name) {

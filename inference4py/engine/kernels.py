@@ -38,6 +38,7 @@ __all__ = ["DOMAIN", "ISAS", "KernelLibrary", "kernel_library", "register_kernel
 DOMAIN = "ai.inference4py"
 ISAS = ("scalar", "avx2", "avx512vnni")
 _STEM = "_ggml_ops"
+OPS_VERSION = 2  # csrc/ggml_ops/ops.cpp's inference4py_ggml_ops_version: 2 adds GgmlExpertMatMul
 _log = logging.getLogger("inference4py.kernels")
 
 
@@ -95,6 +96,8 @@ def _bound(path: Path) -> ctypes.CDLL:
     """The library loaded in this process (the very copy onnxruntime registers), its entry points typed."""
     lib = ctypes.CDLL(str(path))
     lib.inference4py_ggml_api_version.restype = ctypes.c_int
+    if hasattr(lib, "inference4py_ggml_ops_version"):
+        lib.inference4py_ggml_ops_version.restype = ctypes.c_int
     lib.inference4py_ggml_isa.restype = ctypes.c_char_p
     lib.inference4py_ggml_best_isa.restype = ctypes.c_char_p
     lib.inference4py_ggml_set_isa.argtypes = [ctypes.c_char_p]
@@ -113,6 +116,16 @@ def _load() -> KernelLibrary:
         lib = _bound(path)
     except OSError as exc:
         return KernelLibrary(None, None, None, None, f"{path.name} does not load ({exc}): {_BUILD_HINT}")
+    built = lib.inference4py_ggml_ops_version() if hasattr(lib, "inference4py_ggml_ops_version") else 1
+    if built != OPS_VERSION:
+        return KernelLibrary(
+            None,
+            None,
+            None,
+            None,
+            f"{path} holds version {built} of the operators and this inference4py needs version {OPS_VERSION}: it "
+            "was built from other sources; build it again (pip install -e .)",
+        )
     needed, served = lib.inference4py_ggml_api_version(), _runtime_api_version()
     if served < needed:
         return KernelLibrary(

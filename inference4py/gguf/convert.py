@@ -29,7 +29,6 @@ from inference4py.converted import dump_json as _dump
 from inference4py.errors import ConfigurationError
 from inference4py.gguf.blocks import LAYOUTS
 from inference4py.gguf.hyper import MAX_ROPE_POSITIONS
-from inference4py.gguf.moe import is_moe
 from inference4py.gguf.reader import GGUFFile, check_header
 
 __all__ = ["BITS", "convert_gguf", "file_digest", "gguf_folder", "width_name"]
@@ -37,7 +36,7 @@ __all__ = ["BITS", "convert_gguf", "file_digest", "gguf_folder", "width_name"]
 _log = logging.getLogger("inference4py.gguf")
 
 BITS = (4, 8, 16, 32)
-CONVERTER_VERSION = 5  # bump when the folders it writes change: old cache entries are then rebuilt
+CONVERTER_VERSION = 6  # bump when the folders it writes change: old cache entries are then rebuilt
 _MARKER = "inference4py-gguf.json"
 _SPARE_DISK = 64 << 20  # bytes kept free beyond the estimated folder size
 
@@ -175,13 +174,6 @@ def _write(gguf: GGUFFile, target: Path, bits: int | None, *, digest: str | None
     from inference4py.gguf.tokenizer import generation_defaults, tokenizer_files
 
     files = tokenizer_files(gguf.metadata)  # before the graph: a bad vocabulary fails fast
-    if ggml and is_moe(gguf):  # until the compiled expert-indexed operator exists: the exact float path
-        _log.warning(
-            "%s has mixture-of-experts layers, which have no compiled operator yet: converting it onto onnxruntime's "
-            "operators, the experts in float32",
-            gguf.path.name,
-        )
-        ggml = False
     _check_disk(gguf, target.parent, bits, ggml)
 
     def fill(work: Path) -> None:

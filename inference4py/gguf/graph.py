@@ -449,11 +449,6 @@ def write_decoder(gguf: GGUFFile, folder: Path, bits: int | None = None, *, ggml
                 raise _no_exact_operator(gguf, info.name, info.type)
     in_place = ggml and bits is None
     shape = read_experts(gguf, hp)
-    if in_place and shape is not None:
-        raise UnsupportedModelError(
-            f"{gguf.path}: mixture-of-experts layers have no compiled expert-indexed operator yet; "
-            "convert with ggml=False (convert_gguf and gguf_folder fall back to it by themselves)."
-        )
     store = ExternalData(folder, inline=in_place)
     try:
         b = _Builder(gguf, bits, store, ggml=in_place)

@@ -2,7 +2,7 @@
 
 Every matrix is an initializer whose external data is the GGUF file itself at the tensor's offset
 (the session maps the file's pages: nothing is copied, nothing written to the folder), multiplied
-by ``GgmlMatMul`` and read by ``GgmlGather`` (:mod:`inference4py.engine.kernels`).  The graph
+by ``GgmlMatMul`` (a mixture-of-experts layer's experts by ``GgmlExpertMatMul``) and read by ``GgmlGather`` (:mod:`inference4py.engine.kernels`).  The graph
 builder (:mod:`inference4py.gguf.graph`) asks this for a product or an embedding; which operator
 holds a matrix is decided there.
 """
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from inference4py.engine.kernels import DOMAIN
 from inference4py.gguf.reader import GGUFFile, require_gguf
@@ -67,6 +69,36 @@ class InPlace:
         cols = self.gguf.info(parts[0][0]).shape[-1]
         weights = [self.tensor(tensor, rows) for tensor, rows in parts]
         return self.node("GgmlMatMul", [x, *weights], f"{name}/GgmlMatMul", domain=DOMAIN, K=cols, **attrs)
+
+    def experts(self, x: str, tensors: list[str], ids: str, name: str, *, gate: str | None = None) -> str:
+        """Each token's products with its chosen experts' matrices (``GgmlExpertMatMul``): ``tensors`` are one
+        3-D expert tensor ``[experts, out, in]`` (or gate and up), used in place as ``[experts x out, row bytes]``;
+        ``x`` is ``[..., in]`` (shared by the k chosen experts) or ``[..., k, in]``; ``ids`` ``[..., k]``.  Only the
+        chosen experts' blocks are read."""
+        experts, _, cols = self.gguf.info(tensors[0]).shape
+        attrs = {("type" if i == 0 else f"type{i}"): self.type_id(tensor) for i, tensor in enumerate(tensors)}
+        if gate is not None:
+            attrs["gate"] = _GATES[gate]
+        weights = [self._rows(tensor) for tensor in tensors]
+        return self.node(
+            "GgmlExpertMatMul",
+            [x, ids, *weights],
+            f"{name}/GgmlExpertMatMul",
+            domain=DOMAIN,
+            K=cols,
+            experts=experts,
+            **attrs,
+        )
+
+    def _rows(self, tensor: str) -> str:
+        """A 3-D tensor's rows, every expert's one after another, in place: ``[experts x out, row bytes]``."""
+        if (tensor, 0, -1) not in self._tensors:
+            offset, length = self.gguf.span(tensor)
+            shape = self.gguf.info(tensor).shape
+            rows = int(np.prod(shape[:-1]))
+            self.initializers.append(self.store.in_file(tensor, self.gguf.path.name, offset, (rows, length // rows)))
+            self._tensors[(tensor, 0, -1)] = tensor
+        return self._tensors[(tensor, 0, -1)]
 
     def embedding(self, tensor: str, ids: str, name: str) -> str:
         """Rows ``ids`` of the table, dequantized from the file's blocks exactly as gguf dequantizes them."""

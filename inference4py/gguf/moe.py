@@ -11,18 +11,17 @@ transformers' sparse MoE blocks do (Qwen3-MoE, Qwen2-MoE, OLMoE, Mixtral)::
     y = sum_j w[j] * down[ids[j]] @ (silu(gate[ids[j]] @ x) * up[ids[j]] @ x)
     y += sigmoid(x @ gate_inp_shexp.T) * shared_mlp(x)   # Qwen2-MoE's shared expert
 
-Every product with an expert tensor goes through :meth:`Experts.products`, the one place a compiled
-expert-indexed operator will replace (its interface is in that method's docstring).  Until it exists
-the products are an exact float path on stock operators: the chosen experts' float32 matrices are
-gathered by their ids (``Gather`` of ``[experts, in, out]`` by ``[batch, seq, k]``), then multiplied by
-a batched ``MatMul``.  Only the chosen experts are computed, each on its own token, weighted and
-summed, which is transformers' arithmetic (a dense alternative, every expert weighted by a routing
-matrix with zeros for the others, would compute all of them).  Its cost grows with the model: every
-expert is stored in float32 (4 bytes a weight), and the Gather copies each token's chosen matrices,
-``tokens x k x 3 x expert_ff x hidden`` floats a layer: for OLMoE-1B-7B's shape (8 of 64 experts of
-1024 x 2048) 200 MB a token and layer, so a 512-token prompt would need 100 GB.  It is the path for the
-tiny fixtures and for checking, not for real sizes: those wait for the compiled operator, which reads
-the chosen experts' blocks where they lie.
+Every product with an expert tensor goes through :meth:`Experts.products`.  On inference4py's compiled
+operators (the default for a GGUF file, :mod:`inference4py.gguf.in_place`) it is one ``GgmlExpertMatMul``
+over the expert tensors' blocks in the file, in place: the tokens are grouped by expert and only the
+chosen experts' blocks are read, with activations rounded per block as llama.cpp rounds them.
+Without them (or at ``--bits``) the products are an exact float path on stock operators: the chosen
+experts' float32 matrices are gathered by their ids (``Gather`` of ``[experts, in, out]`` by
+``[batch, seq, k]``), then multiplied by a batched ``MatMul``.  Only the chosen experts are computed,
+each on its own token, weighted and summed, which is transformers' arithmetic.  Its cost grows with
+the model: every expert is stored in float32 (4 bytes a weight), and the Gather copies each token's
+chosen matrices, ``tokens x k x 3 x expert_ff x hidden`` floats a layer: for OLMoE-1B-7B's shape (8 of
+64 experts of 1024 x 2048) 200 MB a token and layer.  It is the path for checking, not for real sizes.
 """
 
 from __future__ import annotations
@@ -179,7 +178,7 @@ class Experts:
         kinds = {
             b.gguf.info(f"blk.{i}.ffn_{w}_exps.weight").type for i in range(hp.layers) for w in ("gate", "up", "down")
         }
-        if b.bits in (4, 8, 16) or (b.bits is None and kinds - set(FLOAT_TYPES)):
+        if not b.ggml and (b.bits in (4, 8, 16) or (b.bits is None and kinds - set(FLOAT_TYPES))):
             _log.warning(
                 "%s: the expert matrices (%s) are held in float32, dequantized exactly, whatever the width: no "
                 "expert-indexed operator reads them as stored yet",
@@ -257,6 +256,8 @@ class Experts:
         by the k experts, of rank 4 is one row per expert.
         """
         b = self.b
+        if b.ggml:  # the file's blocks in place: only the chosen experts' are read
+            return b.in_place.experts(x, tensors, ids, name, gate=gate)
         matrix = self._float_experts(tensors, name)  # [experts, in, out (x2 with a gate)]
         chosen = b.one("Gather", [matrix, ids], f"/{name}/Gather", axis=0)  # [batch, seq, k, in, out]
         rows = b.one("Unsqueeze", [x, b.ints([-2] if per_expert else [2, 3])], f"/{name}/Unsqueeze")

@@ -42,6 +42,14 @@ def test_a_runtime_older_than_the_library_is_refused(monkeypatch: pytest.MonkeyP
     )
 
 
+def test_a_library_built_from_other_sources_is_refused(monkeypatch: pytest.MonkeyPatch, fresh_load: None) -> None:
+    """A stale build (say, one without GgmlExpertMatMul) would fail inside onnxruntime: it is refused first."""
+    monkeypatch.setattr(kernels, "OPS_VERSION", kernels.OPS_VERSION + 1)
+    lib = kernels.kernel_library()
+    assert lib.path is None
+    assert f"needs version {kernels.OPS_VERSION}" in (lib.reason or "") and "pip install -e ." in (lib.reason or "")
+
+
 def test_a_forced_path_the_cpu_lacks_is_an_error(monkeypatch: pytest.MonkeyPatch, fresh_load: None) -> None:
     monkeypatch.setenv("INFERENCE4PY_GGML_ISA", "neon")
     with pytest.raises(ConfigurationError, match="INFERENCE4PY_GGML_ISA=neon cannot run here"):
