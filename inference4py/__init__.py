@@ -63,6 +63,9 @@ _EXPORTS: dict[str, str] = {
     "VisionLanguageModel": "inference4py.tasks.vision_language",
     "VisionLanguageBuilder": "inference4py.tasks.vision_language",
     "PromptLookup": "inference4py.generation.speculative",
+    "push": "inference4py.publish",
+    "PushResult": "inference4py.hub",
+    "resolve_checkpoint": "inference4py.hub",
     "DraftModel": "inference4py.generation.speculative",
 }
 
@@ -85,6 +88,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from inference4py.generation.speculative import DraftModel as DraftModel
     from inference4py.generation.speculative import PromptLookup as PromptLookup
+    from inference4py.hub import PushResult as PushResult
+    from inference4py.hub import resolve_checkpoint as resolve_checkpoint
+    from inference4py.publish import push as push
     from inference4py.tasks.bart import BartSummarizer as BartSummarizer
     from inference4py.tasks.batched import BatchedTextGenerator as BatchedTextGenerator
     from inference4py.tasks.coedit import CoeditGrammarCorrector as CoeditGrammarCorrector

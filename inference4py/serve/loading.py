@@ -21,7 +21,7 @@ from typing import Any
 
 from inference4py.engine.pipeline import GENAI_CONFIG, PipelineSpec, load_pipeline
 from inference4py.errors import ConfigurationError, Inference4pyError
-from inference4py.hub import resolve_model_folder
+from inference4py.hub import resolve_checkpoint
 from inference4py.tasks.embedding import OnnxEmbedder
 from inference4py.tasks.kinds import Kind, is_whisper_source, model_kind
 from inference4py.tasks.seq2seq_base import Seq2SeqTask
@@ -142,12 +142,12 @@ def load_speech_model(model: str) -> WhisperSpeechModel | None:
     the model is built only when it passes.
 
     Raises:
-        ModelNotFoundError, HubError: as :func:`inference4py.hub.resolve_model_folder`.
+        ModelNotFoundError, HubError: as :func:`inference4py.hub.resolve_checkpoint`.
         ConfigurationError: an onnxruntime-genai Whisper export, which the native engine does not run.
     """
     if is_whisper_source(model):
         return WhisperSpeechModel.builder().model_path(model).build()  # a Whisper file, converted once
-    folder = resolve_model_folder(model)
+    folder = resolve_checkpoint(model)
     try:
         spec = load_pipeline(folder)
     except Inference4pyError:

@@ -114,10 +114,10 @@ class ModelSourceBuilder:
                 f"No model chosen{' for preset ' + self._preset if self._preset else ''}: call "
                 ".model_id('org/name') or .model_path('folder') before build()."
             )
-        return hub.resolve_model_folder(
+        return hub.resolve_checkpoint(
             self._model_id,
-            revision=self._revision,
-            token=self._token,
+            self._revision,
+            self._token,
             local_files_only=self._local_files_only,
             variant=self._variant,
         )

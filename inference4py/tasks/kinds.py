@@ -80,7 +80,7 @@ def model_kind(source: str) -> ModelKind:
     """
     from inference4py.engine.pipeline import load_pipeline, read_model_config
     from inference4py.gguf.sources import is_gguf_source
-    from inference4py.hub import resolve_model_folder
+    from inference4py.hub import resolve_checkpoint
     from inference4py.tasks.embedding import is_embedding_model
 
     if is_whisper_source(source):
@@ -88,7 +88,7 @@ def model_kind(source: str) -> ModelKind:
     if is_gguf_source(source):
         return ModelKind("gguf", source)
     local = Path(source).expanduser()
-    folder = local if local.is_dir() else resolve_model_folder(source)
+    folder = local if local.is_dir() else resolve_checkpoint(source)
     model_type = str(read_model_config(folder).get("model_type", ""))
     if is_embedding_model(folder):
         return ModelKind("embedding", source, folder, None, model_type)
