@@ -60,6 +60,9 @@ _EXPORTS: dict[str, str] = {
     "BatchedTextGenerator": "inference4py.tasks.batched",
     "OnnxEmbedder": "inference4py.tasks.embedding",
     "EmbedderBuilder": "inference4py.tasks.embedding",
+    "OnnxReranker": "inference4py.tasks.rerank",
+    "RerankerBuilder": "inference4py.tasks.rerank",
+    "RankedDocument": "inference4py.tasks.rerank",
     "VisionLanguageModel": "inference4py.tasks.vision_language",
     "VisionLanguageBuilder": "inference4py.tasks.vision_language",
     "PromptLookup": "inference4py.generation.speculative",
@@ -100,6 +103,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from inference4py.tasks.languages import Language as Language
     from inference4py.tasks.marian import MarianTranslator as MarianTranslator
     from inference4py.tasks.options import RequestOptions as RequestOptions
+    from inference4py.tasks.rerank import OnnxReranker as OnnxReranker
+    from inference4py.tasks.rerank import RankedDocument as RankedDocument
+    from inference4py.tasks.rerank import RerankerBuilder as RerankerBuilder
     from inference4py.tasks.seq2seq_base import TextOutput as TextOutput
     from inference4py.tasks.t5_sql import T5SqlGenerator as T5SqlGenerator
     from inference4py.tasks.text_generation import (

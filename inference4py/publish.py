@@ -35,6 +35,7 @@ _LOADERS: dict[str, tuple[str, str]] = {
     "encoder-decoder": ("FlanT5TextGenerator", 'inference4py generate -m {repo}{rev} "Hello"'),
     "speech": ("WhisperSpeechModel", "inference4py transcribe -m {repo}{rev} audio.wav"),
     "embedding": ("OnnxEmbedder", 'inference4py embed -m {repo} "Hello"'),
+    "reranker": ("OnnxReranker", "inference4py serve -m {repo}   # then POST /v1/rerank"),
 }
 
 
@@ -118,7 +119,7 @@ def model_card(
     task, command = _LOADERS.get(kind, _LOADERS["decoder"])
     model_type = _read_json(folder / "config.json").get("model_type", "")
     rev_py = f'.revision("{revision}")' if revision != "main" else ""
-    rev_cli = f" --revision {revision}" if revision != "main" and kind != "embedding" else ""
+    rev_cli = f" --revision {revision}" if revision != "main" else ""  # for the commands that take one
     lines = [
         "---",
         "library_name: inference4py",

@@ -15,6 +15,7 @@ RUNS = {
     "generate.py": (["--model", f"{MODELS}/qwen2", "--prompt", "Hello", "--max-new-tokens", "8"], None),
     "chat.py": (["--model", f"{MODELS}/qwen2", "--max-new-tokens", "6"], "Hi there\nAnd then?\n\n"),
     "seq2seq_tasks.py": (["--fixtures", MODELS], None),
+    "rerank.py": (["--model", f"{MODELS}/cross-encoder"], None),
     "transcribe.py": (
         ["tests/fixtures/references/whisper/bursts.flac", "--model", f"{MODELS}/whisper", "--max-new-tokens", "12"],
         None,
@@ -40,7 +41,8 @@ def test_example_runs(name):
         text=True,
         capture_output=True,
         timeout=120,
-        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+        # this tree's inference4py, whichever one is installed
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "NO_PROXY": "127.0.0.1", "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip()
@@ -48,6 +50,8 @@ def test_example_runs(name):
         assert "prompt tokens" in proc.stdout
     if name == "chat.py":
         assert proc.stdout.count("assistant:") == 2
+    if name == "rerank.py":
+        assert "same ranking through the server: True" in proc.stdout
     if name == "seq2seq_tasks.py":
         for label in ("summary:", "German:", "corrected:", "SQL:"):
             assert label in proc.stdout

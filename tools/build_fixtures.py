@@ -37,6 +37,7 @@ BUILDERS = {
     "logprobs": "tools.fixtures.logprobs",  # transformers' raw-logit log-probabilities (after decoder)
     "gguf_tokenizers": "tools.fixtures.gguf_tokenizers",
     "embedding": "tools.fixtures.embedding",  # tiny sentence-transformers BERT (onnx/model.onnx) + encode() vectors
+    "reranker": "tools.fixtures.reranker",  # tiny one-label BERT cross-encoder (onnx/model.onnx) + transformers' logits
     "gguf_models": "tools.fixtures.gguf_models",  # tiny GGUF decoders (F32/F16/Q8_0) + transformers' greedy ids  # tokenizer-only GGUFs + transformers / llama.cpp refs
     "vision_language": "tools.fixtures.vision_language",  # tiny LLaVA in vision_encoder / embed_tokens / decoder parts
     "vision_idefics3": "tools.fixtures.vision_idefics3",  # tiny Idefics3 (SmolVLM-style image splitting), same parts
