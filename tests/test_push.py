@@ -13,18 +13,10 @@ import inference4py.publish
 from inference4py import OnnxTextGenerator, push, resolve_checkpoint
 from inference4py.cli.app import main
 from inference4py.errors import HubError, ModelFilesMissingError, ModelNotFoundError, UnsupportedModelError
-from tests.hubserver import FakeHub, hub_client_online, reset_hub_client
+from tests.hubserver import FakeHub
 
 FIXTURE = Path(__file__).parent / "fixtures" / "models" / "gpt2"
 TOKEN = "hf_write_token"
-
-
-@pytest.fixture
-def online(monkeypatch):
-    hub_client_online(monkeypatch)
-    monkeypatch.delenv("HF_HUB_OFFLINE")
-    yield
-    reset_hub_client()
 
 
 @pytest.fixture

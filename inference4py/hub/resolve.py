@@ -83,26 +83,8 @@ def resolve_checkpoint(
     )
 
 
-def resolve_model_folder(
-    model: str | os.PathLike[str],
-    *,
-    revision: str | None = None,
-    token: str | bool | None = None,
-    local_files_only: bool = False,
-    progress: bool = True,
-    variant: str | None = None,
-    endpoint: str | None = None,
-) -> Path:
-    """The older name of :func:`resolve_checkpoint` (same arguments, all keywords after ``model``)."""
-    return resolve_checkpoint(
-        model,
-        revision,
-        token,
-        local_files_only=local_files_only,
-        progress=progress,
-        variant=variant,
-        endpoint=endpoint,
-    )
+#: The older name of :func:`resolve_checkpoint`.
+resolve_model_folder = resolve_checkpoint
 
 
 def local_model_folder(path: str | os.PathLike[str]) -> Path:

@@ -22,10 +22,10 @@ import numpy as np
 from inference4py.engine.sessions import create_session, graph_inputs, graph_outputs, run_session
 from inference4py.errors import ConfigurationError, InvalidInputError, ModelFilesMissingError, UnsupportedModelError
 from inference4py.tasks.base import ClosableTask, ModelSourceBuilder
+from inference4py.tasks.encoder import ENCODER_INPUTS, encoder_graph, fast_tokenizer, padded_feeds
 
 __all__ = ["OnnxReranker", "RankedDocument", "RerankerBuilder", "is_reranker_model"]
 
-_KNOWN_INPUTS = frozenset({"input_ids", "attention_mask", "token_type_ids", "position_ids"})
 _DEFAULT_BATCH = 32
 _SCORE_OUTPUT = "logits"
 
@@ -87,11 +87,7 @@ class RerankerBuilder(ModelSourceBuilder):
         return OnnxReranker._from_builder(self)
 
     def __repr__(self) -> str:
-        parts = [f"preset={self._preset!r}"] if self._preset else []
-        if self._model_id:
-            parts.append(f"model_id={self._model_id!r}")
-        if self._model_path:
-            parts.append(f"model_path={self._model_path!r}")
+        parts = self._source_parts()
         if self._variant is not None:
             parts.append(f"variant={self._variant!r}")
         if self._max_length is not None:
@@ -150,17 +146,9 @@ class OnnxReranker(ClosableTask):
 
     @classmethod
     def _from_builder(cls, builder: RerankerBuilder) -> OnnxReranker:
-        from inference4py.tokenization import load_tokenizer
-        from inference4py.tokenization.fast import FastTokenizer
-
         folder = builder.resolve_folder()
         graph = find_reranker_graph(folder, builder._variant)
-        tokenizer = load_tokenizer(folder)
-        if not isinstance(tokenizer, FastTokenizer):
-            raise UnsupportedModelError(
-                f"{folder} has no tokenizer.json; OnnxReranker reads the pair template from tokenizer.json. "
-                "Save the model's tokenizer with a recent transformers (tokenizer.save_pretrained) into the folder."
-            )
+        tokenizer = fast_tokenizer(folder, "OnnxReranker")
         labels = _num_labels(folder)
         if labels not in (None, 1):
             raise UnsupportedModelError(
@@ -169,7 +157,7 @@ class OnnxReranker(ClosableTask):
             )
         session = create_session(graph, builder.session_options())
         inputs, outputs = graph_inputs(session), graph_outputs(session)
-        if "input_ids" not in inputs or set(inputs) - _KNOWN_INPUTS or _SCORE_OUTPUT not in outputs:
+        if "input_ids" not in inputs or set(inputs) - ENCODER_INPUTS or _SCORE_OUTPUT not in outputs:
             raise UnsupportedModelError(
                 f"{graph.name} takes {', '.join(inputs)} and gives {', '.join(outputs)}; a cross-encoder takes "
                 "input_ids (and optionally attention_mask, token_type_ids, position_ids) and gives logits. "
@@ -241,22 +229,7 @@ class OnnxReranker(ClosableTask):
 
     def _run(self, pairs: list[Pair]) -> np.ndarray:
         """One onnxruntime run over right-padded pairs -> their logits ``[rows]``."""
-        width = max(len(p.ids) for p in pairs)
-        ids = np.full((len(pairs), width), self._pad, dtype=np.int64)  # [batch, seq]
-        types = np.zeros((len(pairs), width), dtype=np.int64)
-        mask = np.zeros((len(pairs), width), dtype=np.int64)
-        for i, pair in enumerate(pairs):
-            ids[i, : len(pair.ids)] = pair.ids
-            types[i, : len(pair.ids)] = pair.type_ids
-            mask[i, : len(pair.ids)] = 1
-        feeds: dict[str, np.ndarray] = {"input_ids": ids}
-        if "attention_mask" in self._inputs:
-            feeds["attention_mask"] = mask
-        if "token_type_ids" in self._inputs:
-            feeds["token_type_ids"] = types
-        if "position_ids" in self._inputs:
-            feeds["position_ids"] = np.broadcast_to(np.arange(width, dtype=np.int64), ids.shape).copy()
-        feeds = {k: v.astype(self._inputs[k].dtype, copy=False) for k, v in feeds.items()}
+        feeds, _ = padded_feeds([p.ids for p in pairs], self._inputs, self._pad, [p.type_ids for p in pairs])
         (logits,) = run_session(self._session, feeds, [_SCORE_OUTPUT], what="cross-encoder")
         return np.asarray(logits, dtype=np.float32).reshape(len(pairs), -1)[:, 0]  # [batch, 1] -> [batch]
 
@@ -279,17 +252,11 @@ def find_reranker_graph(folder: Path, variant: str | None = None) -> Path:
     Raises:
         ModelFilesMissingError: neither exists; the message lists the ONNX files that do.
     """
-    name = "model.onnx" if variant in (None, "", "fp32") else f"model_{variant}.onnx"
-    for candidate in (folder / name, folder / "onnx" / name):
-        if candidate.is_file():
-            return candidate
-    found = sorted(p.relative_to(folder).as_posix() for p in [*folder.glob("*.onnx"), *folder.glob("onnx/*.onnx")])
-    listing = f"ONNX files found: {', '.join(found)}." if found else "The folder has no .onnx file at all."
-    raise ModelFilesMissingError(
-        f"No {name} in {folder} nor in {folder / 'onnx'}. {listing} Pass the folder of a cross-encoder exported "
-        "to ONNX (e.g. `optimum-cli export onnx --model cross-encoder/ms-marco-MiniLM-L-6-v2 --task "
-        "text-classification DIR`).",
-        [name],
+    return encoder_graph(
+        folder,
+        variant,
+        how_to_export="Pass the folder of a cross-encoder exported to ONNX (e.g. `optimum-cli export onnx --model "
+        "cross-encoder/ms-marco-MiniLM-L-6-v2 --task text-classification DIR`)",
     )
 
 
