@@ -172,8 +172,8 @@ def model_card(
 
 _PROVENANCE_FIELDS = (
     ("source", "source"),
-    ("source sha256", "sha256"),
-    ("source sha256", "source_sha256"),
+    ("source digest (sha256)", "sha256"),
+    ("source digest (sha256)", "source_sha256"),
     ("source format", "format"),
     ("architecture", "architecture"),
     ("name", "name"),

@@ -162,7 +162,7 @@ def test_a_converted_folder_card_names_its_source_digest_and_converter(tmp_path)
     (folder / "inference4py-gguf.json").write_text(json.dumps(marker))
     card = inference4py.publish.model_card(folder, "me/tiny", revision="main")
     assert "converted from a GGUF file" in card
-    assert f"source sha256: `{'ab' * 32}`" in card
+    assert f"source digest (sha256): `{'ab' * 32}`" in card
     assert "source: `/models/tiny.gguf`" in card and "converter version: `5`" in card
 
 
@@ -178,3 +178,47 @@ def test_cli_push(hub, capsys):
 def test_cli_push_of_a_bad_folder_exits_2_with_the_message(hub, tmp_path, capsys):
     assert main(["push", str(tmp_path), "me/x", "--token", TOKEN]) == 2
     assert "not a model folder" in capsys.readouterr().err
+
+
+def test_a_converted_whisper_folder_is_pushed_with_its_provenance(hub, tmp_path):
+    import hashlib
+
+    from inference4py.whisper_files import convert_whisper
+    from inference4py.whisper_files.convert import CONVERTER_VERSION
+
+    folder = convert_whisper(FIXTURE.parent / "whisper-ct2", tmp_path / "whisper")
+    push(folder, "me/whisper-ct2", token=TOKEN)
+    pulled = _snapshot(hub, "me/whisper-ct2")
+    card = (pulled / "README.md").read_text()
+    marker = json.loads((folder / "inference4py-whisper.json").read_text())
+    assert "converted from a Whisper file" in card and "(speech" in card
+    assert (
+        f"source digest (sha256): `{marker['sha256']}`" in card and f"converter version: `{CONVERTER_VERSION}`" in card
+    )
+    assert 'WhisperSpeechModel.builder().model_id("me/whisper-ct2").build()' in card
+    for name, data in _files(folder).items():
+        assert (pulled / name).read_bytes() == data, name
+        assert hashlib.sha256(data).hexdigest() in card
+
+
+def test_a_gguf_conversion_is_pushed_when_it_holds_its_weights(hub, tmp_path):
+    pytest.importorskip("gguf")
+    from inference4py.converted import file_digest
+    from inference4py.engine.kernels import kernel_library
+    from inference4py.gguf.convert import CONVERTER_VERSION, convert_gguf
+    from tests.gguf.test_convert import write_gguf
+
+    source = write_gguf(tmp_path / "tiny-llama.gguf", "model-llama-Q8_0.gguf", "tokenizer-llama.gguf")
+    if kernel_library().available:  # the default conversion reads the file's bytes in place: not pushable
+        in_place = convert_gguf(source, tmp_path / "in-place")
+        with pytest.raises(UnsupportedModelError, match="tiny-llama.gguf in place"):
+            push(in_place, "me/tiny-llama-q8", token=TOKEN)
+    folder = convert_gguf(source, tmp_path / "converted", bits=32)  # float32: the folder holds its weights
+    push(folder, "me/tiny-llama-q8", token=TOKEN)
+    card = (_snapshot(hub, "me/tiny-llama-q8") / "README.md").read_text()
+    assert "converted from a GGUF file" in card and f"source digest (sha256): `{file_digest(source)}`" in card
+    assert f"converter version: `{CONVERTER_VERSION}`" in card
+    with OnnxTextGenerator.builder().model_path(folder).max_new_tokens(6).build() as local:
+        expected = local.generate("Hello").token_ids
+    with OnnxTextGenerator.builder().model_id("me/tiny-llama-q8").token(TOKEN).max_new_tokens(6).build() as remote:
+        assert remote.generate("Hello").token_ids == expected
