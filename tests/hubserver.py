@@ -13,7 +13,8 @@ The server implements just what huggingface_hub (0.2x/0.3x on ``requests``, 1.x/
 
 and for ``create_repo``, ``create_branch`` and ``create_commit`` / ``upload_folder``:
 
-- ``POST /api/repos/create`` (``{"name", "organization", "private"}``) -> ``{"url"}``; 409 when it exists
+- ``POST /api/repos/create`` (``{"name", "organization", "private"}``, or ``"visibility"`` from 2.0)
+  -> ``{"url"}``; 409 when it exists
 - ``POST /api/models/{org}/{name}/branch/{branch}`` -> a branch from main; 409 when it exists
 - ``POST /api/validate-yaml`` -> no errors (a README.md in a commit is checked first)
 - ``POST /api/models/{org}/{name}/preupload/{rev}`` -> ``uploadMode`` per file: ``lfs`` for the
@@ -26,7 +27,9 @@ and for ``create_repo``, ``create_branch`` and ``create_commit`` / ``upload_fold
   ``lfsFile`` by oid) -> ``{"commitUrl", "commitOid"}``
 
 No ``X-Xet-Hash`` header and no ``xetHash`` tree field is ever sent, so huggingface_hub
-(with or without hf_xet installed) downloads over plain HTTP from this server.
+(with or without hf_xet installed) downloads over plain HTTP from this server.  Uploads are LFS
+only, as on a Hub without Xet storage: huggingface_hub >= 1.0 uploads through Xet whenever hf_xet
+is installed, so upload tests turn it off (``HF_HUB_DISABLE_XET``).
 
 With ``tokens``, a request carrying any other bearer token is refused with 401, as the Hub
 refuses invalid credentials; writes need one of them, and a ``private`` repo is "not found"
@@ -323,7 +326,8 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 url = f"{hub.url}/{repo_id}"  # the Hub answers the existing repo's url with the 409
                 self._error(409, None, "You already created this model repo", True, url=url)
                 return
-            hub.repos[repo_id] = FakeRepo({}, private=bool(payload.get("private")))
+            private = bool(payload.get("private")) or payload.get("visibility") == "private"  # < 2.0, >= 2.0
+            hub.repos[repo_id] = FakeRepo({}, private=private)
             self._json({"url": f"{hub.url}/{repo_id}", "name": repo_id}, True)
 
         def _create_branch(self, repo_id: str, branch: str) -> None:

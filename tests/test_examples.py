@@ -88,6 +88,7 @@ def test_push_pull_example_round_trips_through_a_hub(tmp_path):
         "HF_HOME": str(tmp_path / "hf"),
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "PYTHONPATH": str(ROOT),  # this tree's inference4py, whichever one is installed
+        "HF_HUB_DISABLE_XET": "1",  # the fake Hub takes LFS uploads (huggingface_hub >= 1.0 would use Xet)
     }
     with FakeHub(tokens={"hf_example"}) as hub:
         proc = subprocess.run(

@@ -24,6 +24,9 @@ def hub(online, monkeypatch):
     import huggingface_hub.constants
     import huggingface_hub.file_download
 
+    # huggingface_hub >= 1.0 uploads through Xet whenever hf_xet is installed; the fake Hub speaks LFS (as a
+    # Hub without Xet storage does), so Xet is turned off, as HF_HUB_DISABLE_XET=1 does
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_XET", True, raising=False)
     with FakeHub(tokens={TOKEN}) as server:
         monkeypatch.setenv("HF_ENDPOINT", server.url)  # read at call time by push and resolve_checkpoint
         # huggingface_hub froze HF_ENDPOINT at import (its CommitInfo parses the commit URL against it):
@@ -31,7 +34,9 @@ def hub(online, monkeypatch):
         monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", server.url)
         template = server.url + "/{repo_id}/resolve/{revision}/{filename}"
         monkeypatch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
-        monkeypatch.setattr(huggingface_hub.file_download, "HUGGINGFACE_CO_URL_TEMPLATE", template)
+        monkeypatch.setattr(
+            huggingface_hub.file_download, "HUGGINGFACE_CO_URL_TEMPLATE", template, raising=False
+        )  # < 1.0
         yield server
 
 
