@@ -198,3 +198,8 @@ def test_requests_that_wait_are_scored_together_in_one_run(direct):
         q = i % len(REF["queries"])
         np.testing.assert_allclose(scores, REF["scores"][q], atol=1e-5, rtol=0)
         assert tokens == sum(len(ids) for ids in REF["input_ids"][REF["queries"][q]])
+
+
+def test_an_unknown_model_is_a_404(http):
+    response = http.post("/v1/rerank", json={"model": "nope", "query": "q", "documents": ["d"]})
+    assert response.status_code == 404 and response.json()["error"]["param"] == "model"
