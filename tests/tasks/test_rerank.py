@@ -116,3 +116,19 @@ def test_other_folders_are_refused_with_what_to_use(tmp_path):
     (several / "config.json").write_text(json.dumps(config))
     with pytest.raises(UnsupportedModelError, match="2 labels"):
         OnnxReranker.builder().model_path(several).build()
+
+
+XLMR = FOLDER.parent / "cross-encoder-xlmr"
+XLMR_REF = load_reference("reranker_xlmr")
+
+
+def test_the_bge_reranker_layout_xlm_roberta_without_token_types():
+    """As BAAI/bge-reranker-base: XLM-R's pair template, pad id 1, 2 positions more than tokens, no token_type_ids."""
+    assert model_kind(str(XLMR)).kind == "reranker"
+    with OnnxReranker.builder().model_path(XLMR).build() as reranker:
+        assert reranker.max_length == XLMR_REF["max_length"] == 64  # 66 positions hold 64 tokens
+        for q, query in enumerate(XLMR_REF["queries"]):
+            pairs = reranker.tokenize(query, XLMR_REF["documents"])
+            assert [list(p.ids) for p in pairs] == XLMR_REF["input_ids"][query]
+            scores = reranker.score(query, XLMR_REF["documents"], batch_size=3)
+            np.testing.assert_allclose(scores, XLMR_REF["scores"][q], atol=1e-5, rtol=0)
