@@ -33,7 +33,8 @@ is installed, so upload tests turn it off (``HF_HUB_DISABLE_XET``).
 
 With ``tokens``, a request carrying any other bearer token is refused with 401, as the Hub
 refuses invalid credentials; writes need one of them, and a ``private`` repo is "not found"
-(401 ``RepoNotFound``) without one.
+(404 ``RepoNotFound``) without one.  With ``namespaces`` (token -> the users or organisations it
+may write to), a write elsewhere is a 403.
 
 Errors carry the ``X-Error-Code`` header huggingface_hub maps to its exception
 types (``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``, ``GatedRepo``).
@@ -127,13 +128,19 @@ class FakeHub:
     """Context manager running the server in a daemon thread; ``url`` is its endpoint."""
 
     def __init__(
-        self, repos: Mapping[str, FakeRepo | Mapping[str, bytes]] | None = None, *, tokens: Collection[str] = ()
+        self,
+        repos: Mapping[str, FakeRepo | Mapping[str, bytes]] | None = None,
+        *,
+        tokens: Collection[str] = (),
+        namespaces: Mapping[str, Collection[str]] | None = None,
     ) -> None:
         self.repos = {
             repo_id: repo if isinstance(repo, FakeRepo) else FakeRepo(dict(repo))
             for repo_id, repo in (repos or {}).items()
         }
         self.tokens = set(tokens)  # accepted bearer tokens; empty: any token reads, none writes
+        # token -> the namespaces (users, organisations) it may write to; None: any
+        self.namespaces = {token: set(names) for token, names in namespaces.items()} if namespaces else None
         self.lfs: dict[str, bytes] = {}  # sha256 -> bytes uploaded through the LFS batch API
         self.lfs_threshold = 10 << 20
         self.commits: list[tuple[str, str, list[tuple[str, str]]]] = []  # (repo, revision, [(kind, path)])
@@ -256,6 +263,14 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return False
             return True
 
+        def _may_write(self, repo_id: str) -> bool:
+            """Whether the request's token may write to ``repo_id``'s namespace; a 403 when it may not."""
+            allowed = None if hub.namespaces is None else hub.namespaces.get(self._token() or "", set())
+            if allowed is None or repo_id.split("/")[0] in allowed:
+                return True
+            self._error(403, None, f"You don't have the rights to write to {repo_id}", True)
+            return False
+
         def _repo(self, repo_id: str, send_body: bool) -> FakeRepo | None:
             repo = hub.repos.get(repo_id)
             if repo is None or (repo.private and self._token() is None):
@@ -322,6 +337,8 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
 
         def _create_repo(self, payload: dict) -> None:
             repo_id = f"{payload['organization']}/{payload['name']}" if payload.get("organization") else payload["name"]
+            if not self._may_write(repo_id):
+                return
             if repo_id in hub.repos:
                 url = f"{hub.url}/{repo_id}"  # the Hub answers the existing repo's url with the 409
                 self._error(409, None, "You already created this model repo", True, url=url)
@@ -331,6 +348,8 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             self._json({"url": f"{hub.url}/{repo_id}", "name": repo_id}, True)
 
         def _create_branch(self, repo_id: str, branch: str) -> None:
+            if not self._may_write(repo_id):
+                return
             repo = self._repo(repo_id, True)
             if repo is None:
                 return
@@ -341,6 +360,8 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             self._json({}, True)
 
         def _preupload(self, repo_id: str, revision: str, payload: dict) -> None:
+            if not self._may_write(repo_id):
+                return
             if self._repo(repo_id, True) is None:
                 return
             files = []
@@ -352,6 +373,8 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             self._json({"files": files, "commitOid": None}, True)
 
         def _lfs_batch(self, repo_id: str, payload: dict) -> None:
+            if not self._may_write(repo_id):
+                return
             if self._repo(repo_id, True) is None:
                 return
             objects = []
@@ -363,6 +386,8 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             self._json({"transfer": "basic", "objects": objects}, True)
 
         def _commit(self, repo_id: str, revision: str, body: bytes) -> None:
+            if not self._may_write(repo_id):
+                return
             repo = self._repo(repo_id, True)
             if repo is None:
                 return

@@ -130,6 +130,16 @@ def test_a_bad_token_is_a_hub_error_naming_the_fix(hub):
     assert "me/tiny-gpt2" not in hub.repos
 
 
+def test_a_token_that_may_not_write_there_is_a_hub_error(online, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_XET", True, raising=False)
+    with FakeHub(tokens={TOKEN}, namespaces={TOKEN: {"me"}}) as server:
+        with pytest.raises(HubError, match="may not write to 'someone-else/model' .HTTP 403"):
+            push(FIXTURE, "someone-else/model", token=TOKEN, endpoint=server.url)
+        assert "someone-else/model" not in server.repos
+
+
 def test_no_token_at_all_is_refused_the_same_way(hub):
     with pytest.raises(HubError, match="HTTP 401"):
         push(FIXTURE, "me/tiny-gpt2", token=False)
