@@ -130,7 +130,7 @@ def model_card(
         "",
         f"# {repo_id.split('/')[-1]}",
         "",
-        f"An ONNX model folder for [inference4py](https://github.com/inference4py/inference4py) ({kind}"
+        f"An ONNX model folder for inference4py ({kind}"
         + (f", `{model_type}`" if model_type else "")
         + f"), pushed with inference4py {__version__}.",
         "",
