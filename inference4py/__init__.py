@@ -60,9 +60,15 @@ _EXPORTS: dict[str, str] = {
     "BatchedTextGenerator": "inference4py.tasks.batched",
     "OnnxEmbedder": "inference4py.tasks.embedding",
     "EmbedderBuilder": "inference4py.tasks.embedding",
+    "OnnxReranker": "inference4py.tasks.rerank",
+    "RerankerBuilder": "inference4py.tasks.rerank",
+    "RankedDocument": "inference4py.tasks.rerank",
     "VisionLanguageModel": "inference4py.tasks.vision_language",
     "VisionLanguageBuilder": "inference4py.tasks.vision_language",
     "PromptLookup": "inference4py.generation.speculative",
+    "push": "inference4py.publish",
+    "PushResult": "inference4py.hub",
+    "resolve_checkpoint": "inference4py.hub",
     "DraftModel": "inference4py.generation.speculative",
 }
 
@@ -85,6 +91,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from inference4py.generation.speculative import DraftModel as DraftModel
     from inference4py.generation.speculative import PromptLookup as PromptLookup
+    from inference4py.hub import PushResult as PushResult
+    from inference4py.hub import resolve_checkpoint as resolve_checkpoint
+    from inference4py.publish import push as push
     from inference4py.tasks.bart import BartSummarizer as BartSummarizer
     from inference4py.tasks.batched import BatchedTextGenerator as BatchedTextGenerator
     from inference4py.tasks.coedit import CoeditGrammarCorrector as CoeditGrammarCorrector
@@ -94,6 +103,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from inference4py.tasks.languages import Language as Language
     from inference4py.tasks.marian import MarianTranslator as MarianTranslator
     from inference4py.tasks.options import RequestOptions as RequestOptions
+    from inference4py.tasks.rerank import OnnxReranker as OnnxReranker
+    from inference4py.tasks.rerank import RankedDocument as RankedDocument
+    from inference4py.tasks.rerank import RerankerBuilder as RerankerBuilder
     from inference4py.tasks.seq2seq_base import TextOutput as TextOutput
     from inference4py.tasks.t5_sql import T5SqlGenerator as T5SqlGenerator
     from inference4py.tasks.text_generation import (

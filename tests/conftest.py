@@ -29,6 +29,18 @@ def _isolated_hf_cache(tmp_path_factory, monkeypatch):
     yield
 
 
+@pytest.fixture
+def online(monkeypatch):
+    """Offline mode off, also inside huggingface_hub (which froze HF_HUB_OFFLINE at import), for the tests
+    that talk to the fake Hub of tests/hubserver.py."""
+    from tests.hubserver import hub_client_online, reset_hub_client
+
+    hub_client_online(monkeypatch)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    yield
+    reset_hub_client()
+
+
 def load_reference(name: str) -> dict:
     with open(REFERENCES / f"{name}.json", encoding="utf-8") as fh:
         return json.load(fh)

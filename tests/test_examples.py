@@ -15,6 +15,7 @@ RUNS = {
     "generate.py": (["--model", f"{MODELS}/qwen2", "--prompt", "Hello", "--max-new-tokens", "8"], None),
     "chat.py": (["--model", f"{MODELS}/qwen2", "--max-new-tokens", "6"], "Hi there\nAnd then?\n\n"),
     "seq2seq_tasks.py": (["--fixtures", MODELS], None),
+    "rerank.py": (["--model", f"{MODELS}/cross-encoder"], None),
     "transcribe.py": (
         ["tests/fixtures/references/whisper/bursts.flac", "--model", f"{MODELS}/whisper", "--max-new-tokens", "12"],
         None,
@@ -27,7 +28,7 @@ def test_every_example_is_exercised():
     assert present <= set(RUNS) | EXTRA, f"examples without a test run: {present - set(RUNS) - EXTRA}"
 
 
-EXTRA: set[str] = {"genai_generate.py", "agent.py"}  # examples tested elsewhere or below
+EXTRA: set[str] = {"genai_generate.py", "agent.py", "push_pull.py"}  # examples tested elsewhere or below
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
@@ -40,7 +41,8 @@ def test_example_runs(name):
         text=True,
         capture_output=True,
         timeout=120,
-        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+        # this tree's inference4py, whichever one is installed
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "NO_PROXY": "127.0.0.1", "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip()
@@ -48,6 +50,8 @@ def test_example_runs(name):
         assert "prompt tokens" in proc.stdout
     if name == "chat.py":
         assert proc.stdout.count("assistant:") == 2
+    if name == "rerank.py":
+        assert "same ranking through the server: True" in proc.stdout
     if name == "seq2seq_tasks.py":
         for label in ("summary:", "German:", "corrected:", "SQL:"):
             assert label in proc.stdout
@@ -72,3 +76,30 @@ def test_agent_example_calls_the_tool_through_all_three_apis(tmp_path):
     assert sum(line.startswith("  tool get_weather(") for line in lines) == 3, proc.stdout
     answers = [line for line in lines if line.startswith("  answer: ")]
     assert len(answers) == 3 and len(set(answers)) == 1, proc.stdout  # greedy: one answer, whichever API
+
+
+def test_push_pull_example_round_trips_through_a_hub(tmp_path):
+    """examples/push_pull.py against the fake Hub of tests/hubserver.py (huggingface_hub reads HF_ENDPOINT)."""
+    from tests.hubserver import FakeHub
+
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "NO_PROXY": "127.0.0.1",
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "PYTHONPATH": str(ROOT),  # this tree's inference4py, whichever one is installed
+        "HF_HUB_DISABLE_XET": "1",  # the fake Hub takes LFS uploads (huggingface_hub >= 1.0 would use Xet)
+    }
+    with FakeHub(tokens={"hf_example"}) as hub:
+        proc = subprocess.run(
+            [sys.executable, "examples/push_pull.py", f"{MODELS}/gpt2", "me/tiny-gpt2", "--token", "hf_example"],
+            cwd=ROOT,
+            text=True,
+            capture_output=True,
+            timeout=120,
+            env={**env, "HF_ENDPOINT": hub.url},
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert "pushed 9 files to me/tiny-gpt2@main" in proc.stdout
+    assert "same ids as the local folder: True" in proc.stdout
+    assert hub.repos["me/tiny-gpt2"].files["model.onnx"] == (ROOT / MODELS / "gpt2" / "model.onnx").read_bytes()

@@ -24,7 +24,7 @@ from inference4py.errors import (
 )
 from inference4py.hub import pull, resolve_model_folder, select_model_files
 from inference4py.hub.download import _escape_pattern
-from tests.hubserver import FakeHub, FakeRepo, hub_client_online, populate_cache, reset_hub_client
+from tests.hubserver import FakeHub, FakeRepo, populate_cache
 
 # --------------------------------------------------------------------------- realistic listings
 
@@ -430,15 +430,6 @@ def test_pull_offline_returns_the_cached_snapshot():
 
 
 # --------------------------------------------------------------------------- downloads from a fake Hub
-
-
-@pytest.fixture
-def online(monkeypatch):
-    """Offline mode off, also inside huggingface_hub (which froze HF_HUB_OFFLINE at import)."""
-    hub_client_online(monkeypatch)
-    monkeypatch.delenv("HF_HUB_OFFLINE")
-    yield
-    reset_hub_client()
 
 
 def _tjs_repo() -> dict[str, bytes]:

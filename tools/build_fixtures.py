@@ -37,6 +37,7 @@ BUILDERS = {
     "logprobs": "tools.fixtures.logprobs",  # transformers' raw-logit log-probabilities (after decoder)
     "gguf_tokenizers": "tools.fixtures.gguf_tokenizers",
     "embedding": "tools.fixtures.embedding",  # tiny sentence-transformers BERT (onnx/model.onnx) + encode() vectors
+    "reranker": "tools.fixtures.reranker",  # tiny one-label BERT cross-encoder (onnx/model.onnx) + transformers' logits
     "gguf_models": "tools.fixtures.gguf_models",  # tiny GGUF decoders (F32/F16/Q8_0) + transformers' greedy ids  # tokenizer-only GGUFs + transformers / llama.cpp refs
     "gguf_moe": "tools.fixtures.gguf_moe",  # tiny MoE GGUFs by llama.cpp's convert_hf_to_gguf.py + greedy/beam ids
     "vision_language": "tools.fixtures.vision_language",  # tiny LLaVA in vision_encoder / embed_tokens / decoder parts

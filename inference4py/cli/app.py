@@ -17,7 +17,14 @@ from inference4py.cli.batch import _add_batch_arguments, _run_batch
 from inference4py.cli.convert import _add_convert_arguments, _run_convert
 from inference4py.cli.embed import _add_embed_arguments, _run_embed
 from inference4py.cli.generate import _CHAT_HELP, _add_chat_arguments, _add_generate_arguments, _run_chat, _run_generate
-from inference4py.cli.models import _add_inspect_arguments, _add_pull_arguments, _run_inspect, _run_pull
+from inference4py.cli.models import (
+    _add_inspect_arguments,
+    _add_pull_arguments,
+    _add_push_arguments,
+    _run_inspect,
+    _run_pull,
+    _run_push,
+)
 from inference4py.cli.rewrite import _add_optimize_arguments, _add_quantize_arguments, _run_optimize, _run_quantize
 from inference4py.cli.seq2seq import (
     _add_seq2seq_arguments,
@@ -100,6 +107,11 @@ COMMANDS: dict[str, Command] = {
         help="download a model into the Hugging Face cache and print its folder",
         add_arguments=_add_pull_arguments,
         run=_run_pull,
+    ),
+    "push": Command(
+        help="upload a model folder to a Hugging Face repo, with a model card saying what it is",
+        add_arguments=_add_push_arguments,
+        run=_run_push,
     ),
     "transcribe": Command(
         help="transcribe (or translate to English) an audio file with Whisper",

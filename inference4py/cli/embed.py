@@ -41,10 +41,10 @@ def _add_embed_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run_embed(args: argparse.Namespace) -> int:
     from inference4py import OnnxEmbedder
-    from inference4py.hub import resolve_model_folder
+    from inference4py.hub import resolve_checkpoint
 
     texts = list(args.texts) or [line.rstrip("\n") for line in sys.stdin]
-    builder = OnnxEmbedder.builder().model_path(resolve_model_folder(args.model)).truncate(not args.no_truncate)
+    builder = OnnxEmbedder.builder().model_path(resolve_checkpoint(args.model)).truncate(not args.no_truncate)
     if args.batch_size is not None:
         builder.batch_size(args.batch_size)
     with builder.build() as embedder:

@@ -1,4 +1,4 @@
-"""``inference4py pull`` and ``inference4py inspect``: download a model, show how a model folder is run.
+"""``inference4py pull``, ``push`` and ``inspect``: download a model, upload a folder, show how a folder is run.
 
 The library is imported inside the handlers.
 """
@@ -27,6 +27,33 @@ def _run_pull(args: argparse.Namespace) -> int:
 
     folder = pull(args.model, revision=args.revision, variant=args.variant)
     print(folder)
+    return EXIT_OK
+
+
+def _add_push_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folder", metavar="FOLDER", help="the model folder to upload (converted, fused, quantized...)")
+    parser.add_argument("repo_id", metavar="REPO_ID", help="the Hub repo: user/name or org/name (created if missing)")
+    parser.add_argument("--private", action="store_true", help="create the repo private")
+    parser.add_argument(
+        "--revision", metavar="BRANCH", help="the branch to commit to (created if missing; default main)"
+    )
+    parser.add_argument("--token", metavar="TOKEN", help="a write token (default: HF_TOKEN or the saved login)")
+    parser.add_argument("--message", metavar="TEXT", help="the commit message")
+
+
+def _run_push(args: argparse.Namespace) -> int:
+    from inference4py.publish import push
+
+    result = push(
+        args.folder,
+        args.repo_id,
+        private=args.private,
+        revision=args.revision,
+        token=args.token,
+        commit_message=args.message,
+    )
+    print(f"pushed {len(result.files)} files to {result.repo_id}@{result.revision}: commit {result.commit}")
+    print(result.url)
     return EXIT_OK
 
 
@@ -90,6 +117,6 @@ def _converted_or_downloaded(source: str, revision: str | None) -> Path:
         from inference4py import OnnxTextGenerator
 
         return OnnxTextGenerator.builder().model_path(source).resolve_folder()
-    from inference4py.hub import resolve_model_folder
+    from inference4py.hub import resolve_checkpoint
 
-    return resolve_model_folder(source, revision=revision)
+    return resolve_checkpoint(source, revision)

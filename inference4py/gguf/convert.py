@@ -132,7 +132,8 @@ def convert_gguf(
     if target.exists() and not overwrite:
         raise ConfigurationError(f"{target} already exists: choose another folder, or pass overwrite=True.")
     gguf = GGUFFile(path)
-    return _write(gguf, target, bits, digest=None, ggml=in_place(bits))
+    # the file's sha256 is recorded in the folder's marker: what a model card says it came from
+    return _write(gguf, target, bits, digest=file_digest(gguf.path), ggml=in_place(bits))
 
 
 def gguf_folder(path: str | os.PathLike[str], *, bits: int | None = None) -> Path:

@@ -13,6 +13,9 @@ time, see :mod:`inference4py.env`) and ``local_files_only=True`` serve models
 from the cache only.  When the Hub cannot be reached the cache is used as a
 fallback.
 
+:mod:`inference4py.hub.upload` is the other way: a folder to a repo, one commit
+(``inference4py.push`` adds the model card).
+
 Example:
     >>> from inference4py.hub import resolve_model_folder
     >>> folder = resolve_model_folder("inference4j/gpt2")  # doctest: +SKIP
@@ -25,12 +28,16 @@ from inference4py.hub.files import SUPPORT_FILES as SUPPORT_FILES
 from inference4py.hub.files import select_model_files as select_model_files
 from inference4py.hub.resolve import local_model_folder as local_model_folder
 from inference4py.hub.resolve import pull as pull
+from inference4py.hub.resolve import resolve_checkpoint as resolve_checkpoint
 from inference4py.hub.resolve import resolve_model_folder as resolve_model_folder
+from inference4py.hub.upload import PushResult as PushResult
 
 __all__ = [
     "SUPPORT_FILES",
     "KNOWN_VARIANTS",
+    "resolve_checkpoint",
     "resolve_model_folder",
+    "PushResult",
     "local_model_folder",
     "pull",
     "select_model_files",

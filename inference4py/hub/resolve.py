@@ -15,11 +15,11 @@ from inference4py.errors import ModelNotFoundError
 from inference4py.hub.download import _resolve_repo
 
 
-def resolve_model_folder(
-    model: str | os.PathLike[str],
-    *,
+def resolve_checkpoint(
+    id_or_path: str | os.PathLike[str],
     revision: str | None = None,
     token: str | bool | None = None,
+    *,
     local_files_only: bool = False,
     progress: bool = True,
     variant: str | None = None,
@@ -27,14 +27,14 @@ def resolve_model_folder(
 ) -> Path:
     """Turn a local folder or a Hub repo id into a local model folder.
 
-    An existing directory is returned as it is, without any hub call.  Anything
+    Every loader calls this (the task builders, the server, the CLI).  An existing directory is returned as it is, without any hub call.  Anything
     else must be a repo id (``"org/name"``): the files the model needs (see
     :func:`select_model_files`) are downloaded into the shared Hugging Face
     cache, or taken from it when offline, and the snapshot folder is returned
     (the genai sub-folder for repos holding several genai models).
 
     Args:
-        model: A local folder or a Hub repo id.
+        id_or_path: A local folder or a Hub repo id.
         revision: Branch, tag or commit hash; default the repo's main branch.
         token: Hub token for private/gated repos; None uses ``HF_TOKEN`` or the
             saved login, False sends none.
@@ -55,10 +55,10 @@ def resolve_model_folder(
             the repo is gated, or the download failed.
 
     Example:
-        >>> resolve_model_folder("inference4j/flan-t5-small")  # doctest: +SKIP
+        >>> resolve_checkpoint("inference4j/flan-t5-small", revision="main")  # doctest: +SKIP
         PosixPath('/home/me/.cache/huggingface/hub/models--inference4j--flan-t5-small/snapshots/3f2a...')
     """
-    text = os.fspath(model)
+    text = os.fspath(id_or_path)
     path = Path(text).expanduser()
     if path.is_dir():
         return path
@@ -81,6 +81,10 @@ def resolve_model_folder(
         variant=variant,
         endpoint=endpoint,
     )
+
+
+#: The older name of :func:`resolve_checkpoint`.
+resolve_model_folder = resolve_checkpoint
 
 
 def local_model_folder(path: str | os.PathLike[str]) -> Path:

@@ -47,6 +47,7 @@ from inference4py.serve.protocol import (
     template_messages,
 )
 from inference4py.serve.registry import ModelLeases, ModelRegistry
+from inference4py.serve.rerank import add_rerank_routes
 from inference4py.serve.responses import add_responses_routes
 from inference4py.serve.settings import ServerSettings
 from inference4py.serve.sse import sse
@@ -123,7 +124,7 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
 
     @app.exception_handler(StarletteHTTPException)
     async def _not_found(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        message = f"{request.method} {request.url.path}: {exc.detail}. Routes: /v1/models, /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens, /v1/embeddings, /v1/audio/transcriptions, /v1/audio/translations, /tokenize, /detokenize, /admin/models/{{name}}/load and /unload, /health, /metrics and the chat page at /."
+        message = f"{request.method} {request.url.path}: {exc.detail}. Routes: /v1/models, /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens, /v1/embeddings, /v1/rerank, /v1/audio/transcriptions, /v1/audio/translations, /tokenize, /detokenize, /admin/models/{{name}}/load and /unload, /health, /metrics and the chat page at /."
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return JSONResponse(_error(request, message, kind), status_code=exc.status_code)
 
@@ -167,6 +168,7 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
     add_admin_routes(app, registry)
     add_audio_routes(app, registry)
     add_embedding_routes(app, registry)
+    add_rerank_routes(app, registry)
     add_messages_routes(app, registry)
     add_responses_routes(app, registry, stored=s.responses_store)
     add_page_route(app)

@@ -55,6 +55,8 @@ async def text_worker(models: ModelRegistry, name: str, route: str, request: Req
     kind = models.kind(name)
     if kind == "embedding":
         raise ApiError(400, f"{name!r} is an embedding model: send its input to /v1/embeddings.", "model")
+    if kind == "reranker":
+        raise ApiError(400, f"{name!r} is a reranker: send a query and documents to /v1/rerank.", "model")
     if kind == "speech":
         raise ApiError(
             400,

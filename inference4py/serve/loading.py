@@ -21,9 +21,10 @@ from typing import Any
 
 from inference4py.engine.pipeline import GENAI_CONFIG, PipelineSpec, load_pipeline
 from inference4py.errors import ConfigurationError, Inference4pyError
-from inference4py.hub import resolve_model_folder
+from inference4py.hub import resolve_checkpoint
 from inference4py.tasks.embedding import OnnxEmbedder
 from inference4py.tasks.kinds import Kind, is_whisper_source, model_kind
+from inference4py.tasks.rerank import OnnxReranker
 from inference4py.tasks.seq2seq_base import Seq2SeqTask
 from inference4py.tasks.text_generation import OnnxTextGenerator
 from inference4py.tasks.whisper import WhisperSpeechModel
@@ -86,7 +87,11 @@ def _folder_kind(folder: Path) -> tuple[Kind | None, str]:
     """The kind of model in ``folder``, or None and why it holds none."""
     try:
         found = model_kind(str(folder))
-        if found.kind == "embedding" or found.spec is not None or (found.kind == "speech" and found.folder is None):
+        if (
+            found.kind in ("embedding", "reranker")
+            or found.spec is not None
+            or (found.kind == "speech" and found.folder is None)
+        ):
             return found.kind, ""
         load_pipeline(folder)  # raises what model_kind kept quiet about
     except Inference4pyError as exc:
@@ -98,8 +103,8 @@ def load_model(model: str, *, kv_cache: str = "float", chat_template: str | None
     """The task object of one model source (a folder, a hub id, a GGUF file or ``pip:NAME``), by its kind.
 
     Whisper becomes a ``WhisperSpeechModel`` (the audio routes), another encoder-decoder model a
-    ``Seq2SeqTask`` (``/v1/completions``), a sentence encoder an ``OnnxEmbedder`` (``/v1/embeddings``),
-    anything else an ``OnnxTextGenerator`` (a GGUF source is converted once into the cache), whose KV
+    ``Seq2SeqTask`` (``/v1/completions``), a sentence encoder an ``OnnxEmbedder`` (``/v1/embeddings``), a
+    cross-encoder an ``OnnxReranker`` (``/v1/rerank``), anything else an ``OnnxTextGenerator`` (a GGUF source is converted once into the cache), whose KV
     cache is ``kv_cache`` (``"float"`` or ``"int8"``: ``TextGeneratorBuilder.kv_cache``) and whose chat
     template is ``chat_template`` (a Jinja template; None: the folder's).
 
@@ -118,6 +123,8 @@ def load_model(model: str, *, kv_cache: str = "float", chat_template: str | None
         return _text_generator(model, kv_cache, chat_template)
     if found.kind == "embedding":
         return OnnxEmbedder.builder().model_path(found.folder).build()
+    if found.kind == "reranker":
+        return OnnxReranker.builder().model_path(found.folder).build()
     if found.kind == "speech" and found.spec is not None:
         return speech_model(model, found.folder, found.spec)
     if found.kind == "encoder-decoder":
@@ -142,12 +149,12 @@ def load_speech_model(model: str) -> WhisperSpeechModel | None:
     the model is built only when it passes.
 
     Raises:
-        ModelNotFoundError, HubError: as :func:`inference4py.hub.resolve_model_folder`.
+        ModelNotFoundError, HubError: as :func:`inference4py.hub.resolve_checkpoint`.
         ConfigurationError: an onnxruntime-genai Whisper export, which the native engine does not run.
     """
     if is_whisper_source(model):
         return WhisperSpeechModel.builder().model_path(model).build()  # a Whisper file, converted once
-    folder = resolve_model_folder(model)
+    folder = resolve_checkpoint(model)
     try:
         spec = load_pipeline(folder)
     except Inference4pyError:
@@ -177,6 +184,8 @@ def kind_of(model: Any) -> Kind:
     """The kind of a loaded model: what :func:`load_model` would have built it from."""
     if isinstance(model, OnnxEmbedder):
         return "embedding"
+    if isinstance(model, OnnxReranker):
+        return "reranker"
     if isinstance(model, WhisperSpeechModel):
         return "speech"
     if isinstance(model, OnnxTextGenerator):

@@ -289,6 +289,32 @@ class EmbeddingRequest(BaseModel):
         return sorted(self.model_extra or {})
 
 
+class RerankDocument(BaseModel):
+    """A document as Jina's and Cohere's clients may send it: an object with its text."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    text: str
+
+
+class RerankRequest(BaseModel):
+    """The rerank request of llama-server, Jina and Cohere (``/v1/rerank``)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    model: str | None = None  # None: the one reranker served
+    query: str
+    documents: list[str | RerankDocument]
+    top_n: int | None = Field(default=None, ge=1)
+    return_documents: bool = False
+
+    def texts(self) -> list[str]:
+        return [doc if isinstance(doc, str) else doc.text for doc in self.documents]
+
+    def unknown_fields(self) -> list[str]:
+        return sorted(self.model_extra or {})
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
 

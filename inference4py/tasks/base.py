@@ -99,6 +99,15 @@ class ModelSourceBuilder:
         self._threads = threads
         return self
 
+    def _source_parts(self) -> list[str]:
+        """The preset and where the model comes from, as ``name=value`` for a builder's ``__repr__``."""
+        parts = [f"preset={self._preset!r}"] if self._preset else []
+        if self._model_id:
+            parts.append(f"model_id={self._model_id!r}")
+        if self._model_path:
+            parts.append(f"model_path={self._model_path!r}")
+        return parts
+
     # ------------------------------------------------------------------ resolving
     def _source(self) -> tuple[str | None, str | None]:
         return self._model_id, self._model_path
@@ -114,10 +123,10 @@ class ModelSourceBuilder:
                 f"No model chosen{' for preset ' + self._preset if self._preset else ''}: call "
                 ".model_id('org/name') or .model_path('folder') before build()."
             )
-        return hub.resolve_model_folder(
+        return hub.resolve_checkpoint(
             self._model_id,
-            revision=self._revision,
-            token=self._token,
+            self._revision,
+            self._token,
             local_files_only=self._local_files_only,
             variant=self._variant,
         )
@@ -272,11 +281,7 @@ class GenerationBuilder(ModelSourceBuilder, Generic[T]):
         return self._task._from_builder(self)
 
     def __repr__(self) -> str:
-        parts = [f"preset={self._preset!r}"] if self._preset else []
-        if self._model_id:
-            parts.append(f"model_id={self._model_id!r}")
-        if self._model_path:
-            parts.append(f"model_path={self._model_path!r}")
+        parts = self._source_parts()
         parts += [f"{k}={v!r}" for k, v in self._preset_fields.items() if v is not None and k != "chat_template"]
         parts += [f"{k}={v!r}" for k, v in self._generation.items()]
         return f"{type(self).__name__}({', '.join(parts)})"

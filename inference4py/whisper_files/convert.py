@@ -112,7 +112,8 @@ def convert_whisper(source: str | os.PathLike[str], out: str | os.PathLike[str],
     target = Path(out).expanduser()
     if target.exists() and not overwrite:
         raise ConfigurationError(f"{target} already exists: choose another folder, or pass overwrite=True.")
-    return _write(find_whisper_file(source), target, None)
+    found = find_whisper_file(source)
+    return _write(found, target, _digest(found))  # the digest is recorded: what a model card says it came from
 
 
 def whisper_folder(source: str | os.PathLike[str]) -> Path:

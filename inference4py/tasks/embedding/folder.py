@@ -16,6 +16,7 @@ from typing import Any
 from inference4py.engine.pipeline import DESCRIPTION_FILE, load_pipeline
 from inference4py.errors import ModelFilesMissingError, ModelLoadError, UnsupportedModelError
 from inference4py.tasks.embedding.pooling import POOLING_MODES
+from inference4py.tasks.encoder import encoder_graph
 
 __all__ = [
     "POOLED_OUTPUT",
@@ -134,7 +135,6 @@ def find_graph(folder: Path, variant: str | None = None) -> Path:
         ModelFilesMissingError: neither exists; the message lists the ONNX files that do.
         UnsupportedModelError: the folder's description is a generation pipeline.
     """
-    name = "model.onnx" if variant in (None, "", "fp32") else f"model_{variant}.onnx"
     if variant in (None, "", "fp32") and (folder / DESCRIPTION_FILE).is_file():
         spec = load_pipeline(folder)  # a description names the graph: a single-pass pipeline's session
         if spec.has("decoder"):
@@ -143,18 +143,12 @@ def find_graph(folder: Path, variant: str | None = None) -> Path:
                 'not a sentence encoder: an embedder needs "extends": "single-pass" (one init session).'
             )
         return spec.path("encoder")
-    for candidate in (folder / name, folder / "onnx" / name):
-        if candidate.is_file():
-            return candidate
-    found = sorted(p.relative_to(folder).as_posix() for p in [*folder.glob("*.onnx"), *folder.glob("onnx/*.onnx")])
-    listing = f"ONNX files found: {', '.join(found)}." if found else "The folder has no .onnx file at all."
-    raise ModelFilesMissingError(
-        f"No {name} in {folder} nor in {folder / 'onnx'}. {listing} Pass the folder of a sentence-transformers "
-        "model exported to ONNX (e.g. `optimum-cli export onnx --model sentence-transformers/all-MiniLM-L6-v2 "
-        "--task feature-extraction DIR`, then copy modules.json, sentence_bert_config.json and 1_Pooling/ into DIR)"
-        + (", or choose an existing precision with variant=..." if found else "")
-        + ".",
-        [name],
+    return encoder_graph(
+        folder,
+        variant,
+        how_to_export="Pass the folder of a sentence-transformers model exported to ONNX (e.g. `optimum-cli export "
+        "onnx --model sentence-transformers/all-MiniLM-L6-v2 --task feature-extraction DIR`, then copy modules.json, "
+        "sentence_bert_config.json and 1_Pooling/ into DIR)",
     )
 
 

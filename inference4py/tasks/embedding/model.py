@@ -20,12 +20,12 @@ from inference4py.tasks.embedding.folder import (
     read_sentence_config,
 )
 from inference4py.tasks.embedding.pooling import check_modes, l2_normalize, pool
+from inference4py.tasks.encoder import ENCODER_INPUTS, fast_tokenizer, padded_feeds
 
 __all__ = ["EmbedderBuilder", "OnnxEmbedder"]
 
 _log = logging.getLogger("inference4py.embedding")
 
-_KNOWN_INPUTS = frozenset({"input_ids", "attention_mask", "token_type_ids", "position_ids"})
 _DEFAULT_BATCH = 32
 
 B = TypeVar("B", bound="EmbedderBuilder")
@@ -83,11 +83,7 @@ class EmbedderBuilder(ModelSourceBuilder):
         return OnnxEmbedder._from_builder(self)
 
     def __repr__(self) -> str:
-        parts = [f"preset={self._preset!r}"] if self._preset else []
-        if self._model_id:
-            parts.append(f"model_id={self._model_id!r}")
-        if self._model_path:
-            parts.append(f"model_path={self._model_path!r}")
+        parts = self._source_parts()
         for name in ("variant", "pooling", "normalize", "max_seq_length"):
             value = getattr(self, "_" + name)
             if value is not None:
@@ -173,21 +169,13 @@ class OnnxEmbedder(ClosableTask):
 
     @classmethod
     def _from_builder(cls, builder: EmbedderBuilder) -> OnnxEmbedder:
-        from inference4py.tokenization import load_tokenizer
-        from inference4py.tokenization.fast import FastTokenizer
-
         folder = builder.resolve_folder()
         graph = find_graph(folder, builder._variant)
         config = read_sentence_config(folder)
-        tokenizer = load_tokenizer(folder)
-        if not isinstance(tokenizer, FastTokenizer):
-            raise UnsupportedModelError(
-                f"{folder} has no tokenizer.json; OnnxEmbedder reads the tokenizer from tokenizer.json. "
-                "Save the model's tokenizer with a recent transformers (tokenizer.save_pretrained) into the folder."
-            )
+        tokenizer = fast_tokenizer(folder, "OnnxEmbedder")
         session = create_session(graph, builder.session_options())
         inputs, outputs = graph_inputs(session), graph_outputs(session)
-        if "input_ids" not in inputs or set(inputs) - _KNOWN_INPUTS:
+        if "input_ids" not in inputs or set(inputs) - ENCODER_INPUTS:
             raise UnsupportedModelError(
                 f"{graph.name} takes {', '.join(inputs)}; a sentence encoder takes input_ids and optionally "
                 f"attention_mask, token_type_ids, position_ids. For text generation use OnnxTextGenerator."
@@ -328,20 +316,7 @@ class OnnxEmbedder(ClosableTask):
 
     def _run(self, rows: list[list[int]]) -> np.ndarray:
         """One onnxruntime run over right-padded rows -> pooled ``[rows, dim]``."""
-        width = max(len(r) for r in rows)
-        ids = np.full((len(rows), width), self._pad, dtype=np.int64)  # [batch, seq]
-        mask = np.zeros((len(rows), width), dtype=np.int64)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)] = row
-            mask[i, : len(row)] = 1
-        feeds: dict[str, np.ndarray] = {"input_ids": ids}
-        if "attention_mask" in self._inputs:
-            feeds["attention_mask"] = mask
-        if "token_type_ids" in self._inputs:
-            feeds["token_type_ids"] = np.zeros_like(ids)
-        if "position_ids" in self._inputs:
-            feeds["position_ids"] = np.broadcast_to(np.arange(width, dtype=np.int64), ids.shape).copy()
-        feeds = {k: v.astype(self._inputs[k].dtype, copy=False) for k, v in feeds.items()}
+        feeds, mask = padded_feeds(rows, self._inputs, self._pad)
         (out,) = run_session(self._session, feeds, [self._output], what="sentence encoder")
         if self.pooling is None:
             return np.asarray(out, dtype=np.float32)
