@@ -184,10 +184,14 @@ def create_session(
         source = path.read_bytes()
     try:
         if per_provider is not None:
-            return ort.InferenceSession(
+            session = ort.InferenceSession(
                 source, sess_options=ort_options, providers=providers, provider_options=per_provider
             )
-        return ort.InferenceSession(source, sess_options=ort_options, providers=providers)
+        else:
+            session = ort.InferenceSession(source, sess_options=ort_options, providers=providers)
+        if weights is not None:
+            _warm_up(session)
+        return session
     except Exception as exc:  # onnxruntime raises several private exception types
         text = str(exc)
         if DOMAIN in text or "GgmlMatMul" in text or "GgmlGather" in text:
@@ -206,6 +210,26 @@ def create_session(
             f"Could not load {path} as an ONNX model: {text.strip()[:300]}. The file is probably corrupt or "
             "incomplete: delete it and download the model again."
         ) from exc
+
+
+def _warm_up(session: ort.InferenceSession) -> None:
+    """One step of one token through a decoder whose weights are a GGUF file's, in place, as part of loading.
+
+    The compiled operators repack some block types on their first run (:mod:`inference4py.engine.kernels`);
+    this makes that part of the load, not of the first request.  The inputs are the decoder's own:
+    ``input_ids`` / ``position_ids`` ``[1, 1]``, ``attention_mask`` ``[1, 1]`` of ones, an empty cache
+    (``[1, heads, 0, head_dim]``), one logit kept.
+    """
+    feeds: dict[str, np.ndarray] = {}
+    for info in graph_inputs(session).values():
+        if len(info.shape) == 0:
+            feeds[info.name] = np.array(1, dtype=info.dtype)
+        elif len(info.shape) == 4:  # a cache: no past tokens
+            feeds[info.name] = np.zeros((1, info.dim(1) or 1, 0, info.dim(3) or 1), dtype=info.dtype)
+        else:
+            fill = 1 if info.name == "attention_mask" else 0
+            feeds[info.name] = np.full([1] * len(info.shape), fill, dtype=info.dtype)
+    session.run(None, feeds)
 
 
 def shrinking_run() -> ort.RunOptions:

@@ -24,9 +24,14 @@ from tests.conftest import MODELS
 
 
 def _generates(folder: Path) -> bool:
-    """A folder with a graph that outputs logits (not a single-pass model such as a sentence encoder)."""
+    """A folder with a graph that outputs logits (not a single-pass model such as a sentence encoder, nor a
+    cross-encoder, whose logits are its classes' scores)."""
     from inference4py.engine.graph_io import read_graph_io
 
+    config = folder / "config.json"
+    architectures = json.loads(config.read_text(encoding="utf-8")).get("architectures", []) if config.is_file() else []
+    if any(a.endswith("ForSequenceClassification") for a in architectures):
+        return False
     return any((io := read_graph_io(f)) is not None and "logits" in io[1] for f in folder.rglob("*.onnx"))
 
 
