@@ -2,6 +2,7 @@
 // when an operator first runs; and the file's own pages given back once a weight is repacked.
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -15,6 +16,11 @@ namespace i4p {
 size_t packed_group_bytes(int type, int k) {
     if (type == T_Q4_K) return sizeof(BlockQ4Kx8) * static_cast<size_t>(k / QK_K);
     if (type == T_Q6_K) return sizeof(BlockQ6Kx8) * static_cast<size_t>(k / QK_K);
+    const size_t blocks = static_cast<size_t>(k / QK);
+    if (type == T_Q4_0) return sizeof(BlockQ4_0x8) * blocks;
+    if (type == T_Q4_1) return sizeof(BlockQ4_1x8) * blocks;
+    if (type == T_Q5_0) return sizeof(BlockQ5_0x8) * blocks;
+    if (type == T_Q8_0) return sizeof(BlockQ8_0x8) * blocks;
     return 0;
 }
 
@@ -50,6 +56,22 @@ void repack_q6_k(const uint8_t* w, size_t w_stride, int nb, BlockQ6Kx8* out) {
     }
 }
 
+// the 32-value types: each row's scale fields as stored, its code bytes four at a time into its lane
+template <typename Out, typename In>
+void repack_32(const uint8_t* w, size_t w_stride, int nb, Out* out) {
+    constexpr int kGroups = sizeof(Out::qs) / sizeof(Out::qs[0]);
+    for (int b = 0; b < nb; ++b) {
+        Out& o = out[b];
+        for (int i = 0; i < kPackRows; ++i) {
+            const In& x = reinterpret_cast<const In*>(w + i * w_stride)[b];
+            o.d[i] = x.d;
+            if constexpr (std::is_same_v<In, BlockQ4_1>) o.m[i] = x.m;
+            if constexpr (std::is_same_v<In, BlockQ5_0>) std::memcpy(&o.qh[i], x.qh, 4);
+            for (int g = 0; g < kGroups; ++g) std::memcpy(&o.qs[g][4 * i], x.qs + 4 * g, 4);
+        }
+    }
+}
+
 }  // namespace
 
 void repack_rows(int type, const uint8_t* w, size_t w_stride, int first, int count, int k, uint8_t* out) {
@@ -58,6 +80,11 @@ void repack_rows(int type, const uint8_t* w, size_t w_stride, int first, int cou
         const uint8_t* rows = w + static_cast<size_t>(g) * kPackRows * w_stride;
         if (type == T_Q4_K) repack_q4_k(rows, w_stride, k / QK_K, reinterpret_cast<BlockQ4Kx8*>(out + g * group));
         if (type == T_Q6_K) repack_q6_k(rows, w_stride, k / QK_K, reinterpret_cast<BlockQ6Kx8*>(out + g * group));
+        uint8_t* o = out + g * group;
+        if (type == T_Q4_0) repack_32<BlockQ4_0x8, BlockQ4_0>(rows, w_stride, k / QK, reinterpret_cast<BlockQ4_0x8*>(o));
+        if (type == T_Q4_1) repack_32<BlockQ4_1x8, BlockQ4_1>(rows, w_stride, k / QK, reinterpret_cast<BlockQ4_1x8*>(o));
+        if (type == T_Q5_0) repack_32<BlockQ5_0x8, BlockQ5_0>(rows, w_stride, k / QK, reinterpret_cast<BlockQ5_0x8*>(o));
+        if (type == T_Q8_0) repack_32<BlockQ8_0x8, BlockQ8_0>(rows, w_stride, k / QK, reinterpret_cast<BlockQ8_0x8*>(o));
     }
 }
 
