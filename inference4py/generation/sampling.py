@@ -30,7 +30,7 @@ from inference4py.generation.processors import (
     min_tokens_to_keep,
 )
 
-__all__ = ["Sampler", "choose_token", "make_sampler", "make_rng", "greedy", "nan_logits_error"]
+__all__ = ["Sampler", "choose_token", "choose_tokens", "make_sampler", "make_rng", "greedy", "nan_logits_error"]
 
 Sampler = Callable[[np.ndarray, np.random.Generator], np.ndarray]
 """``(scores float32 [batch, vocab], rng) -> token ids int64 [batch]``."""
@@ -70,6 +70,18 @@ def choose_token(sampler: Sampler, scores: np.ndarray, rng: np.random.Generator,
     if scores[0, token] != scores[0, token]:  # NaN: argmax and the samplers pick NaN scores first
         raise nan_logits_error(step)
     return token
+
+
+def choose_tokens(sampler: Sampler, scores: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """:func:`choose_token` for rows that share one sampler call: ``scores`` ``[rows, vocab]`` -> ids ``[rows]``.
+
+    One vectorised draw for every row (one uniform number per row, in row order); NaN scores are refused.
+    """
+    tokens = np.asarray(sampler(scores, rng), dtype=np.int64)
+    picked = scores[np.arange(tokens.shape[0]), tokens]
+    if np.isnan(picked).any():  # argmax and the samplers pick NaN scores first
+        raise nan_logits_error()
+    return tokens
 
 
 def make_sampler(config: GenerationConfig) -> Sampler:

@@ -13,7 +13,7 @@ import soundfile as sf
 from inference4py import Segment, Transcription, WhisperSpeechModel
 from inference4py.audio import SAMPLE_RATE, load_audio, log_mel_spectrogram
 from inference4py.cli import main
-from inference4py.errors import AudioError, ConfigurationError, UnsupportedModelError
+from inference4py.errors import AudioError, ConfigurationError, InferenceError, UnsupportedModelError
 from inference4py.tasks.whisper import WhisperTimestampRules, language_code, split_segments
 from inference4py.tasks.whisper.prompt import decoder_prompt
 from tests.conftest import FIXTURES, MODELS, load_reference
@@ -146,6 +146,20 @@ def test_language_detection(asr):
     before = asr._parts.backend.encoder_runs
     _run(asr, CASES["tone-detect"])
     assert asr._parts.backend.encoder_runs - before == 1
+
+
+def test_language_detection_chooses_through_choose_token(asr):
+    vocab = asr._parts.vocab
+    ids = list(vocab.lang_to_id.values())
+    logits = np.zeros(max(ids) + 10, dtype=np.float32)
+    logits[ids[3]] = 2.0
+    logits[max(ids) + 5] = 9.0  # not a language: never chosen
+    assert vocab.most_likely_language(logits) == ids[3]
+    logits[ids[1]] = 2.0  # a tie: the lower id, as torch.argmax
+    assert vocab.most_likely_language(logits) == min(ids[1], ids[3])
+    logits[ids[7]] = np.nan
+    with pytest.raises(InferenceError, match="NaN logits"):
+        vocab.most_likely_language(logits)
 
 
 def test_builder_settings_are_call_defaults(tmp_path):

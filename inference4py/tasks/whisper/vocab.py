@@ -20,8 +20,11 @@ import numpy as np
 
 from inference4py.errors import ConfigurationError, UnsupportedModelError
 from inference4py.generation.config import read_generation_defaults
+from inference4py.generation.sampling import choose_token, greedy, make_rng
 from inference4py.tasks.languages import Language
 from inference4py.tokenization import Tokenizer
+
+_NO_RANDOMNESS = make_rng(0)  # greedy draws nothing; choose_token takes a generator all the same
 
 TASKS = ("transcribe", "translate")
 
@@ -293,9 +296,15 @@ class WhisperVocab:
         )
 
     def most_likely_language(self, logits: np.ndarray) -> int:
-        """The language token with the highest logit (``logits``: ``[vocab]``); first on ties, like torch."""
+        """The language token with the highest logit (``logits``: ``[vocab]``); lowest id on ties, like torch.
+
+        Every other token is masked, then the token is chosen as every token is
+        (:func:`~inference4py.generation.sampling.choose_token`, greedy): NaN logits are refused.
+        """
         ids = np.fromiter(self.lang_to_id.values(), dtype=np.int64)
-        return int(ids[np.argmax(logits[ids])])
+        scores = np.full((1, logits.shape[-1]), -np.inf, dtype=np.float32)  # [1, vocab]
+        scores[0, ids] = logits[ids]
+        return choose_token(greedy, scores, _NO_RANDOMNESS)
 
     def language_of(self, token_id: int) -> str | None:
         for code, i in self.lang_to_id.items():
