@@ -38,9 +38,10 @@ import numpy as np
 
 from inference4py.errors import ConfigurationError, InvalidInputError
 from inference4py.generation.config import GenerationConfig
-from inference4py.generation.processors import LogitsProcessor, apply_processors, log_softmax, make_logits_warpers
+from inference4py.generation.processors import LogitsProcessor, apply_processors, log_softmax
 from inference4py.generation.sampling import Sampler
 from inference4py.generation.search import RowsChooser
+from inference4py.generation.warping import make_logits_warpers
 
 __all__ = [
     "Hypothesis",
