@@ -52,8 +52,8 @@ from inference4py.tasks.whisper.results import Transcription as Transcription
 from inference4py.tasks.whisper.results import Word as Word
 from inference4py.tasks.whisper.timestamps import WhisperTimestampRules as WhisperTimestampRules
 from inference4py.tasks.whisper.vocab import TASKS as TASKS
-from inference4py.tasks.whisper.vocab import WHISPER_LANGUAGES as WHISPER_LANGUAGES
 from inference4py.tasks.whisper.vocab import language_code as language_code
+from inference4py.whisper_files.vocabulary import WHISPER_LANGUAGES as WHISPER_LANGUAGES
 
 __all__ = [
     "WhisperSpeechModel",
