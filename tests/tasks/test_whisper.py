@@ -162,6 +162,36 @@ def test_language_detection_chooses_through_choose_token(asr):
         vocab.most_likely_language(logits)
 
 
+def test_transcribe_options_are_typed_once_and_equal_the_keywords(asr):
+    from inference4py.tasks.whisper import LongformOptions, TranscribeOptions
+
+    defaults, longform = TranscribeOptions(), LongformOptions()
+    assert (defaults.compression_ratio_threshold, defaults.logprob_threshold, defaults.no_speech_threshold) == (
+        longform.compression_ratio_threshold,
+        longform.logprob_threshold,
+        longform.no_speech_threshold,
+    )
+    assert defaults.best_of == longform.best_of
+    options, rest = TranscribeOptions.from_keywords({"temperature": [0.0, 0.4], "best_of": 2, "seed": 1})
+    assert options == TranscribeOptions(temperature=(0.0, 0.4), best_of=2) and rest == {"seed": 1}
+    audio = (clips()["chirp"], SAMPLE_RATE)
+    by_keywords = asr.transcribe(audio, temperature=(0.0, 0.4), best_of=2, max_new_tokens=12, seed=1)
+    typed = asr.transcribe(audio, options=options, max_new_tokens=12, seed=1)
+    assert typed.token_ids == by_keywords.token_ids and typed.text == by_keywords.text
+    over = asr.transcribe(
+        audio, options=TranscribeOptions(temperature=1.0), temperature=(0.0, 0.4), best_of=2, max_new_tokens=12, seed=1
+    )
+    assert over.token_ids == by_keywords.token_ids  # a keyword wins over the options object
+    for bad, match in (
+        ({"initial_prompt": "a", "prompt_ids": [1]}, "not both"),
+        ({"hallucination_silence_threshold": 2.0}, "word_timestamps"),
+        ({"best_of": 0}, "best_of"),
+        ({"temperature": "hot"}, "temperature"),
+    ):
+        with pytest.raises(ConfigurationError, match=match):
+            TranscribeOptions(**bad)
+
+
 def test_builder_settings_are_call_defaults(tmp_path):
     case = CASES["noise-translate-fr"]
     with (
