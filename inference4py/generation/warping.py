@@ -194,7 +194,7 @@ def make_logits_warpers(config: GenerationConfig) -> list[LogitsProcessor]:
 class Warping:
     """The warp of one sampling config over candidate tokens (the sampler's; see the module doc)."""
 
-    __slots__ = ("temperature", "top_k", "top_p", "min_p", "min_tokens_to_keep", "_top_p_cut")
+    __slots__ = ("temperature", "top_k", "top_p", "min_p", "min_tokens_to_keep")
 
     def __init__(self, *, temperature: float, top_k: int, top_p: float, min_p: float, min_tokens_to_keep: int) -> None:
         self.temperature = temperature
@@ -202,7 +202,6 @@ class Warping:
         self.top_k = max(top_k, min_tokens_to_keep) if top_k > 0 else 0
         self.top_p = top_p
         self.min_p = min_p
-        self._top_p_cut = np.float32(1.0 - top_p)  # top-p removes cumulative probabilities <= this
 
     @classmethod
     def of(cls, config: GenerationConfig) -> Warping:
@@ -281,9 +280,8 @@ class Warping:
         every array holds the values the batch path computes, in the same order
         (float32 sums depend on positions), so the token is the one the batch path
         draws from the same generator (sampling.py); tests/generation/test_sampling.py checks it.
-        Shortcuts that keep the values: candidates sorted ascending have their
-        maximum last, and top-p's cumulative sums only grow, so top-p removes a
-        prefix.  Returns None for a row the batch path must take: NaN scores (the batch
+        The filters are the batch path's own (:func:`_top_p_remove_sorted`,
+        :func:`_min_p_remove`) on the row as a batch of one.  Returns None for a row the batch path must take: NaN scores (the batch
         path ranks NaN highest, a comparison never does), no finite score, or k >= vocab.
         """
         s = np.asarray(row, dtype=np.float32)
@@ -308,12 +306,8 @@ class Warping:
         vals = vals[order]  # [width], a new array: changed in place below
         width = vals.shape[0]
         keep = self.min_tokens_to_keep
-        if self.top_p < 1.0:  # _top_p_remove_sorted on one row
-            e = np.exp(vals - highest)
-            probs = e / e.sum()
-            cumulative32 = probs.cumsum(dtype=np.float64).astype(np.float32)
-            removed = int(cumulative32.searchsorted(self._top_p_cut, side="right"))
-            vals[: min(removed, width - keep)] = _NEG_INF
+        if self.top_p < 1.0:
+            vals[_top_p_remove_sorted(vals[None, :], self.top_p, keep)[0]] = _NEG_INF
         if self.min_p > 0.0:
             remove = _min_p_remove(vals[None, :], self.min_p)[0]
             remove[width - keep :] = False
