@@ -32,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     "WhisperSpeechModel": "inference4py.tasks.whisper",
     "Transcription": "inference4py.tasks.whisper",
     "Segment": "inference4py.tasks.whisper",
+    "TranscribeOptions": "inference4py.tasks.whisper",
     "summarize": "inference4py._quick",
     "translate": "inference4py._quick",
     "correct": "inference4py._quick",
@@ -118,6 +119,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from inference4py.tasks.vision_language import VisionLanguageModel as VisionLanguageModel
     from inference4py.tasks.whisper import (
         Segment as Segment,
+    )
+    from inference4py.tasks.whisper import (
+        TranscribeOptions as TranscribeOptions,
     )
     from inference4py.tasks.whisper import (
         Transcription as Transcription,

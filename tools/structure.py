@@ -12,7 +12,9 @@ What it counts, from the source text alone (nothing is imported or run):
 - `**overrides: Any` / `**kwargs: Any` parameters in the layers below the tasks
   (engine/, generation/, serve/);
 - imports of a private name (`_name`, or a name from a `_module`) from another package of the
-  library (a package's own modules may share private names; others use its public surface).
+  library (a package's own modules may share private names; others use its public surface);
+- arrows up: an import (lazy ones included) from a module to one in a higher layer of `LAYERS`,
+  the layer table of docs/architecture.md, and modules that are in no layer of it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,31 @@ CLASS_LIMIT = 400
 MODULE_LIMIT = 700
 UNTYPED_LAYERS = ("inference4py/engine", "inference4py/generation", "inference4py/serve")
 
+#: The layers of docs/architecture.md, top to bottom.  A module imports modules of its own layer or
+#: of a lower one, never of a higher one; a name stands for a module and every module below it
+#: (``inference4py`` alone: the package's ``__init__``, the public facade), the longest name wins.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("inference4py.__main__", "inference4py.cli"),  # the command line: a client of the public facade
+    ("inference4py",),  # the public facade: lazy re-exports, __all__
+    ("inference4py.serve", "inference4py.batch"),  # edges: a request in, RequestOptions, a task, an answer out
+    ("inference4py_genai",),  # the task facade again, over onnxruntime-genai
+    ("inference4py.tasks", "inference4py._quick"),  # task classes: presets over generation/ and engine/
+    (  # model folders converted or rewritten; the cache rules every converter shares
+        "inference4py.gguf",
+        "inference4py.whisper_files",
+        "inference4py.optimize",
+        "inference4py.quantize",
+        "inference4py.converted",
+        "inference4py.kv_cache_types",
+        "inference4py.pip_packages",
+    ),
+    ("inference4py.vision",),  # images -> vision-encoder inputs; the vision pipeline on the engine
+    ("inference4py.generation",),  # logits -> tokens -> text: the step core, search, streaming, scheduler
+    ("inference4py.engine",),  # sessions, KV caches, step functions, pipeline descriptions
+    ("inference4py.tokenization", "inference4py.audio", "inference4py.hub"),  # text <-> ids; audio; model id -> folder
+    ("inference4py.env", "inference4py.errors"),  # environment variables; exceptions
+)
+
 
 @dataclass
 class Report:
@@ -38,6 +65,8 @@ class Report:
     long_modules: list[str] = field(default_factory=list)
     untyped_kwargs: list[str] = field(default_factory=list)
     private_imports: list[str] = field(default_factory=list)
+    arrows_up: list[str] = field(default_factory=list)
+    unlayered: list[str] = field(default_factory=list)
 
     def failures(self) -> int:
         return sum(len(v) for v in asdict(self).values())
@@ -75,6 +104,17 @@ def top_package(module: str, modules: dict[str, pathlib.Path]) -> str:
     return module.rpartition(".")[0]
 
 
+def layer_of(module: str) -> int | None:
+    """The index in :data:`LAYERS` of the layer holding ``module`` (0: the top), None when none does."""
+    found: tuple[int, int] | None = None  # (layer, length of the name that matched)
+    for index, names in enumerate(LAYERS):
+        for name in names:
+            holds = module == name or (name != PACKAGES[0] and module.startswith(name + "."))
+            if holds and (found is None or len(name) > found[1]):
+                found = (index, len(name))
+    return None if found is None else found[0]
+
+
 def measure(root: pathlib.Path = ROOT) -> Report:
     files = [p for pkg in PACKAGES for p in sorted((root / pkg).rglob("*.py"))]
     modules = {module_name(p, root): p for p in files}
@@ -109,6 +149,7 @@ def measure(root: pathlib.Path = ROOT) -> Report:
                 for alias in node.names:
                     if alias.name in modules:
                         graph[module].add(alias.name)
+                        arrow_up(report, rel, node.lineno, module, alias.name)
                         if alias.asname:
                             module_aliases[alias.asname] = alias.name
             elif isinstance(node, ast.ImportFrom):
@@ -121,6 +162,7 @@ def measure(root: pathlib.Path = ROOT) -> Report:
                     dest = sub if sub in modules else target
                     if dest != module:
                         graph[module].add(dest)
+                        arrow_up(report, rel, node.lineno, module, dest)
                     if dest == sub:
                         module_aliases[alias.asname or alias.name] = dest
                     there = top_package(dest, modules)
@@ -138,7 +180,15 @@ def measure(root: pathlib.Path = ROOT) -> Report:
                 if not (there == here or there.startswith(here + ".") or here.startswith(there + ".")):
                     report.private_imports.append(f"{rel}:{node.lineno} reaches {node.attr} in {dest}")
     report.circles = strongly_connected(graph)
+    report.unlayered = sorted(m for m in modules if layer_of(m) is None)
     return report
+
+
+def arrow_up(report: Report, rel: str, line: int, module: str, dest: str) -> None:
+    """Record ``module`` importing ``dest`` when ``dest`` sits in a higher layer."""
+    here, there = layer_of(module), layer_of(dest)
+    if here is not None and there is not None and there < here:
+        report.arrows_up.append(f"{rel}:{line} imports {dest}, a higher layer")
 
 
 def type_checking_imports(tree: ast.Module) -> list[ast.stmt]:
@@ -217,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
             "long_modules": f"modules over {MODULE_LIMIT} lines",
             "untyped_kwargs": "**kwargs: Any below the tasks (engine, generation, serve)",
             "private_imports": "private names imported across packages",
+            "arrows_up": "imports of a higher layer (LAYERS, docs/architecture.md)",
+            "unlayered": "modules in no layer of LAYERS",
         }
         for key, title in titles.items():
             items = getattr(report, key)

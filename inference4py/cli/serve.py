@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 from inference4py.cli.base import EXIT_OK, _read_text
-from inference4py.tasks.kv_cache import KV_CACHE_TYPES  # no imports: --help stays light
+from inference4py.kv_cache_types import KV_CACHE_TYPES  # no imports: --help stays light
 
 
 def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:

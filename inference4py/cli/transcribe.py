@@ -106,7 +106,7 @@ def _add_transcribe_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run_transcribe(args: argparse.Namespace) -> int:
     from inference4py import WhisperSpeechModel
-    from inference4py.tasks.whisper import FALLBACK_TEMPERATURES
+    from inference4py.tasks.whisper import FALLBACK_TEMPERATURES, TranscribeOptions
 
     builder = WhisperSpeechModel.builder()
     model = args.model or _DEFAULT_WHISPER
@@ -128,25 +128,19 @@ def _run_transcribe(args: argparse.Namespace) -> int:
     if args.num_beams is not None:
         builder = builder.num_beams(args.num_beams)
     timestamps = args.timestamps or args.format != "text"
-    options: dict[str, Any] = {}
-    if args.word_timestamps:
-        options["word_timestamps"] = True
-    if args.temperature_fallback:
-        options["temperature"] = FALLBACK_TEMPERATURES
-    if args.best_of is not None:
-        options["best_of"] = args.best_of
+    options: dict[str, Any] = {  # the call's TranscribeOptions, and generation options (seed)
+        "options": TranscribeOptions(
+            word_timestamps=bool(args.word_timestamps),
+            temperature=FALLBACK_TEMPERATURES if args.temperature_fallback else None,
+            condition_on_previous_text=bool(args.condition_on_previous_text),
+            initial_prompt=args.initial_prompt or None,
+            hallucination_silence_threshold=args.hallucination_silence_threshold,
+            vad=args.vad_model or bool(args.vad),
+            best_of=args.best_of if args.best_of is not None else TranscribeOptions.best_of,
+        )
+    }
     if args.seed is not None:
         options["seed"] = args.seed
-    if args.condition_on_previous_text:
-        options["condition_on_previous_text"] = True
-    if args.initial_prompt:
-        options["initial_prompt"] = args.initial_prompt
-    if args.hallucination_silence_threshold is not None:
-        options["hallucination_silence_threshold"] = args.hallucination_silence_threshold
-    if args.vad_model:
-        options["vad"] = args.vad_model
-    elif args.vad:
-        options["vad"] = True
     files: list[str] = list(args.file)
     bar = _Progress(sys.stderr) if args.progress else None
     if bar is not None:

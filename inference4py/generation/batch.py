@@ -5,14 +5,16 @@ The encoder-decoder tasks' ``generate_batch`` runs here: the encoder inputs are 
 ``[batch, vocab]`` are handed row by row to that row's
 :class:`~inference4py.generation.search.TokenChooser` — the same processors, sampler, seed and
 finish rule a call of its own uses, so a row gives what it gives alone (a seeded sampled row
-included).  A finished row is fed the pad id until every row is done.  Decoder-only batches run
+included).  A finished row is fed the pad id until every row is done.  Whisper's batched windows
+run the same loop (:func:`step_rows`) after a prefill of their own, with a hook per row that
+collects its word alignment.  Decoder-only batches run
 on the continuous-batching scheduler instead (``OnnxTextGenerator.generate_batch``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from inference4py.generation.result import GenerationResult
     from inference4py.tokenization import Tokenizer
 
-__all__ = ["check_batchable", "right_pad", "row_results", "run_rows"]
+__all__ = ["RowHook", "check_batchable", "right_pad", "row_results", "run_rows", "step_rows"]
 
 
 def right_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
@@ -39,6 +41,19 @@ def right_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, n
     return ids, mask
 
 
+class RowHook(Protocol):
+    """What a caller of :func:`step_rows` sees of one row as it is decoded (Whisper: its word alignment)."""
+
+    def observe(self, logits: np.ndarray) -> None:
+        """The row's raw logits ``[vocab]``, before its processors change them in place."""
+
+    def chosen(self, token: int) -> None:
+        """A token the row goes on from (it is fed back to the model); the row's last token is not."""
+
+    def stepped(self, model: StepModel, row: int) -> None:
+        """After the step that fed the row's token (``model``'s outputs of that step)."""
+
+
 def run_rows(model: StepModel, choosers: Sequence[TokenChooser], *, pad_id: int) -> None:
     """Generate every row of a fresh ``model`` state until each row's chooser is finished.
 
@@ -48,14 +63,46 @@ def run_rows(model: StepModel, choosers: Sequence[TokenChooser], *, pad_id: int)
     if len({c.prompt_length for c in choosers}) != 1:
         raise ConfigurationError("run_rows feeds one prompt width: give every row a prompt of the same length.")
     prompt = np.concatenate([c.prompt for c in choosers], axis=0)  # [batch, n]
-    logits = model.prefill(prompt)  # [batch, vocab]
+    step_rows(model, choosers, model.prefill(prompt), pad_id=pad_id)
+
+
+def step_rows(
+    model: StepModel,
+    choosers: Sequence[TokenChooser],
+    logits: np.ndarray,
+    *,
+    pad_id: int,
+    hooks: Sequence[RowHook | None] = (),
+) -> None:
+    """From the rows' first ``logits`` ``[batch, vocab]`` (the prompt fed), a token per row per step.
+
+    Each row chooses with its own chooser until it is finished; a finished row is fed ``pad_id``.
+    ``hooks`` (one per row, or None) see each row's raw logits, the tokens fed back, and each step.
+    """
+    hooks = list(hooks) or [None] * len(choosers)
     tokens = np.full(len(choosers), pad_id, dtype=np.int64)
     while True:
+        fed: list[int] = []
         for row, chooser in enumerate(choosers):
-            tokens[row] = chooser.choose(logits[row : row + 1]) if not chooser.finished else pad_id
-        if all(c.finished for c in choosers):
+            if chooser.finished:
+                tokens[row] = pad_id
+                continue
+            hook = hooks[row]
+            scores = logits[row : row + 1]  # [1, vocab]: the processors change it in place
+            if hook is not None:
+                hook.observe(scores[0])
+            tokens[row] = token = chooser.choose(scores)
+            if not chooser.finished:
+                fed.append(row)
+                if hook is not None:
+                    hook.chosen(token)
+        if not fed:
             return
         logits = model.step(tokens)
+        for row in fed:
+            hook = hooks[row]
+            if hook is not None:
+                hook.stepped(model, row)
 
 
 def row_results(

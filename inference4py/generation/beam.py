@@ -38,8 +38,10 @@ import numpy as np
 
 from inference4py.errors import ConfigurationError, InvalidInputError
 from inference4py.generation.config import GenerationConfig
-from inference4py.generation.processors import LogitsProcessor, apply_processors, log_softmax, make_logits_warpers
+from inference4py.generation.processors import LogitsProcessor, apply_processors, log_softmax
 from inference4py.generation.sampling import Sampler
+from inference4py.generation.search import RowsChooser
+from inference4py.generation.warping import make_logits_warpers
 
 __all__ = [
     "Hypothesis",
@@ -362,36 +364,27 @@ def sample_sequences(
     """
     ids0 = _as_batch(input_ids)
     R = config.num_return_sequences
-    B, n = ids0.shape
-    rows = B * R
-    max_new = config.max_new_tokens
-    ids = np.empty((rows, n + max_new), dtype=np.int64)
-    ids[:, :n] = np.repeat(ids0, R, axis=0)
+    B = ids0.shape[0]
     logits = _start(model, ids0, attention_mask, R)
-    eos = _eos_mask(config, logits.shape[1])
     pad = (
         config.pad_token_id
         if config.pad_token_id is not None
         else (config.eos_token_id[0] if config.eos_token_id else 0)
     )
-    lengths = np.zeros(rows, dtype=np.int64)
-    open_rows = np.ones(rows, dtype=bool)
-    for i in range(max_new):
-        cur = n + i
-        scores = apply_processors(processors, ids[:, :cur], logits)
-        tokens = np.asarray(sampler(scores, rng), dtype=np.int64)
-        tokens = np.where(open_rows, tokens, pad)
-        ids[:, cur] = tokens
-        lengths += open_rows
-        open_rows &= ~eos[tokens]
-        if not open_rows.any() or i + 1 == max_new:
+    chooser = RowsChooser(
+        np.repeat(ids0, R, axis=0), config, processors=processors, sampler=sampler, rng=rng, pad_id=pad
+    )
+    while True:
+        tokens = chooser.choose(logits)
+        if chooser.finished:
             break
         logits = model.step(tokens)
+    eos = _eos_mask(config, logits.shape[1])
     out: list[list[Hypothesis]] = []
     for b in range(B):
         hyps = []
         for r in range(b * R, (b + 1) * R):
-            tokens_r = tuple(int(t) for t in ids[r, n : n + lengths[r]])
+            tokens_r = chooser.new_ids(r)
             reason_r: Literal["eos", "length"] = "eos" if tokens_r and eos[tokens_r[-1]] else "length"
             hyps.append(Hypothesis(tokens_r, None, reason_r))
         out.append(hyps)

@@ -216,6 +216,32 @@ class GenerationConfig:
             return self if not self.do_sample else self.replace(do_sample=False)
         return self.replace(do_sample=True, temperature=float(temperature))
 
+    def with_request(self, changes: Mapping[str, Any]) -> GenerationConfig:
+        """The config with one request's generation fields: the one place that decides greedy or sampling.
+
+        Every edge (the builder, the CLI, the server, the batch runner, ``generate(**options)``)
+        comes through here, so the same options give the same kind of answer everywhere:
+
+        - ``do_sample`` given: as given (the other fields only set their values);
+        - else ``temperature`` given: :meth:`with_temperature` (0 is greedy, any other value samples);
+        - else a sampling filter that filters (``top_k > 0``, ``top_p < 1``, ``min_p > 0``) samples
+          at the model's temperature: the caller asked for a filter of the sampled distribution, as
+          in vLLM and llama.cpp, where only temperature 0 is greedy (transformers would ignore the
+          filter with a warning);
+        - else the model's own ``do_sample``.
+
+        Raises:
+            ConfigurationError: an unknown field or a value outside its range.
+        """
+        values = dict(changes)
+        temperature = values.pop("temperature", None) if "do_sample" not in values else None
+        config = self.replace(**values) if values else self
+        if temperature is not None:
+            return config.with_temperature(temperature)
+        if "do_sample" not in values and _filters(values):
+            return config.replace(do_sample=True)
+        return config
+
     def replace(self, **changes: object) -> GenerationConfig:
         """Return a copy with some fields changed (validated again).
 
@@ -254,6 +280,12 @@ class GenerationConfig:
         """Defaults from ``generation_config.json`` (and ``config.json`` ids) of a model folder."""
         data = read_generation_defaults(folder)
         return cls.from_dict(data, overrides)
+
+
+def _filters(values: Mapping[str, Any]) -> bool:
+    """True when ``values`` set a sampling filter that drops tokens (``top_k=0`` and ``top_p=1`` do not)."""
+    top_k, top_p, min_p = values.get("top_k", 0), values.get("top_p", 1.0), values.get("min_p", 0.0)
+    return bool(top_k > 0 or top_p < 1.0 or min_p > 0.0)
 
 
 def _read_json(path: str) -> dict[str, Any]:

@@ -1,10 +1,10 @@
-"""Logits processors and warpers: small callables ``(input_ids, scores) -> scores``.
+"""Logits processors: small callables ``(input_ids, scores) -> scores``.
 
 Each class here is the numpy twin of a transformers processor with the same
 semantics, so the generation loop produces the tokens ``model.generate()``
 would.  :func:`make_logits_processors` builds the list transformers applies in
-greedy, sampling and beam search (same order, inactive ones skipped), and
-:func:`make_logits_warpers` the extra list applied only when sampling.
+greedy, sampling and beam search (same order, inactive ones skipped).  The warpers
+applied only when sampling (temperature, top-k, top-p, min-p) are in warping.py.
 
 Shapes: ``input_ids`` is int64 ``[batch, cur_len]`` (the whole sequence so far:
 prompt + generated for decoder-only models, decoder ids including the start
@@ -29,10 +29,8 @@ from inference4py.generation.config import GenerationConfig
 __all__ = [
     "LogitsProcessor",
     "make_logits_processors",
-    "make_logits_warpers",
     "apply_processors",
     "log_softmax",
-    "min_tokens_to_keep",
     "RepetitionPenalty",
     "NoRepeatNGram",
     "NoBadWords",
@@ -43,10 +41,6 @@ __all__ = [
     "SuppressTokensAtBegin",
     "PresenceFrequencyPenalty",
     "LogitBias",
-    "Temperature",
-    "TopK",
-    "TopP",
-    "MinP",
 ]
 
 LogitsProcessor = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -313,140 +307,7 @@ class LogitBias(_Repr):
         return scores
 
 
-# ---------------------------------------------------------------------------------- warpers
-def _softmax32(scores: np.ndarray) -> np.ndarray:
-    """Row softmax in float32, computed the way torch does (max-shifted)."""
-    shifted = scores - scores.max(axis=1, keepdims=True)
-    e = np.exp(shifted)
-    return e / e.sum(axis=1, keepdims=True)
-
-
-class Temperature(_Repr):
-    """Divide the scores by ``temperature``."""
-
-    __slots__ = ("temperature",)
-
-    def __init__(self, temperature: float) -> None:
-        self.temperature = float(temperature)
-
-    def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        # A float32 division, bit-identical to torch's (checked by the fixtures).
-        np.divide(scores, np.float32(self.temperature), out=scores)
-        return scores
-
-
-class TopK(_Repr):
-    """Keep the ``top_k`` highest scores (and every score tied with the k-th)."""
-
-    __slots__ = ("top_k",)
-
-    def __init__(self, top_k: int, min_tokens_to_keep: int = 1) -> None:
-        self.top_k = max(int(top_k), int(min_tokens_to_keep))
-
-    def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        vocab = scores.shape[1]
-        k = min(self.top_k, vocab)
-        kth = np.partition(scores, vocab - k, axis=1)[:, vocab - k : vocab - k + 1]  # [batch, 1]
-        scores[scores < kth] = _NEG_INF
-        return scores
-
-
-def _top_p_remove_sorted(
-    sorted_asc: np.ndarray,
-    top_p: float,
-    min_tokens_to_keep: int,
-    *,
-    probs: np.ndarray | None = None,
-    offset: np.ndarray | None = None,
-) -> np.ndarray:
-    """Top-p removal mask over scores sorted ascending (transformers' rule).
-
-    A token is removed when the cumulative probability up to and including it,
-    in ascending order, is <= 1 - top_p; the last ``min_tokens_to_keep`` are kept.
-    The cumulative sum accumulates in float64 and is rounded to float32 like
-    torch's CPU ``cumsum``.  ``probs`` are the float32 probabilities of the
-    sorted scores (computed when None); ``offset`` [batch] is the probability
-    mass of lower tokens left out of ``sorted_asc``.
-    """
-    if probs is None:
-        probs = _softmax32(sorted_asc)
-    cumulative = np.cumsum(probs, axis=1, dtype=np.float64)
-    if offset is not None:
-        cumulative += offset[:, None]
-    cumulative = cumulative.astype(np.float32)
-    remove = cumulative <= np.float32(1.0 - top_p)
-    remove[:, sorted_asc.shape[1] - min_tokens_to_keep :] = False
-    return remove
-
-
-def _sort_ascending(scores: np.ndarray) -> np.ndarray:
-    """Indices sorting each row ascending; equal scores: higher token id first.
-
-    Seen from the top this is "descending, lowest id first", the tie order of
-    ``torch.argmax`` / ``torch.topk``.  (torch.sort itself is not stable on CPU,
-    so transformers' tie order is an accident of its sort; ties exactly at the
-    top-p boundary are the only place where this choice shows.)
-    """
-    return np.argsort(-scores, axis=1, kind="stable")[:, ::-1]
-
-
-class TopP(_Repr):
-    """Nucleus sampling: keep the most likely tokens whose probabilities sum to ``top_p``."""
-
-    __slots__ = ("top_p", "min_tokens_to_keep")
-
-    def __init__(self, top_p: float, min_tokens_to_keep: int = 1) -> None:
-        self.top_p = float(top_p)
-        self.min_tokens_to_keep = int(min_tokens_to_keep)
-
-    def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        order = _sort_ascending(scores)
-        remove_sorted = _top_p_remove_sorted(
-            np.take_along_axis(scores, order, axis=1), self.top_p, self.min_tokens_to_keep
-        )
-        remove = np.empty_like(remove_sorted)
-        np.put_along_axis(remove, order, remove_sorted, axis=1)
-        scores[remove] = _NEG_INF
-        return scores
-
-
-class MinP(_Repr):
-    """Drop tokens whose probability is below ``min_p`` times the top probability."""
-
-    __slots__ = ("min_p", "min_tokens_to_keep")
-
-    def __init__(self, min_p: float, min_tokens_to_keep: int = 1) -> None:
-        self.min_p = float(min_p)
-        self.min_tokens_to_keep = int(min_tokens_to_keep)
-
-    def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        remove = _min_p_remove(scores, self.min_p)
-        if self.min_tokens_to_keep > 1:
-            top = np.argsort(-scores, axis=1, kind="stable")[:, : self.min_tokens_to_keep]
-            np.put_along_axis(remove, top, False, axis=1)
-        scores[remove] = _NEG_INF
-        return scores
-
-
-def _min_p_remove(scores: np.ndarray, min_p: float) -> np.ndarray:
-    """Min-p removal mask (float32, as transformers); the top token is never removed."""
-    probs = _softmax32(scores)
-    threshold = probs.max(axis=1, keepdims=True) * np.float32(min_p)
-    return probs < threshold
-
-
 # ---------------------------------------------------------------------------------- factories
-def min_tokens_to_keep(config: GenerationConfig) -> int:
-    """Tokens every warper keeps: 1, or ``len(eos) + 1`` (2 without EOS) in beam search.
-
-    Beam search must keep a non-EOS continuation per beam; transformers derives
-    this in ``GenerationMixin._get_logits_processor``.
-    """
-    if config.num_beams > 1:
-        return len(config.eos_token_id) + 1 if config.eos_token_id else 2
-    return 1
-
-
 def make_logits_processors(
     config: GenerationConfig,
     *,
@@ -507,28 +368,6 @@ def make_logits_processors(
         procs.append(LogitBias(config.logit_bias))
     procs.extend(extra)
     return procs
-
-
-def make_logits_warpers(config: GenerationConfig) -> list[LogitsProcessor]:
-    """The warpers transformers applies after the processors when sampling.
-
-    Order: temperature, top-k, top-p, min-p; each masks with -inf.  Empty when
-    ``config.sampling`` is false.  :func:`~inference4py.generation.sampling.make_sampler`
-    computes the same distribution faster; these are for beam sampling and tests.
-    """
-    if not config.sampling:
-        return []
-    keep = min_tokens_to_keep(config)
-    warpers: list[LogitsProcessor] = []
-    if config.temperature != 1.0:
-        warpers.append(Temperature(config.temperature))
-    if config.top_k != 0:
-        warpers.append(TopK(config.top_k, keep))
-    if config.top_p < 1.0:
-        warpers.append(TopP(config.top_p, keep))
-    if config.min_p > 0.0:  # min_p == 0 removes nothing
-        warpers.append(MinP(config.min_p, keep))
-    return warpers
 
 
 def apply_processors(processors: Sequence[LogitsProcessor], input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:

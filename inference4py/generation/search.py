@@ -10,7 +10,8 @@ Three rules live here and nowhere else:
 are the lowest tier of generation: feed the prompt, then yield one token id per step until the
 chooser is finished, never running a forward pass whose logits would not be used.  The
 continuous-batching scheduler, ``generate_batch`` and the batch runner drive the same choosers,
-one per row.  Stop strings are not this module's business: the caller stops iterating (see
+one per row; :class:`RowsChooser` is the same rules for rows that share one sampler call (several
+samples of one prompt).  Stop strings are not this module's business: the caller stops iterating (see
 :mod:`inference4py.generation.generate`).
 """
 
@@ -25,12 +26,13 @@ from inference4py.errors import ConfigurationError
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.logprobs import LogprobRecorder
 from inference4py.generation.processors import LogitsProcessor, apply_processors
-from inference4py.generation.sampling import Sampler, choose_token, make_rng, make_sampler
+from inference4py.generation.sampling import Sampler, choose_token, choose_tokens, make_rng, make_sampler
 
 if TYPE_CHECKING:
     from inference4py.tokenization import Tokenizer
 
 __all__ = [
+    "RowsChooser",
     "StepModel",
     "TokenChooser",
     "generate_step",
@@ -68,21 +70,23 @@ class TokenChooser:
         sampler: picks the next token from the processed scores.
         rng: random generator handed to the sampler.
         recorder: with logprobs on, sees each step's raw logits before the processors and the chosen token.
+        max_new_tokens: the sequence's length limit when it is not ``config``'s (a speculative draft's k).
     """
 
     def __init__(
         self,
-        prompt_ids: Sequence[int],
+        prompt_ids: Sequence[int] | np.ndarray,
         config: GenerationConfig,
         *,
         processors: Sequence[LogitsProcessor],
         sampler: Sampler,
         rng: np.random.Generator,
         recorder: LogprobRecorder | None = None,
+        max_new_tokens: int | None = None,
     ) -> None:
         n = len(prompt_ids)
         self.prompt_length = n
-        self.max_new = config.max_new_tokens
+        self.max_new = config.max_new_tokens if max_new_tokens is None else max_new_tokens
         # One buffer for the whole sequence: processors see a view, nothing grows per step.
         self._ids = np.empty((1, n + self.max_new), dtype=np.int64)  # [1, prompt + new]
         self._ids[0, :n] = prompt_ids
@@ -140,6 +144,72 @@ class TokenChooser:
         self.generated += 1
         self.finished = sequence_finished(token, self.generated, self._eos, self.max_new)
         return token
+
+
+class RowsChooser:
+    """Picks the tokens of several rows that share their processors and one random generator.
+
+    The rows of one prompt sampled ``num_return_sequences`` times (beam.py's ``sample_sequences``):
+    each step runs the processors once over every row, draws every row's token in one sampler call
+    (:func:`choose_tokens`), and ends each row with :func:`sequence_finished`.  A finished row takes
+    ``pad_id`` and stays finished.
+
+    Args:
+        prompt_ids: ``[rows, n]`` the tokens before the first generated one, per row.
+        config: max_new_tokens and eos ids are read from it.
+        processors: logits processors over ``(ids [rows, cur], scores [rows, vocab])``.
+        sampler, rng: as :class:`TokenChooser`'s, shared by the rows.
+        pad_id: the token a finished row is fed.
+    """
+
+    def __init__(
+        self,
+        prompt_ids: np.ndarray,
+        config: GenerationConfig,
+        *,
+        processors: Sequence[LogitsProcessor],
+        sampler: Sampler,
+        rng: np.random.Generator,
+        pad_id: int,
+    ) -> None:
+        rows, n = prompt_ids.shape
+        self.prompt_length = n
+        self.max_new = config.max_new_tokens
+        self._ids = np.empty((rows, n + self.max_new), dtype=np.int64)  # [rows, prompt + new]
+        self._ids[:, :n] = prompt_ids
+        self._eos = frozenset(config.eos_token_id)
+        self._processors = tuple(processors)
+        self._sampler = sampler
+        self._rng = rng
+        self._pad = pad_id
+        self.steps = 0
+        self.lengths = [0] * rows  # new tokens of each row, its end token included
+        self.ended = [False] * rows
+
+    @property
+    def finished(self) -> bool:
+        """Every row has ended."""
+        return all(self.ended)
+
+    def choose(self, logits: np.ndarray) -> np.ndarray:
+        """Every row's next token from ``logits`` ``[rows, vocab]`` (processed in place); ``[rows]`` ids."""
+        cur = self.prompt_length + self.steps
+        scores = apply_processors(self._processors, self._ids[:, :cur], logits)
+        tokens = choose_tokens(self._sampler, scores, self._rng)
+        for row, token in enumerate(tokens.tolist()):
+            if self.ended[row]:
+                tokens[row] = self._pad
+                continue
+            self.lengths[row] += 1
+            self.ended[row] = sequence_finished(token, self.lengths[row], self._eos, self.max_new)
+        self._ids[:, cur] = tokens
+        self.steps += 1
+        return tokens
+
+    def new_ids(self, row: int) -> tuple[int, ...]:
+        """The tokens row ``row`` generated (its end token included)."""
+        start = self.prompt_length
+        return tuple(self._ids[row, start : start + self.lengths[row]].tolist())
 
 
 def generate_step(

@@ -46,10 +46,10 @@ import numpy as np
 
 from inference4py.errors import ConfigurationError, UnsupportedModelError
 from inference4py.generation.config import GenerationConfig
-from inference4py.generation.processors import LogitsProcessor, apply_processors, make_logits_processors
+from inference4py.generation.processors import LogitsProcessor, make_logits_processors
 from inference4py.generation.result import GenerationChunk, SpeculativeStats
 from inference4py.generation.sampling import choose_token, make_sampler, nan_logits_error
-from inference4py.generation.search import TokenChooser, sequence_finished
+from inference4py.generation.search import TokenChooser
 
 if TYPE_CHECKING:
     from inference4py.engine.decoder import DecoderState
@@ -282,6 +282,9 @@ def check_same_vocabulary(target: Tokenizer, draft: Tokenizer) -> None:
 class DraftModelProposer:
     """Drafts from a smaller decoder, greedy or sampled with the call's processors and sampler.
 
+    Each proposal is one :class:`TokenChooser` over the context (at most ``k`` tokens, ended by
+    the draft's EOS as any sequence is): the draft's tokens are chosen as every token is.  A
+    sampled draft also keeps the distribution each token was drawn from, for the acceptance rule.
     The draft's KV cache follows the sequence: each proposal rewinds it to the longest prefix it
     shares with the context (its rejected guesses are dropped) and feeds what it has not seen.
     """
@@ -295,15 +298,14 @@ class DraftModelProposer:
         rng: np.random.Generator,
     ) -> None:
         self._state = state
+        self._config = config
         self._processors: tuple[LogitsProcessor, ...] = tuple(
             make_logits_processors(config, prompt_length=prompt_length)
         )
         self._sampler = make_sampler(config)
         self._sampling = config.sampling
         self._rng = rng
-        self._eos = frozenset(config.eos_token_id)
         self._fed = np.zeros(0, dtype=np.int64)  # the tokens in the draft's cache
-        self._ids = np.zeros((1, 0), dtype=np.int64)  # [1, context + draft] history for the processors
         self.forward_passes = 0
 
     def propose(self, context: np.ndarray, k: int) -> tuple[np.ndarray, list[np.ndarray] | None]:
@@ -318,25 +320,28 @@ class DraftModelProposer:
         new = context[shared:]
         logits = self._state.step(new) if shared and new.shape[0] == 1 else self._state.prefill(new[None, :])
         self.forward_passes += 1
-        if self._ids.shape[1] < length + k:
-            self._ids = np.zeros((1, 2 * (length + k)), dtype=np.int64)
-        self._ids[0, :length] = context
-        tokens: list[int] = []
+        chooser = TokenChooser(
+            context,
+            self._config,
+            processors=self._processors,
+            sampler=self._sampler,
+            rng=self._rng,
+            max_new_tokens=k,  # the draft's own end: EOS or k tokens
+        )
         dists: list[np.ndarray] | None = [] if self._sampling else None
-        for i in range(k):
-            scores = apply_processors(self._processors, self._ids[:, : length + i], np.array(logits, dtype=np.float32))
+        while True:
+            scores = np.array(logits, dtype=np.float32)  # [1, vocab], the state's own logits left alone
             if dists is None:
-                token = choose_token(self._sampler, scores, self._rng)
+                token = chooser.choose(scores)
             else:
-                q = distribution(self._sampler, scores)
-                token = draw(q, self._rng)
-                dists.append(q)
-            tokens.append(token)
-            self._ids[0, length + i] = token
-            if sequence_finished(token, i + 1, self._eos, k):  # the draft's own end: EOS or k tokens
+                scores = chooser.scores(scores)
+                dists.append(distribution(self._sampler, scores))
+                token = chooser.append(choose_token(self._sampler, scores, self._rng, step=chooser.generated))
+            if chooser.finished:
                 break
             logits = self._state.step(np.array([token], dtype=np.int64))
             self.forward_passes += 1
+        tokens = chooser.new_ids()
         self._fed = np.concatenate([context, np.asarray(tokens[:-1], dtype=np.int64)])
         return np.asarray(tokens, dtype=np.int64), dists
 

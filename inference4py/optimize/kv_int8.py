@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from inference4py.errors import ConfigurationError, ModelLoadError, UnsupportedModelError
-from inference4py.tasks.kv_cache import KV_CACHE_TYPES  # what kv_cache() / --kv-cache accept
+from inference4py.kv_cache_types import KV_CACHE_TYPES  # what kv_cache() / --kv-cache accept
 
 __all__ = [
     "CALIBRATION_TEXT",

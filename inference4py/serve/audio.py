@@ -42,7 +42,13 @@ from inference4py.serve.protocol import ApiError, error_body
 from inference4py.serve.registry import ModelRegistry
 from inference4py.serve.sse import sse
 from inference4py.serve.worker import ModelWorker
-from inference4py.tasks.whisper import WHISPER_LANGUAGES, Transcription, WhisperSpeechModel, language_code
+from inference4py.tasks.whisper import (
+    WHISPER_LANGUAGES,
+    TranscribeOptions,
+    Transcription,
+    WhisperSpeechModel,
+    language_code,
+)
 from inference4py.tasks.whisper.results import seconds
 
 __all__ = ["RESPONSE_FORMATS", "add_audio_routes", "load_speech_model", "speech_model"]
@@ -110,13 +116,11 @@ async def _answer(models: ModelRegistry, request: Request, task: str) -> Respons
         await form.close()
     response_format = fields["response_format"]
     granularities = fields["granularities"]
-    options: dict[str, Any] = {}
-    if fields.get("temperature") is not None:  # one temperature, 0 greedy: the model's own rule decides
-        options["temperature"] = fields["temperature"]
-    if fields.get("prompt"):
-        options["initial_prompt"] = fields["prompt"]
-    if "word" in granularities:
-        options["word_timestamps"] = True
+    options = TranscribeOptions(  # checked here, at the edge (a bad value is a 400)
+        temperature=fields.get("temperature"),  # one temperature, 0 greedy: the model's own rule decides
+        initial_prompt=fields.get("prompt") or None,
+        word_timestamps="word" in granularities,
+    )
 
     def job(on_token: Any = None) -> Transcription:
         return model.transcribe(
@@ -125,7 +129,7 @@ async def _answer(models: ModelRegistry, request: Request, task: str) -> Respons
             task=task,
             timestamps=response_format in _TIMESTAMPED,
             on_token=on_token,
-            **options,
+            options=options,
         )
 
     if fields["stream"]:  # admitted before the status line: a full queue is still a 503

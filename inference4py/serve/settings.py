@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from inference4py.errors import ConfigurationError
-from inference4py.tasks.kv_cache import KV_CACHE_TYPES
+from inference4py.kv_cache_types import KV_CACHE_TYPES
 
 __all__ = ["ServerSettings"]
 

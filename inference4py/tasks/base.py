@@ -179,19 +179,19 @@ class GenerationBuilder(ModelSourceBuilder, Generic[T]):
 
     def temperature(self: B, t: float) -> B:
         """Sampling temperature; setting one > 0 turns sampling on, 0 means greedy."""
-        return self._set(temperature=t)  # the planner applies GenerationConfig.with_temperature
+        return self._set(temperature=t)  # the planner decides sampling: GenerationConfig.with_request
 
     def top_k(self: B, k: int) -> B:
-        """Sample among the ``k`` most likely tokens (turns sampling on; 0 disables)."""
-        return self._set(top_k=k, do_sample=self._generation.get("do_sample", True))
+        """Sample among the ``k`` most likely tokens (0 disables; see :meth:`GenerationConfig.with_request`)."""
+        return self._set(top_k=k)
 
     def top_p(self: B, p: float) -> B:
-        """Nucleus sampling threshold in (0, 1] (turns sampling on)."""
-        return self._set(top_p=p, do_sample=self._generation.get("do_sample", True))
+        """Nucleus sampling threshold in (0, 1] (1 disables; see :meth:`GenerationConfig.with_request`)."""
+        return self._set(top_p=p)
 
     def min_p(self: B, p: float) -> B:
-        """Drop tokens less likely than ``p`` times the top token (turns sampling on)."""
-        return self._set(min_p=p, do_sample=self._generation.get("do_sample", True))
+        """Drop tokens less likely than ``p`` times the top token (0 disables; see GenerationConfig.with_request)."""
+        return self._set(min_p=p)
 
     def repetition_penalty(self: B, penalty: float) -> B:
         """Penalise tokens already in the sequence (> 1 discourages repeats)."""
@@ -333,7 +333,7 @@ class CallPlanner:
         self.total_counts_prompt = total_counts_prompt
         self.explicit_max = "max_new_tokens" in overrides
         builder = RequestOptions.from_keywords({k: v for k, v in overrides.items() if k in _GEN_FIELDS})
-        base = builder.apply(defaults)  # a lone temperature decides sampling, as in a call
+        base = builder.apply(defaults)  # greedy or sampling decided as for a request (with_request)
         if extra_eos:
             base = base.replace(eos_token_id=tuple(dict.fromkeys([*base.eos_token_id, *extra_eos])))
         self.base = base

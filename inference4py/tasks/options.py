@@ -4,8 +4,8 @@ Every edge builds one: the server from its protocol models, the CLI from its arg
 ``generate(prompt, **options)`` from its keywords (:meth:`RequestOptions.from_keywords`), the
 batch runner from its job.  Below that, the frozen object is passed down as it is: the task turns
 it into the call's :class:`~inference4py.generation.config.GenerationConfig`
-(:meth:`RequestOptions.apply`, where "temperature 0 means greedy" is decided by
-:meth:`GenerationConfig.with_temperature`), its output control (the constraint compiled once) and
+(:meth:`RequestOptions.apply`, where greedy or sampling is decided by
+:meth:`GenerationConfig.with_request`), its output control (the constraint compiled once) and
 its speculation.
 
 A field left ``None`` keeps the model's own setting (its generation_config.json and the builder's
@@ -44,7 +44,8 @@ class RequestOptions:
     """The options of one generation request (transformers' names; OpenAI's for the output).
 
     Generation fields mirror :class:`~inference4py.generation.config.GenerationConfig` (None: the
-    model's setting).  ``temperature`` alone turns sampling on (> 0) or off (0), as OpenAI's does.
+    model's setting).  Without ``do_sample``, ``temperature`` turns sampling on (> 0) or off (0),
+    as OpenAI's does, and a sampling filter (``top_k``, ``top_p``, ``min_p``) turns it on.
     Output fields (one constraint at a time, or tools) are OpenAI's shapes, compiled once per
     request by the task.  ``speculative`` is a
     :class:`~inference4py.generation.speculative.PromptLookup` / ``DraftModel``, ``"off"``, or None
@@ -161,16 +162,12 @@ class RequestOptions:
         return {name: getattr(self, name) for name in OUTPUT_FIELDS if getattr(self, name) is not None}
 
     def apply(self, config: GenerationConfig) -> GenerationConfig:
-        """``config`` with this request's generation fields; a lone ``temperature`` decides sampling."""
-        changes = self.generation_changes()
-        lone_temperature = self.temperature is not None and self.do_sample is None
-        if lone_temperature:
-            changes.pop("temperature")
-        if changes:
-            config = config.replace(**changes)
-        if lone_temperature and self.temperature is not None:
-            config = config.with_temperature(self.temperature)
-        return config
+        """``config`` with this request's generation fields (:meth:`GenerationConfig.with_request`).
+
+        That is where greedy or sampling is decided: ``do_sample`` as given, else ``temperature``
+        (0 greedy), else a sampling filter (``top_k`` / ``top_p`` / ``min_p`` that filters) samples.
+        """
+        return config.with_request(self.generation_changes())
 
     def refuse_speculation(self, where: str) -> None:
         """Raise when this request asks to draft tokens where ``where`` (a task, a path) does not."""

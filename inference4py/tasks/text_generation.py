@@ -133,7 +133,7 @@ class TextGeneratorBuilder(ChatOptions, GenerationBuilder["OnnxTextGenerator"]):
         Raises:
             ConfigurationError: an unknown kind; at build time, a graph without GroupQueryAttention.
         """
-        from inference4py.tasks.kv_cache import KV_CACHE_TYPES
+        from inference4py.kv_cache_types import KV_CACHE_TYPES
 
         if kind not in KV_CACHE_TYPES:
             raise ConfigurationError(f"kv_cache takes one of {', '.join(KV_CACHE_TYPES)}, got {kind!r}.")

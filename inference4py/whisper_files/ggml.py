@@ -178,9 +178,8 @@ def read_ggml(path: str | Path) -> tuple[WhisperWeights, dict[str, Any], dict[st
     """
     from tokenizers import Tokenizer
 
-    from inference4py.tasks.whisper.vocab import WHISPER_LANGUAGES
     from inference4py.whisper_files.settings import special_ids
-    from inference4py.whisper_files.vocabulary import special_tokens, suppress_lists, tokenizer_json
+    from inference4py.whisper_files.vocabulary import WHISPER_LANGUAGES, special_tokens, suppress_lists, tokenizer_json
 
     path = Path(path)
     f = _File(path)

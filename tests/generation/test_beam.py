@@ -304,3 +304,31 @@ def test_samples_pad_defaults_to_the_first_eos():
     longest = max(len(h.token_ids) for h in hyps)
     for row, hyp in zip(model.rows, hyps):
         assert row[3:] == (list(hyp.token_ids) + [EOS] * 12)[: longest - 1]
+
+
+def test_several_samples_choose_through_the_rows_chooser():
+    """sample_sequences' rows: one sampler call a step, each row ended by sequence_finished, NaN refused."""
+    from inference4py.errors import InferenceError
+    from inference4py.generation.search import RowsChooser
+
+    config = GenerationConfig(do_sample=True, top_k=1, max_new_tokens=3, eos_token_id=2)
+    chooser = RowsChooser(
+        np.zeros((2, 1), dtype=np.int64),
+        config,
+        processors=[],
+        sampler=make_sampler(config),
+        rng=make_rng(0),
+        pad_id=9,
+    )
+    logits = np.zeros((2, 10), dtype=np.float32)
+    logits[0, 2] = logits[1, 5] = 5.0  # row 0 ends with EOS, row 1 goes on
+    assert chooser.choose(logits.copy()).tolist() == [2, 5] and chooser.ended == [True, False]
+    assert chooser.choose(logits.copy()).tolist() == [9, 5]  # an ended row takes the pad id
+    assert not chooser.finished
+    assert chooser.choose(logits.copy()).tolist() == [9, 5] and chooser.finished  # max_new_tokens
+    assert (chooser.new_ids(0), chooser.new_ids(1)) == ((2,), (5, 5, 5))
+    broken = RowsChooser(
+        np.zeros((2, 1), dtype=np.int64), config, processors=[], sampler=make_sampler(config), rng=make_rng(0), pad_id=9
+    )
+    with pytest.raises(InferenceError, match="NaN logits"):
+        broken.choose(np.full((2, 10), np.nan, dtype=np.float32))

@@ -14,21 +14,16 @@ from inference4py.generation.processors import (
     ForcedBOSToken,
     ForcedEOSToken,
     MinNewTokens,
-    MinP,
     NoBadWords,
     NoRepeatNGram,
     RepetitionPenalty,
     SuppressTokens,
     SuppressTokensAtBegin,
-    Temperature,
-    TopK,
-    TopP,
     apply_processors,
     log_softmax,
     make_logits_processors,
-    make_logits_warpers,
-    min_tokens_to_keep,
 )
+from inference4py.generation.warping import MinP, Temperature, TopK, TopP, make_logits_warpers, min_tokens_to_keep
 
 REFERENCES = Path(__file__).resolve().parents[1] / "fixtures" / "references"
 META = json.loads((REFERENCES / "processors.json").read_text(encoding="utf-8"))

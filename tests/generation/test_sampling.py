@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from inference4py.generation.config import GenerationConfig
-from inference4py.generation.processors import apply_processors, make_logits_warpers
+from inference4py.generation.processors import apply_processors
 from inference4py.generation.sampling import greedy, make_rng, make_sampler
+from inference4py.generation.warping import make_logits_warpers
 
 REFERENCES = Path(__file__).resolve().parents[1] / "fixtures" / "references"
 META = json.loads((REFERENCES / "processors.json").read_text(encoding="utf-8"))

@@ -49,6 +49,35 @@ def test_temperature_alone_decides_sampling(options, sampling, temperature):
     assert options.apply(GenerationConfig(do_sample=True)).sampling is (sampling or options.temperature is None)
 
 
+@pytest.mark.parametrize(
+    "options,greedy_model,sampling_model",
+    [
+        # a filter that filters turns sampling on (vLLM, llama.cpp: only temperature 0 is greedy)
+        (RequestOptions(top_k=50), True, True),
+        (RequestOptions(top_p=0.9), True, True),
+        (RequestOptions(min_p=0.1), True, True),
+        # a filter set to "off" changes nothing
+        (RequestOptions(top_k=0), False, True),
+        (RequestOptions(top_p=1.0, min_p=0.0), False, True),
+        # temperature decides before the filters; do_sample before both
+        (RequestOptions(top_k=50, temperature=0), False, False),
+        (RequestOptions(top_p=0.9, temperature=0.5), True, True),
+        (RequestOptions(top_k=50, do_sample=False), False, False),
+        (RequestOptions(top_k=0, do_sample=True), True, True),
+    ],
+)
+def test_one_sampling_rule(options, greedy_model, sampling_model):
+    assert options.apply(GenerationConfig(do_sample=False)).sampling is greedy_model
+    assert options.apply(GenerationConfig(do_sample=True)).sampling is sampling_model
+    assert GenerationConfig().with_request(options.generation_changes()).sampling is greedy_model
+
+
+def test_the_builder_decides_sampling_as_a_request_does():
+    builder = OnnxTextGenerator.builder().top_k(40)
+    assert builder.generation_overrides() == {"top_k": 40}  # the setter records the value only
+    assert OnnxTextGenerator.builder().greedy().top_p(0.5).generation_overrides() == {"do_sample": False, "top_p": 0.5}
+
+
 def test_keywords_and_their_aliases():
     options = RequestOptions.from_keywords({"stop": "END", "max_new_tokens": None, "speculative": None})
     assert options.stop_sequences == ("END",) and options.max_new_tokens is None

@@ -13,7 +13,7 @@ import soundfile as sf
 from inference4py import Segment, Transcription, WhisperSpeechModel
 from inference4py.audio import SAMPLE_RATE, load_audio, log_mel_spectrogram
 from inference4py.cli import main
-from inference4py.errors import AudioError, ConfigurationError, UnsupportedModelError
+from inference4py.errors import AudioError, ConfigurationError, InferenceError, UnsupportedModelError
 from inference4py.tasks.whisper import WhisperTimestampRules, language_code, split_segments
 from inference4py.tasks.whisper.prompt import decoder_prompt
 from tests.conftest import FIXTURES, MODELS, load_reference
@@ -146,6 +146,50 @@ def test_language_detection(asr):
     before = asr._parts.backend.encoder_runs
     _run(asr, CASES["tone-detect"])
     assert asr._parts.backend.encoder_runs - before == 1
+
+
+def test_language_detection_chooses_through_choose_token(asr):
+    vocab = asr._parts.vocab
+    ids = list(vocab.lang_to_id.values())
+    logits = np.zeros(max(ids) + 10, dtype=np.float32)
+    logits[ids[3]] = 2.0
+    logits[max(ids) + 5] = 9.0  # not a language: never chosen
+    assert vocab.most_likely_language(logits) == ids[3]
+    logits[ids[1]] = 2.0  # a tie: the lower id, as torch.argmax
+    assert vocab.most_likely_language(logits) == min(ids[1], ids[3])
+    logits[ids[7]] = np.nan
+    with pytest.raises(InferenceError, match="NaN logits"):
+        vocab.most_likely_language(logits)
+
+
+def test_transcribe_options_are_typed_once_and_equal_the_keywords(asr):
+    from inference4py.tasks.whisper import LongformOptions, TranscribeOptions
+
+    defaults, longform = TranscribeOptions(), LongformOptions()
+    assert (defaults.compression_ratio_threshold, defaults.logprob_threshold, defaults.no_speech_threshold) == (
+        longform.compression_ratio_threshold,
+        longform.logprob_threshold,
+        longform.no_speech_threshold,
+    )
+    assert defaults.best_of == longform.best_of
+    options, rest = TranscribeOptions.from_keywords({"temperature": [0.0, 0.4], "best_of": 2, "seed": 1})
+    assert options == TranscribeOptions(temperature=(0.0, 0.4), best_of=2) and rest == {"seed": 1}
+    audio = (clips()["chirp"], SAMPLE_RATE)
+    by_keywords = asr.transcribe(audio, temperature=(0.0, 0.4), best_of=2, max_new_tokens=12, seed=1)
+    typed = asr.transcribe(audio, options=options, max_new_tokens=12, seed=1)
+    assert typed.token_ids == by_keywords.token_ids and typed.text == by_keywords.text
+    over = asr.transcribe(
+        audio, options=TranscribeOptions(temperature=1.0), temperature=(0.0, 0.4), best_of=2, max_new_tokens=12, seed=1
+    )
+    assert over.token_ids == by_keywords.token_ids  # a keyword wins over the options object
+    for bad, match in (
+        ({"initial_prompt": "a", "prompt_ids": [1]}, "not both"),
+        ({"hallucination_silence_threshold": 2.0}, "word_timestamps"),
+        ({"best_of": 0}, "best_of"),
+        ({"temperature": "hot"}, "temperature"),
+    ):
+        with pytest.raises(ConfigurationError, match=match):
+            TranscribeOptions(**bad)
 
 
 def test_builder_settings_are_call_defaults(tmp_path):

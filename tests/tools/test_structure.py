@@ -89,6 +89,27 @@ def test_long_classes_and_modules(tmp_path: pathlib.Path) -> None:
 
 def test_the_package_itself_crosses_no_limit():
     """No import circle, no class over 400 lines or module over 700, no untyped **kwargs below the
-    tasks, no private name across packages (issue 31): CI keeps it that way."""
+    tasks, no private name across packages (issue 31), no import of a higher layer and no module
+    outside the layer table (issue 46): CI keeps it that way."""
     report = measure(ROOT)
     assert vars(report) == {k: [] for k in vars(report)}, vars(report)
+
+
+def test_an_import_of_a_higher_layer_is_an_arrow_up(tmp_path: pathlib.Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "inference4py/__init__.py": "",
+            "inference4py/errors.py": "",
+            "inference4py/engine/__init__.py": "",
+            "inference4py/engine/x.py": "from inference4py import errors\n",  # down: allowed
+            "inference4py/tasks/__init__.py": "",
+            "inference4py/tasks/t.py": "from inference4py.engine import x\n",
+            "inference4py/optimize/__init__.py": "",
+            "inference4py/optimize/o.py": "def f():\n    from inference4py.tasks.t import T\n",  # lazy, up
+            "inference4py/elsewhere.py": "",
+        },
+    )
+    report = measure(tmp_path)
+    assert report.arrows_up == ["inference4py/optimize/o.py:2 imports inference4py.tasks.t, a higher layer"]
+    assert report.unlayered == ["inference4py.elsewhere"]

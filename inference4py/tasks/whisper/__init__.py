@@ -47,13 +47,14 @@ from inference4py.tasks.whisper.longform import TIME_PRECISION as TIME_PRECISION
 from inference4py.tasks.whisper.longform import split_segments as split_segments
 from inference4py.tasks.whisper.model import WhisperBuilder as WhisperBuilder
 from inference4py.tasks.whisper.model import WhisperSpeechModel as WhisperSpeechModel
+from inference4py.tasks.whisper.options import TranscribeOptions as TranscribeOptions
 from inference4py.tasks.whisper.results import Segment as Segment
 from inference4py.tasks.whisper.results import Transcription as Transcription
 from inference4py.tasks.whisper.results import Word as Word
 from inference4py.tasks.whisper.timestamps import WhisperTimestampRules as WhisperTimestampRules
 from inference4py.tasks.whisper.vocab import TASKS as TASKS
-from inference4py.tasks.whisper.vocab import WHISPER_LANGUAGES as WHISPER_LANGUAGES
 from inference4py.tasks.whisper.vocab import language_code as language_code
+from inference4py.whisper_files.vocabulary import WHISPER_LANGUAGES as WHISPER_LANGUAGES
 
 __all__ = [
     "WhisperSpeechModel",
@@ -63,6 +64,7 @@ __all__ = [
     "Word",
     "FALLBACK_TEMPERATURES",
     "LongformOptions",
+    "TranscribeOptions",
     "WhisperTimestampRules",
     "WHISPER_LANGUAGES",
     "split_segments",

@@ -30,7 +30,7 @@ from inference4py.tasks.whisper.job import load_job
 from inference4py.tasks.whisper.live import check_stream_options, live_segments
 from inference4py.tasks.whisper.longform import cut_window
 from inference4py.tasks.whisper.loop import window_events
-from inference4py.tasks.whisper.options import POLICY_ARGUMENTS, CallPolicy, DefaultVad, _detector, call_policy
+from inference4py.tasks.whisper.options import CallPolicy, DefaultVad, TranscribeOptions, _detector, call_policy
 from inference4py.tasks.whisper.parts import WhisperParts, whisper_defaults
 from inference4py.tasks.whisper.prompt import check_request, resolve_request
 from inference4py.tasks.whisper.results import Segment, Transcription
@@ -246,19 +246,8 @@ class WhisperSpeechModel(ClosableTask):
         timestamps: bool | None = None,
         on_token: Callable[[str], None] | None = None,
         on_progress: Callable[[float, float], None] | None = None,
-        temperature: float | Sequence[float] | None = None,
-        compression_ratio_threshold: float | None = 2.4,
-        logprob_threshold: float | None = -1.0,
-        no_speech_threshold: float | None = 0.6,
-        condition_on_previous_text: bool = False,
-        initial_prompt: str | None = None,
-        prompt_ids: Sequence[int] | None = None,
-        word_timestamps: bool = False,
-        vad: bool | str | os.PathLike[str] | SileroVad = False,
-        vad_options: VadOptions | None = None,
-        hallucination_silence_threshold: float | None = None,
-        best_of: int = 5,
-        **overrides: Any,
+        options: TranscribeOptions | None = None,
+        **keywords: Any,
     ) -> Transcription:
         """Transcribe (or translate to English) an audio file or array.
 
@@ -280,36 +269,11 @@ class WhisperSpeechModel(ClosableTask):
             on_token: called with each piece of text as soon as it is final (with timestamps, a
                 piece is final once its segment is closed; with several temperatures or a window
                 that may be silence, once its window is judged).
-            temperature: one temperature (0: greedy), or several tried in turn when a window fails
-                a threshold, e.g. :data:`FALLBACK_TEMPERATURES` ``(0.0, 0.2, ..., 1.0)``.  None: the
-                builder's sampling settings.
-            compression_ratio_threshold: retry a window whose text's zlib compression ratio is above
-                this (openai-whisper's 2.4; None: never).
-            logprob_threshold: retry a window whose average log-probability is below this (-1.0; None: never).
-            no_speech_threshold: skip a window whose ``<|nospeech|>`` probability is above this
-                while its log-probability is below ``logprob_threshold`` (0.6; None: never).
-            condition_on_previous_text: feed the text of the windows so far as ``<|startofprev|>``
-                context (transformers' ``condition_on_prev_tokens``); it starts afresh after a window
-                decoded at a temperature above 0.5.
-            initial_prompt: text given as context to the first window (and kept in the context
-                with ``condition_on_previous_text``): spellings, names, a glossary.
-            prompt_ids: the same as token ids (without ``<|startofprev|>``); not with ``initial_prompt``.
-            word_timestamps: time every word (``Segment.words``) from the cross-attention of the
-                alignment heads, as openai-whisper and transformers do; a standard export's decoder is
-                rewritten once to expose those weights (kept in the inference4py cache).
-            vad: transcribe only the speech that the Silero voice activity detector finds (faster-whisper's
-                ``vad_filter``): True fetches ``onnx-community/silero-vad`` from the Hub once; a path to a
-                Silero ``.onnx`` file or a :class:`~inference4py.tasks.whisper.vad.SileroVad` is used as it is.
-                The speech regions are laid end to end and transcribed; every time is mapped back to the
-                recording, so silence and music give no text.
-            vad_options: the detector's rules (:class:`~inference4py.tasks.whisper.vad.VadOptions`).
-            hallucination_silence_threshold: with ``word_timestamps``, skip silences longer than this
-                many seconds around a segment that looks hallucinated (unlikely, too short or too long
-                words), openai-whisper's option; None: off.
-            best_of: at a ``temperature`` above 0, sample this many candidates of the window and keep
-                the one with the highest average log-probability (openai-whisper's ``best_of``, default 5;
-                greedy attempts decode once).
-            **overrides: generation options for this call (``max_new_tokens`` counts per 30 s window,
+            options: the long-form options (:class:`TranscribeOptions`: temperatures, thresholds,
+                prompt, word timestamps, voice activity detection, ``best_of``); their fields may be
+                given as keywords too (``temperature=(0.0, 0.2)``), over ``options``.
+            **keywords: :class:`TranscribeOptions`' fields, and generation options for this call
+                (``max_new_tokens`` counts per 30 s window,
                 ``num_beams``, ``seed``, ...).
 
         Returns:
@@ -320,22 +284,8 @@ class WhisperSpeechModel(ClosableTask):
             UnsupportedModelError: a language / task / timestamps the model cannot do.
             ConfigurationError: invalid options.
         """
-        policy = call_policy(
-            self._parts,
-            self._default_vad,
-            temperature=temperature,
-            compression_ratio_threshold=compression_ratio_threshold,
-            logprob_threshold=logprob_threshold,
-            no_speech_threshold=no_speech_threshold,
-            condition_on_previous_text=condition_on_previous_text,
-            initial_prompt=initial_prompt,
-            prompt_ids=prompt_ids,
-            word_timestamps=word_timestamps,
-            vad=vad,
-            vad_options=vad_options,
-            hallucination_silence_threshold=hallucination_silence_threshold,
-            best_of=best_of,
-        )
+        transcribe_options, overrides = TranscribeOptions.from_keywords(keywords, options)
+        policy = call_policy(self._parts, self._default_vad, transcribe_options)
         result = None
         for kind, value in self._events(audio, sample_rate, language, task, timestamps, overrides, policy):
             if kind == "text":
@@ -359,6 +309,7 @@ class WhisperSpeechModel(ClosableTask):
         batch_size: int = 8,
         parallel_chunks: bool = False,
         on_progress: Callable[[float, float], None] | None = None,
+        options: TranscribeOptions | None = None,
         **kwargs: Any,
     ) -> list[Transcription]:
         """Transcribe several recordings, their 30 s windows encoded and decoded as batches.
@@ -378,9 +329,8 @@ class WhisperSpeechModel(ClosableTask):
                 its own (no context from the chunk before; the language is detected once per
                 recording, on its first chunk); times are mapped back to the recording.
             on_progress: called after each batch with (seconds of audio done, seconds in all recordings).
-            **kwargs: :meth:`transcribe`'s options (``temperature``, thresholds, ``initial_prompt``,
-                ``condition_on_previous_text``, ``word_timestamps``, generation options), except
-                ``on_token`` and beam search.
+            options, **kwargs: :meth:`transcribe`'s (:class:`TranscribeOptions` and generation
+                options), except ``on_token`` and beam search.
 
         Returns:
             One :class:`Transcription` per recording, in order.
@@ -399,10 +349,8 @@ class WhisperSpeechModel(ClosableTask):
             )
         if isinstance(audios, (str, Path, tuple, np.ndarray)):
             raise ConfigurationError("transcribe_batch takes a list of recordings; use transcribe() for one.")
-        policy = call_policy(
-            self._parts, self._default_vad, **{k: kwargs.pop(k) for k in POLICY_ARGUMENTS if k in kwargs}
-        )
-        overrides = kwargs
+        transcribe_options, overrides = TranscribeOptions.from_keywords(kwargs, options)
+        policy = call_policy(self._parts, self._default_vad, transcribe_options)
         lang, task_name, want_ts = self._request(language, task, timestamps)
         if parallel_chunks:
             return transcribe_chunks(
@@ -466,9 +414,10 @@ class WhisperSpeechModel(ClosableTask):
         language = kwargs.pop("language", None)
         task = kwargs.pop("task", None)
         timestamps = kwargs.pop("timestamps", None)
-        options = {k: kwargs.pop(k) for k in POLICY_ARGUMENTS if k in kwargs}
-        policy = call_policy(self._parts, self._default_vad, **options)
-        for kind, value in self._events(audio, sample_rate, language, task, timestamps, kwargs, policy):
+        given = kwargs.pop("options", None)
+        transcribe_options, overrides = TranscribeOptions.from_keywords(kwargs, given)
+        policy = call_policy(self._parts, self._default_vad, transcribe_options)
+        for kind, value in self._events(audio, sample_rate, language, task, timestamps, overrides, policy):
             if kind == "text":
                 yield value
 

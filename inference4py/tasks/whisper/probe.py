@@ -145,6 +145,10 @@ class AlignmentCapture:
         arrays = [np.asarray(v.numpy()) for v in extras]  # each [batch, heads, tgt, src]
         self.rows.append(np.stack([arrays[i][row, h, -1] for i, h in self._picks]))
 
+    def stepped(self, model: Any, row: int) -> None:
+        """:meth:`attention` of the step ``model`` (a decoder state with ``extras``) just ran: a RowHook."""
+        self.attention(model.extras, row)
+
     def weights(self) -> np.ndarray:
         """``[heads, rows, src]``."""
         if not self.rows:

@@ -23,6 +23,7 @@ from inference4py.engine.pipeline import load_pipeline, read_model_config
 from inference4py.engine.seq2seq import DecoderGraph, Seq2SeqRuntime, Seq2SeqState
 from inference4py.engine.sessions import SessionOptions, create_session
 from inference4py.errors import UnsupportedModelError
+from inference4py.generation.batch import step_rows
 from inference4py.generation.beam import generate_sequences
 from inference4py.generation.config import GenerationConfig, read_generation_defaults
 from inference4py.generation.processors import LogitsProcessor, make_logits_processors
@@ -321,31 +322,8 @@ class WhisperRuntime:
             )
             for p, c, extra, s, rng in zip(prompts, configs, rules, samplers, rngs)
         ]
-        outs: list[list[int]] = [[] for _ in prompts]
-        feed = np.full(len(prompts), v.eot, dtype=np.int64)
-        while True:
-            fed: list[int] = []
-            for r, chooser in enumerate(choosers):
-                if chooser.finished:
-                    continue
-                row = np.array(logits[r : r + 1], dtype=np.float32)  # [1, vocab]: the processors change it in place
-                capture = captures[r]
-                if capture is not None:
-                    capture.observe(row[0])
-                token = chooser.choose(row)
-                outs[r].append(token)
-                feed[r] = token
-                if not chooser.finished:
-                    fed.append(r)
-                    if capture is not None:
-                        capture.chosen(token)
-            if not fed:
-                return outs
-            logits = state.step(feed)
-            for r in fed:
-                capture = captures[r]
-                if capture is not None:
-                    capture.attention(state.extras, r)
+        step_rows(state, choosers, logits, pad_id=v.eot, hooks=captures)
+        return [c.new_ids() for c in choosers]
 
 
 def _ort_rows(cross: dict[str, np.ndarray], rows: slice) -> dict[str, Any]:

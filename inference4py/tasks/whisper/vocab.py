@@ -1,7 +1,8 @@
 """Whisper's vocabulary: its languages, its tasks and the special ids of one model folder.
 
-* :data:`WHISPER_LANGUAGES` and :func:`language_code`: the languages Whisper knows, by code
-  or English name (``"fr"``, ``"french"``, ``"<|fr|>"``, a :class:`Language`);
+* :func:`language_code`: the languages Whisper knows (:data:`WHISPER_LANGUAGES`, kept with the
+  rest of Whisper's token layout in whisper_files/vocabulary.py), by code or English name
+  (``"fr"``, ``"french"``, ``"<|fr|>"``, a :class:`Language`);
 * :class:`WhisperVocab`: ``<|startoftranscript|>``, ``<|endoftext|>``, ``<|notimestamps|>``,
   the language and task tokens and the suppress lists, read from generation_config.json and
   the tokenizer, the way transformers' ``WhisperForConditionalGeneration.generate`` finds them;
@@ -20,114 +21,15 @@ import numpy as np
 
 from inference4py.errors import ConfigurationError, UnsupportedModelError
 from inference4py.generation.config import read_generation_defaults
+from inference4py.generation.sampling import choose_token, greedy, make_rng
 from inference4py.tasks.languages import Language
 from inference4py.tokenization import Tokenizer
+from inference4py.whisper_files.vocabulary import WHISPER_LANGUAGES
+
+_NO_RANDOMNESS = make_rng(0)  # greedy draws nothing; choose_token takes a generator all the same
 
 TASKS = ("transcribe", "translate")
 
-#: Whisper's language codes and names, in vocabulary order (``<|en|>`` first; ``yue`` is large-v3's 100th).
-WHISPER_LANGUAGES: dict[str, str] = {
-    "en": "english",
-    "zh": "chinese",
-    "de": "german",
-    "es": "spanish",
-    "ru": "russian",
-    "ko": "korean",
-    "fr": "french",
-    "ja": "japanese",
-    "pt": "portuguese",
-    "tr": "turkish",
-    "pl": "polish",
-    "ca": "catalan",
-    "nl": "dutch",
-    "ar": "arabic",
-    "sv": "swedish",
-    "it": "italian",
-    "id": "indonesian",
-    "hi": "hindi",
-    "fi": "finnish",
-    "vi": "vietnamese",
-    "he": "hebrew",
-    "uk": "ukrainian",
-    "el": "greek",
-    "ms": "malay",
-    "cs": "czech",
-    "ro": "romanian",
-    "da": "danish",
-    "hu": "hungarian",
-    "ta": "tamil",
-    "no": "norwegian",
-    "th": "thai",
-    "ur": "urdu",
-    "hr": "croatian",
-    "bg": "bulgarian",
-    "lt": "lithuanian",
-    "la": "latin",
-    "mi": "maori",
-    "ml": "malayalam",
-    "cy": "welsh",
-    "sk": "slovak",
-    "te": "telugu",
-    "fa": "persian",
-    "lv": "latvian",
-    "bn": "bengali",
-    "sr": "serbian",
-    "az": "azerbaijani",
-    "sl": "slovenian",
-    "kn": "kannada",
-    "et": "estonian",
-    "mk": "macedonian",
-    "br": "breton",
-    "eu": "basque",
-    "is": "icelandic",
-    "hy": "armenian",
-    "ne": "nepali",
-    "mn": "mongolian",
-    "bs": "bosnian",
-    "kk": "kazakh",
-    "sq": "albanian",
-    "sw": "swahili",
-    "gl": "galician",
-    "mr": "marathi",
-    "pa": "punjabi",
-    "si": "sinhala",
-    "km": "khmer",
-    "sn": "shona",
-    "yo": "yoruba",
-    "so": "somali",
-    "af": "afrikaans",
-    "oc": "occitan",
-    "ka": "georgian",
-    "be": "belarusian",
-    "tg": "tajik",
-    "sd": "sindhi",
-    "gu": "gujarati",
-    "am": "amharic",
-    "yi": "yiddish",
-    "lo": "lao",
-    "uz": "uzbek",
-    "fo": "faroese",
-    "ht": "haitian creole",
-    "ps": "pashto",
-    "tk": "turkmen",
-    "nn": "nynorsk",
-    "mt": "maltese",
-    "sa": "sanskrit",
-    "lb": "luxembourgish",
-    "my": "myanmar",
-    "bo": "tibetan",
-    "tl": "tagalog",
-    "mg": "malagasy",
-    "as": "assamese",
-    "tt": "tatar",
-    "haw": "hawaiian",
-    "ln": "lingala",
-    "ha": "hausa",
-    "ba": "bashkir",
-    "jw": "javanese",
-    "su": "sundanese",
-    "yue": "cantonese",
-}
 _LANGUAGE_ALIASES = {
     **{name: code for code, name in WHISPER_LANGUAGES.items()},
     "burmese": "my",
@@ -293,9 +195,15 @@ class WhisperVocab:
         )
 
     def most_likely_language(self, logits: np.ndarray) -> int:
-        """The language token with the highest logit (``logits``: ``[vocab]``); first on ties, like torch."""
+        """The language token with the highest logit (``logits``: ``[vocab]``); lowest id on ties, like torch.
+
+        Every other token is masked, then the token is chosen as every token is
+        (:func:`~inference4py.generation.sampling.choose_token`, greedy): NaN logits are refused.
+        """
         ids = np.fromiter(self.lang_to_id.values(), dtype=np.int64)
-        return int(ids[np.argmax(logits[ids])])
+        scores = np.full((1, logits.shape[-1]), -np.inf, dtype=np.float32)  # [1, vocab]
+        scores[0, ids] = logits[ids]
+        return choose_token(greedy, scores, _NO_RANDOMNESS)
 
     def language_of(self, token_id: int) -> str | None:
         for code, i in self.lang_to_id.items():
