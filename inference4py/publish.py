@@ -112,8 +112,14 @@ def model_card(
         revision: The branch it is pushed to.
         files: Each file's size and sha256, when known (the upload computes them).
     """
-    from inference4py import __version__
+    from importlib.metadata import PackageNotFoundError, version
+
     from inference4py.tasks.kinds import model_kind
+
+    try:
+        __version__ = version("inference4py")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        __version__ = "unknown"
 
     kind = model_kind(str(folder)).kind
     task, command = _LOADERS.get(kind, _LOADERS["decoder"])

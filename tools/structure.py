@@ -40,7 +40,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("inference4py",),  # the public facade: lazy re-exports, __all__
     ("inference4py.serve", "inference4py.batch"),  # edges: a request in, RequestOptions, a task, an answer out
     ("inference4py_genai",),  # the task facade again, over onnxruntime-genai
-    ("inference4py.tasks", "inference4py._quick", "inference4py.publish"),  # task classes; push (a model card from tasks/kinds)
+    (
+        "inference4py.tasks",
+        "inference4py._quick",
+        "inference4py.publish",
+    ),  # task classes; push (a model card from tasks/kinds)
     (  # model folders converted or rewritten; the cache rules every converter shares
         "inference4py.gguf",
         "inference4py.whisper_files",
