@@ -236,6 +236,12 @@ def test_tiny_moe_converts_and_generates(tmp_path: Path) -> None:
         MOE_FF,
     )
     assert config["norm_topk_prob"] is True  # qwen3moe renormalises the chosen experts' weights
+    from inference4py.engine.kernels import kernel_library
+
+    if kernel_library().available:  # on the compiled operators: the experts' Q4_K / Q6_K blocks in place
+        onnx = pytest.importorskip("onnx")
+        graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+        assert len([n for n in graph.node if n.op_type == "GgmlExpertMatMul"]) == 2 * 2  # gate+up, down
     with OnnxTextGenerator.builder().model_path(folder).build() as generator:
         result = generator.generate([823, 629, 441, 514, 266, 496, 379, 247], max_new_tokens=8, do_sample=False)
     ids = [int(t) for t in result.token_ids]
