@@ -6,6 +6,7 @@ measures them without downloading the model::
 
     python tools/random_gguf.py --shape qwen2.5-1.5b --mix q4_k_m OUT.gguf
     python tools/random_gguf.py --shape llama3-8b --mix q8_0 OUT.gguf
+    python tools/random_gguf.py --shape olmoe-1b-7b --mix q4_k_m OUT.gguf   # mixture of experts
     python tools/random_gguf.py --shape tiny --mix Q2_K OUT.gguf   # every matrix in one ggml type
     python tools/random_gguf.py --list                     # the shapes and mixes
 
@@ -20,28 +21,56 @@ Shapes (``SHAPES``), from the published config.json files:
 - ``llama3-8b``: architecture llama, 32 layers, hidden 4096, intermediate 14336, 32 heads / 8 kv heads
   of 128, vocabulary 128256, a separate output.weight, rope base 500000, rms eps 1e-5, context 8192;
   tokenizer.ggml.pre ``llama-bpe``, Llama 3's template and its 256 special tokens.
+- ``olmoe-1b-7b`` (OLMoE-1B-7B-0924): architecture olmoe, 16 layers, hidden 2048, 64 experts of 1024
+  rows, 8 chosen per token, 16 heads / 16 kv heads of 128 (no GQA), q/k RMS norms over all heads at once
+  (``attn_q_norm`` / ``attn_k_norm`` of 2048), vocabulary 50304, a separate output.weight, rope base
+  10000, rms eps 1e-5, context 4096; tokenizer.ggml.pre ``olmo`` (GPT-2-style byte-level BPE), the
+  specials ``|||IP_ADDRESS|||``, ``<|padding|>`` (padding), ``|||EMAIL_ADDRESS|||``,
+  ``|||PHONE_NUMBER|||``, ``<|endoftext|>`` (bos and eos, id 50279 as in OLMoE's tokenizer; the real one
+  has its first two at ids 0 and 1), no chat template (the base model).  As llama.cpp's converter
+  writes olmoe, ``feed_forward_length`` is the experts' 1024 rows (llama.cpp's olmoe reads them from it)
+  and there is no ``expert_feed_forward_length``.
+- ``qwen3-30b-a3b``: architecture qwen3moe, 48 layers, hidden 2048, 128 experts of 768 rows
+  (``expert_feed_forward_length``), 8 chosen per token (``norm_topk_prob`` true: qwen3moe renormalises
+  the chosen weights, which llama.cpp and inference4py take from the architecture, no key), 32 heads /
+  4 kv heads of 128 (``key_length`` / ``value_length`` 128), per-head q/k RMS norms (of 128), vocabulary
+  151936, a separate output.weight, rope base 1e6, rms eps 1e-6, context 40960, ``feed_forward_length``
+  6144 (config.json's intermediate_size, which no layer uses); tokenizer.ggml.pre ``qwen2``, Qwen2.5's
+  specials then ``<tool_response>``, ``</tool_response>``, ``<think>``, ``</think>``, ChatML template.
 - ``tiny`` (qwen2 layout: tied, biases) and ``tiny-llama`` (llama layout: untied): 2 layers, hidden 256,
   intermediate 512, 4 heads / 2 kv heads of 64, vocabulary 1024, for tests.  Hidden 256 (not smaller)
   keeps every matrix row a whole number of 256-value K-quant blocks, so the tiny files hold the same
-  tensor types as the big ones.
+  tensor types as the big ones.  ``tiny-moe`` (qwen3moe layout: per-head q/k norms, untied): the same
+  sizes with 4 experts of 256 rows, 2 chosen per token.
+
+A mixture-of-experts layer holds, in place of ``ffn_gate`` / ``ffn_up`` / ``ffn_down``, the router
+``ffn_gate_inp`` ``[experts, hidden]`` and the 3-D expert tensors ``ffn_gate_exps`` / ``ffn_up_exps``
+``[experts, expert rows, hidden]`` and ``ffn_down_exps`` ``[experts, hidden, expert rows]`` (numpy order;
+ggml's is reversed), with ``<arch>.expert_count`` and ``<arch>.expert_used_count``.
 
 Mixes (``MIXES``):
 
-- ``q8_0``: every 2-D weight Q8_0 (the token embedding and output included, as llama.cpp's Q8_0 does);
-  norms and biases F32.
+- ``q8_0``: every matrix Q8_0 (the token embedding, output and 3-D expert tensors included, as
+  llama.cpp's Q8_0 does); norms, biases and routers F32.
 - ``q4_k_m``: llama.cpp's Q4_K_M rule (``llama_tensor_get_type`` in ``src/llama-quant.cpp``): Q4_K by
   default; ``attn_v`` and ``ffn_down`` Q6_K on the layers where ``use_more_bits(i, n)`` holds, that is
   ``i < n/8 or i >= 7*n/8 or (i - n/8) % 3 == 2`` (integer division: the first and last eighth of the
   layers and every third one between); ``output.weight`` Q6_K, and so is ``token_embd.weight`` when the
   embeddings are tied (llama.cpp quantizes a tied embedding as the output), else Q4_K; a matrix whose
   rows are not a multiple of 256 falls back as llama.cpp's ``tensor_type_fallback`` does (Q4_K -> Q5_0,
-  Q6_K -> Q8_0; F16 when not even a multiple of 32); norms and biases F32.  Not reproduced: the
-  rules for 70B and mixture-of-experts models (these shapes are neither) and ``attn_qkv`` (no fused
-  layouts here).
+  Q6_K -> Q8_0; F16 when not even a multiple of 32); norms and biases F32.  Experts: ``ffn_down_exps``
+  is a ``ffn_down`` to llama.cpp (its category is any name containing ``ffn_down``; with experts the
+  layer is parsed from the name, ``blk.N.``, and ``n`` is the layer count), so it is Q6_K on the same
+  layers; ``ffn_gate_exps`` / ``ffn_up_exps`` Q4_K; the router ``ffn_gate_inp`` is never quantized
+  (``tensor_allows_quantization``) and stays F32, as llama.cpp's converter writes it, in every mix.
+  OLMoE-1B-7B: attn_v and ffn_down_exps Q6_K on layers 0, 1, 4, 7, 10, 13, 14, 15; Qwen3-30B-A3B: on
+  0-5, 8, 11, ..., 41, 42-47 (24 of 48).  Not reproduced: the rules for 70B models, for exactly 8
+  experts (Mixtral: attn_v and attn_k Q8_0, attn_output Q5_K; no shape here has 8 experts) and
+  ``attn_qkv`` (no fused layouts here).
 - one ggml type's name (``SINGLE_TYPES``: ``Q4_0``, ``Q4_1``, ``Q5_0``, ``Q5_1``, ``Q8_0``, ``Q2_K``,
   ``Q3_K``, ``Q4_K``, ``Q5_K``, ``Q6_K``, ``IQ4_NL``, ``IQ4_XS``, ``MXFP4``: the block types the
-  converter keeps as stored): every 2-D weight (token embedding, attention, MLP, output) in that type,
-  norms and biases F32; a matrix whose rows are not a multiple of the type's block falls back as
+  converter keeps as stored): every matrix (token embedding, attention, MLP or experts, output) in
+  that type, norms, biases and routers F32; a matrix whose rows are not a multiple of the type's block falls back as
   llama.cpp's ``tensor_type_fallback`` does (Q2_K, Q3_K, IQ4_XS -> IQ4_NL; Q4_K -> Q5_0; Q5_K -> Q5_1;
   Q6_K -> Q8_0; F16 when the fallback does not divide the rows either).  These are test files, not
   llama.cpp's mixes (its Q4_0 or Q3_K_S files keep some tensors in other types).
@@ -79,7 +108,9 @@ Block layouts (ggml's ``block_*`` structs; ``d``, ``m``, ``dmin`` fp16):
   4, 6, 8, 12]`` and their negatives, times ``2 ** (e - 128)`` (ggml's half of ``2 ** (e - 127)``):
   ``e`` is ``128 + round(log2(scale))``, 119 or 120 for the nominal scale.
 
-Norm weights are 1 plus a little noise, biases small.
+Norm weights are 1 plus a little noise, biases small; routers (F32) normal of standard deviation 0.02,
+like any float matrix here (router logits of about 0.9 on a unit-rms hidden state of 2048, so the
+tokens spread over the experts).
 
 The file is written one tensor at a time, each in chunks of ``chunk_bytes`` (32 MiB), so the writer
 holds at most one chunk of weights, whatever the model size; the tensor infos go first (gguf's
@@ -97,7 +128,7 @@ the shape's special tokens (control, or user-defined where the real tokenizer ha
 tokens), then ``[PAD<i>]`` tokens (unused) up to the embedding's row count, as llama.cpp pads
 Qwen2.5's vocabulary.  Metadata: ``general.*``, the ``<arch>.*`` hyper-parameters, ``tokenizer.ggml.*``
 (model ``gpt2``, pre, tokens, token_type, merges, bos / eos / padding ids, add_bos_token) and
-``tokenizer.chat_template``.
+``tokenizer.chat_template`` (where the shape has one).
 """
 
 from __future__ import annotations
@@ -230,7 +261,12 @@ class Shape:
     eos: str
     pad: str | None
     add_bos: bool
-    chat_template: str
+    chat_template: str  # "" for none (a base model)
+    experts: int = 0  # mixture of experts: experts per layer (0: a dense MLP)
+    experts_used: int = 0  # experts chosen per token
+    expert_ff: int = 0  # rows of one expert's gate and up matrices
+    expert_ff_key: bool = True  # <arch>.expert_feed_forward_length written (olmoe reads feed_forward_length)
+    qk_norm: str = ""  # "heads": q/k RMS norms over all heads at once; "head": per head; "": none
 
 
 _QWEN25_1_5B = Shape(
@@ -281,6 +317,70 @@ _LLAMA3_8B = Shape(
     add_bos=True,
     chat_template=_LLAMA3_TEMPLATE,
 )
+_OLMOE_1B_7B = Shape(
+    name="olmoe-1b-7b",
+    arch="olmoe",
+    layers=16,
+    hidden=2048,
+    intermediate=1024,  # feed_forward_length: llama.cpp's olmoe reads the experts' rows from it
+    heads=16,
+    kv_heads=16,
+    head_dim=128,
+    vocab=50304,
+    regular=50275,
+    specials=(
+        ("|||IP_ADDRESS|||", _USER_DEFINED),
+        ("<|padding|>", _CONTROL),
+        ("|||EMAIL_ADDRESS|||", _USER_DEFINED),
+        ("|||PHONE_NUMBER|||", _USER_DEFINED),
+        ("<|endoftext|>", _CONTROL),  # id 50279, OLMoE's eos
+    ),
+    context=4096,
+    rope_base=10_000.0,
+    eps=1e-5,
+    tied=False,
+    qkv_bias=False,
+    pre="olmo",
+    bos="<|endoftext|>",
+    eos="<|endoftext|>",
+    pad="<|padding|>",
+    add_bos=False,
+    chat_template="",
+    experts=64,
+    experts_used=8,
+    expert_ff=1024,
+    expert_ff_key=False,
+    qk_norm="heads",
+)
+_QWEN3_30B_A3B = Shape(
+    name="qwen3-30b-a3b",
+    arch="qwen3moe",
+    layers=48,
+    hidden=2048,
+    intermediate=6144,  # config.json's intermediate_size (no dense MLP uses it), as llama.cpp's file states it
+    heads=32,
+    kv_heads=4,
+    head_dim=128,
+    vocab=151936,
+    regular=151643,
+    specials=_QWEN_SPECIALS
+    + tuple((text, _USER_DEFINED) for text in ("<tool_response>", "</tool_response>", "<think>", "</think>")),
+    context=40960,
+    rope_base=1_000_000.0,
+    eps=1e-6,
+    tied=False,
+    qkv_bias=False,
+    pre="qwen2",
+    bos="<|endoftext|>",
+    eos="<|im_end|>",
+    pad="<|endoftext|>",
+    add_bos=False,
+    chat_template=_CHATML,
+    experts=128,
+    experts_used=8,
+    expert_ff=768,
+    qk_norm="head",
+)
 # the tiny shapes: the same tokenizer layout and constants at test size
 _TINY = {"layers": 2, "hidden": 256, "intermediate": 512, "heads": 4, "kv_heads": 2, "head_dim": 64, "vocab": 1024}
 
@@ -289,8 +389,21 @@ SHAPES: dict[str, Shape] = {
     for s in (
         _QWEN25_1_5B,
         _LLAMA3_8B,
+        _OLMOE_1B_7B,
+        _QWEN3_30B_A3B,
         replace(_QWEN25_1_5B, name="tiny", regular=1000, specials=_QWEN_SPECIALS[:3], context=4096, **_TINY),
         replace(_LLAMA3_8B, name="tiny-llama", regular=1014, specials=_llama3_specials(10), context=4096, **_TINY),
+        replace(
+            _QWEN3_30B_A3B,
+            name="tiny-moe",
+            regular=1000,
+            specials=_QWEN_SPECIALS[:3],
+            context=4096,
+            experts=4,
+            experts_used=2,
+            expert_ff=256,
+            **_TINY,
+        ),
     )
 }
 
@@ -334,7 +447,7 @@ def _matrix_type(shape: Shape, mix: str, name: str, cols: int, layer: int | None
         # llama.cpp: Q8_0 when the row is not a multiple of the default type's block, else Q6_K
         return "Q6_K" if cols % QK_K == 0 else "Q8_0"
     qtype = "Q4_K"
-    if layer is not None and name.endswith((".attn_v.weight", ".ffn_down.weight")):
+    if layer is not None and name.endswith((".attn_v.weight", ".ffn_down.weight", ".ffn_down_exps.weight")):
         qtype = "Q6_K" if use_more_bits(layer, shape.layers) else "Q4_K"
     return _fallback(qtype, cols)
 
@@ -359,7 +472,11 @@ def tensor_plan(shape: Shape, mix: str) -> list[TensorPlan]:
     plan: list[TensorPlan] = []
 
     def add(name: str, dims: tuple[int, ...], layer: int | None = None) -> None:
-        kind = "F32" if len(dims) == 1 else _matrix_type(shape, mix, name, dims[-1], layer)
+        # llama-quantize keeps the router (ffn_gate_inp) as the converter wrote it: F32
+        if len(dims) == 1 or name.endswith(".ffn_gate_inp.weight"):
+            kind = "F32"
+        else:
+            kind = _matrix_type(shape, mix, name, dims[-1], layer)
         plan.append(TensorPlan(name, dims, kind))
 
     add("token_embd.weight", (shape.vocab, h))
@@ -370,11 +487,22 @@ def tensor_plan(shape: Shape, mix: str) -> list[TensorPlan]:
             add(f"{p}attn_{part}.weight", (rows, h), i)
             if shape.qkv_bias:
                 add(f"{p}attn_{part}.bias", (rows,))
+        if shape.qk_norm:
+            per_head = shape.qk_norm == "head"
+            add(p + "attn_q_norm.weight", (shape.head_dim if per_head else q,))
+            add(p + "attn_k_norm.weight", (shape.head_dim if per_head else kv,))
         add(p + "attn_output.weight", (h, q), i)
         add(p + "ffn_norm.weight", (h,))
-        add(p + "ffn_gate.weight", (shape.intermediate, h), i)
-        add(p + "ffn_up.weight", (shape.intermediate, h), i)
-        add(p + "ffn_down.weight", (h, shape.intermediate), i)
+        if shape.experts:
+            e, ff = shape.experts, shape.expert_ff
+            add(p + "ffn_gate_inp.weight", (e, h), i)
+            add(p + "ffn_gate_exps.weight", (e, ff, h), i)
+            add(p + "ffn_up_exps.weight", (e, ff, h), i)
+            add(p + "ffn_down_exps.weight", (e, h, ff), i)
+        else:
+            add(p + "ffn_gate.weight", (shape.intermediate, h), i)
+            add(p + "ffn_up.weight", (shape.intermediate, h), i)
+            add(p + "ffn_down.weight", (h, shape.intermediate), i)
     add("output_norm.weight", (h,))
     if not shape.tied:
         add("output.weight", (shape.vocab, h))
@@ -455,7 +583,7 @@ def _blocks(rng: np.random.Generator, qtype: str, n_blocks: int) -> np.ndarray:
 
 def _chunks(t: TensorPlan, rng: np.random.Generator, chunk_bytes: int) -> Iterator[np.ndarray]:
     """The tensor's bytes, a few whole rows at a time (about ``chunk_bytes`` each)."""
-    rows = t.shape[0] if len(t.shape) == 2 else 1
+    rows = int(np.prod(t.shape[:-1]))  # a 3-D expert tensor: experts x rows of one expert
     cols = t.shape[-1]
     if t.type in ("F32", "F16"):
         dtype = np.dtype("<f4" if t.type == "F32" else "<f2")
@@ -584,6 +712,11 @@ def _metadata(writer: Any, shape: Shape, mix: str, seed: int) -> None:
     writer.add_embedding_length(shape.hidden)
     writer.add_block_count(shape.layers)
     writer.add_feed_forward_length(shape.intermediate)
+    if shape.experts:
+        writer.add_expert_count(shape.experts)
+        writer.add_expert_used_count(shape.experts_used)
+        if shape.expert_ff_key:
+            writer.add_expert_feed_forward_length(shape.expert_ff)
     writer.add_head_count(shape.heads)
     writer.add_head_count_kv(shape.kv_heads)
     writer.add_rope_freq_base(shape.rope_base)
@@ -606,7 +739,8 @@ def _metadata(writer: Any, shape: Shape, mix: str, seed: int) -> None:
     if shape.pad is not None:
         writer.add_pad_token_id(ids[shape.pad])
     writer.add_add_bos_token(shape.add_bos)
-    writer.add_chat_template(shape.chat_template)
+    if shape.chat_template:
+        writer.add_chat_template(shape.chat_template)
 
 
 def _pad(out: BinaryIO, alignment: int) -> None:
@@ -628,7 +762,8 @@ def write_random_gguf(
 
     Args:
         path: The ``.gguf`` file to create (written as ``<path>.partial``, then renamed).
-        shape: ``"qwen2.5-1.5b"``, ``"llama3-8b"``, ``"tiny"``, ``"tiny-llama"`` or a :class:`Shape`.
+        shape: A name of ``SHAPES`` (``"qwen2.5-1.5b"``, ``"llama3-8b"``, ``"olmoe-1b-7b"``,
+            ``"qwen3-30b-a3b"``, ``"tiny"``, ``"tiny-llama"``, ``"tiny-moe"``) or a :class:`Shape`.
         mix: ``"q8_0"``, ``"q4_k_m"`` or one ggml type of ``SINGLE_TYPES`` such as ``"Q2_K"`` (see the
             module docstring for the rules).
         seed: Seeds the weights; the same seed writes the same bytes.
@@ -672,7 +807,7 @@ def write_random_gguf(
                 written += chunk.nbytes
             if written != t.nbytes():
                 raise RuntimeError(f"{t.name}: wrote {written} bytes, its tensor info says {t.nbytes()}")
-            if progress and t.name.endswith("ffn_down.weight"):
+            if progress and t.name.endswith(("ffn_down.weight", "ffn_down_exps.weight")):
                 print(f"  {t.name} ({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
         _pad(out, alignment)
         writer.close()
