@@ -217,7 +217,7 @@ def _fetch(part: ImagePart, policy: ImagePolicy) -> bytes:
                 )
             data = bytearray()
             while len(data) <= policy.max_bytes:  # one byte over the limit is enough to refuse it
-                piece = response.read(min(1 << 16, policy.max_bytes + 1 - len(data)))
+                piece = response.read1(min(1 << 16, policy.max_bytes + 1 - len(data)))  # what has come
                 if not piece:
                     break
                 data += piece
