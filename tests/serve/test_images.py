@@ -105,3 +105,19 @@ def test_settings_take_host_names_only():
     for bad in ("https://example.com", "example.com:8080", "example.com/images"):
         with pytest.raises(ConfigurationError, match="not a host name"):
             ServerSettings(allow_image_domains=[bad])
+
+
+def test_the_command_line_options_reach_the_settings(monkeypatch):
+    import inference4py.serve as serve_module
+    from inference4py.cli.app import main
+
+    calls = []
+    monkeypatch.setattr(serve_module, "serve", lambda models, **kw: calls.append(kw["settings"]))
+    args = ["serve", "--model", "x", "--allow-image-domain", "a.example", "--allow-image-domain", "127.0.0.1"]
+    assert main([*args, "--max-image-mb", "2", "--image-fetch-timeout", "3"]) == 0
+    assert main(["serve", "--model", "x"]) == 0
+    with_images, default = calls
+    assert with_images.allow_image_domains == ("a.example", "127.0.0.1")
+    assert (with_images.max_image_mb, with_images.image_fetch_timeout) == (2, 3)
+    assert default.allow_image_domains == ()  # nothing is fetched unless asked
+    assert main(["serve", "--model", "x", "--allow-image-domain", "http://a.example"]) == 2
