@@ -205,6 +205,22 @@ def test_concurrent_requests_each_equal_themselves_alone(client, direct):
     assert got == wants
 
 
+def test_a_vision_folder_of_models_dir_loads_on_demand(tmp_path, direct):
+    import shutil
+
+    shutil.copytree(LLAVA, tmp_path / "vlm")
+    shutil.copytree(MODELS / "qwen2", tmp_path / "qwen2")
+    want, _ = alone(direct, LLAVA, [SEA], "Describe this image.")
+    with running(create_app({}, ServerSettings(models_dir=tmp_path))) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        cards = {m.id: m.model_extra for m in client.models.list().data}
+        assert cards["vlm"]["capabilities"] == ["chat", "vision"] and cards["vlm"]["status"] == "unloaded"
+        out = client.chat.completions.create(model="vlm", messages=user("Describe this image.", SEA), max_tokens=12)
+        assert out.choices[0].message.content == want.text
+        with pytest.raises(openai.BadRequestError, match="text-only model"):  # the text model beside it
+            client.chat.completions.create(model="qwen2", messages=user("Describe this image.", SEA), max_tokens=2)
+
+
 # ------------------------------------------------------------------ Anthropic Messages and OpenAI Responses
 def test_anthropic_base64_image_blocks(claude, direct):
     case = CASES["two-images"]
