@@ -59,16 +59,18 @@ class ImagePolicy:
 
 @dataclass(frozen=True)
 class ImagePart:
-    """An image of a request before its bytes are checked: inline ``data``, or a web address ``url``."""
+    """An image of a request before its bytes are checked: ``data``, base64 data not yet decoded
+    (``encoded``: decoded off the event loop), or a web address ``url``."""
 
     where: str  # its place in the request, for errors: "messages[0].content[1]"
     data: bytes | None = None
+    encoded: str | None = None
     url: str | None = None
 
 
 def image_part(value: Any, where: str) -> ImagePart:
     """An image given as a URL string (OpenAI's ``image_url``, the Responses API's ``input_image``):
-    a ``data:`` URL decoded here, an ``http(s)`` address kept to fetch.
+    a ``data:`` URL's base64 data or an ``http(s)`` address, for :func:`resolve_images`.
 
     Raises:
         ApiError: 400, a value that is not a string, a data URL without base64 data, another scheme.
@@ -83,7 +85,7 @@ def image_part(value: Any, where: str) -> ImagePart:
                 f"{where}: a data URL without base64 data ({header[:40]!r}): send data:image/png;base64,<data>.",
                 where,
             )
-        return ImagePart(where, data=decode_base64(payload, where))
+        return ImagePart(where, encoded=payload)
     scheme = value.split(":", 1)[0].lower() if ":" in value else ""
     if scheme in ("http", "https"):
         return ImagePart(where, url=value)
@@ -94,7 +96,7 @@ def image_part(value: Any, where: str) -> ImagePart:
     )
 
 
-def decode_base64(payload: str, where: str) -> bytes:
+def _decode_base64(payload: str, where: str) -> bytes:
     """Base64 data (a data URL's or an Anthropic block's), decoded.
 
     Raises:
@@ -133,17 +135,31 @@ async def resolve_images(messages: Sequence[dict[str, Any]], policy: ImagePolicy
 
 
 async def _checked_bytes(part: ImagePart, policy: ImagePolicy) -> bytes:
-    data = part.data if part.data is not None else await asyncio.to_thread(_fetch, part, policy)
-    limit = policy.max_bytes
-    if len(data) > limit:
-        raise ApiError(
-            400,
-            f"{part.where}: the image has {len(data)} bytes, more than this server's limit of {limit} "
-            f"(serve --max-image-mb). Send a smaller image.",
-            part.where,
-        )
+    return await asyncio.to_thread(_checked, part, policy)  # decoding megabytes would hold up the event loop
+
+
+def _checked(part: ImagePart, policy: ImagePolicy) -> bytes:
+    """The part's bytes (decoded or fetched) once checked; on a worker thread."""
+    if part.url is not None:
+        data = _fetch(part, policy)
+    elif part.encoded is not None:
+        _check_size(len(part.encoded.rstrip("=")) * 3 // 4, part.where, policy)  # before decoding it
+        data = _decode_base64(part.encoded, part.where)
+    else:
+        data = part.data or b""
+    _check_size(len(data), part.where, policy)
     _check_image(data, part.where, policy.max_pixels)
     return data
+
+
+def _check_size(size: int, where: str, policy: ImagePolicy) -> None:
+    if size > policy.max_bytes:
+        raise ApiError(
+            400,
+            f"{where}: the image has {size} bytes, more than this server's limit of {policy.max_bytes} "
+            f"(serve --max-image-mb). Send a smaller image.",
+            where,
+        )
 
 
 def _check_image(data: bytes, where: str, max_pixels: int) -> None:

@@ -29,7 +29,7 @@ from inference4py.errors import RequestTimeoutError
 from inference4py.generation.result import FinishReason, GenerationResult
 from inference4py.serve.dispatch import collect_all, open_all, text_worker, with_thinking
 from inference4py.serve.errors import ANTHROPIC_PREFIX, error_payload, reason
-from inference4py.serve.images import ImagePart, ImagePolicy, decode_base64, image_part, resolve_images
+from inference4py.serve.images import ImagePart, ImagePolicy, image_part, resolve_images
 from inference4py.serve.messages_protocol import (
     CountTokensRequest,
     ImageBlock,
@@ -237,7 +237,7 @@ def _image(block: ImageBlock, where: str) -> ImagePart:
         data = source.get("data")
         if not isinstance(data, str):
             raise ApiError(400, f"{where}.source.data: a base64 image source needs its data as a string.", where)
-        return ImagePart(where, data=decode_base64(data, f"{where}.source.data"))
+        return ImagePart(f"{where}.source.data", encoded=data)
     if kind == "url":
         return image_part(source.get("url"), f"{where}.source.url")
     raise ApiError(
