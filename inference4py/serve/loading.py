@@ -114,10 +114,10 @@ def load_model(model: str, *, kv_cache: str = "float", chat_template: str | None
         ConfigurationError: a chat template for a model that is not a text generator.
     """
     found = model_kind(model)
-    if chat_template is not None and found.kind not in ("gguf", "decoder"):
+    if chat_template is not None and found.kind not in ("gguf", "decoder", "vision"):
         raise ConfigurationError(
             f"--chat-template was given for {model}, a {found.kind} model: only text generators (decoder-only "
-            "models and GGUF files) render chats with a template."
+            "models and GGUF files) and vision-language models render chats with a template."
         )
     if found.folder is None and found.kind == "speech":  # a Whisper file, converted by the builder
         return WhisperSpeechModel.builder().model_path(model).build()
@@ -128,7 +128,8 @@ def load_model(model: str, *, kv_cache: str = "float", chat_template: str | None
     if found.kind == "reranker":
         return OnnxReranker.builder().model_path(found.folder).build()
     if found.kind == "vision":
-        return VisionLanguageModel.builder().model_path(found.folder).build()
+        vision = VisionLanguageModel.builder().model_path(found.folder)
+        return (vision.chat_template(chat_template) if chat_template is not None else vision).build()
     if found.kind == "speech" and found.spec is not None:
         return speech_model(model, found.folder, found.spec)
     if found.kind == "encoder-decoder":

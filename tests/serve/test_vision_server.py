@@ -221,6 +221,21 @@ def test_a_vision_folder_of_models_dir_loads_on_demand(tmp_path, direct):
             client.chat.completions.create(model="qwen2", messages=user("Describe this image.", SEA), max_tokens=2)
 
 
+def test_a_chat_template_given_at_start(direct):
+    """serve --chat-template NAME=FILE on a vision-language model: its chats render with it, images included."""
+    template = (LLAVA / "chat_template.jinja").read_text().replace("'ASSISTANT:'", "'Answer briefly. ASSISTANT:'")
+    with VisionLanguageModel.builder().model_path(LLAVA).chat_template(template).build() as vlm:
+        assert vlm.render_prompt("Describe this image.", [SEA]).endswith("Answer briefly. ASSISTANT:")
+        want = vlm.generate([SEA], "Describe this image.", max_new_tokens=12).text
+    assert want != alone(direct, LLAVA, [SEA], "Describe this image.")[0].text  # the template changes the answer
+    with running(create_app(load_models([str(LLAVA)], chat_template=lambda name: template))) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        out = client.chat.completions.create(
+            model="llava-tiny", messages=user("Describe this image.", SEA), max_tokens=12
+        )
+        assert out.choices[0].message.content == want
+
+
 # ------------------------------------------------------------------ Anthropic Messages and OpenAI Responses
 def test_anthropic_base64_image_blocks(claude, direct):
     case = CASES["two-images"]
