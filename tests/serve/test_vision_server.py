@@ -161,7 +161,7 @@ def test_chat_image_url_answers_as_generate(client, direct, name):
 
 
 @pytest.mark.parametrize("folder", [IDEFICS3, PHI3V], ids=lambda f: f.name)
-def test_every_vision_layout_is_served(client, direct, folder):
+def test_every_vision_layout_is_served(client, claude, direct, folder):
     image = (
         next((folder / "images").glob("*.png"))
         if (folder / "images").is_dir()
@@ -173,6 +173,10 @@ def test_every_vision_layout_is_served(client, direct, folder):
     )
     assert out.choices[0].message.content == want.text
     same_tokens([(t.token, t.logprob) for t in out.choices[0].logprobs.content], tokens)
+    image_block = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(image)}}
+    blocks = [image_block, {"type": "text", "text": "Describe this image."}]
+    with claude.messages.stream(model=folder.name, max_tokens=8, messages=[{"role": "user", "content": blocks}]) as s:
+        assert "".join(s.text_stream) == want.text
 
 
 def test_models_say_which_read_images(client):
