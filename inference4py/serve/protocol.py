@@ -195,7 +195,8 @@ class ChatMessage(BaseModel):
         if isinstance(content, list) and image is not None and any(p.get("type") == "image_url" for p in content):
             content = [_vision_part(part, f"{where}[{j}]", self.role, image) for j, part in enumerate(content)]
         elif isinstance(content, list):
-            content = "".join(_part_text(part, f"{where}[{j}]", self.role) for j, part in enumerate(content))
+            images = image is not None
+            content = "".join(_part_text(part, f"{where}[{j}]", self.role, images) for j, part in enumerate(content))
         out: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role, "content": content or ""}
         if self.tool_calls:
             out["tool_calls"] = self.tool_calls
@@ -209,7 +210,7 @@ class ChatMessage(BaseModel):
 def _vision_part(part: dict[str, Any], where: str, role: str, image: ImageReader) -> dict[str, Any]:
     """One content part for a model that reads images: a text part, or an image part made by ``image``."""
     if part.get("type") != "image_url":
-        return {"type": "text", "text": _part_text(part, where, role, reads="text and images")}
+        return {"type": "text", "text": _part_text(part, where, role, images=True)}
     if role != "user":
         raise ApiError(400, f"{where}: images go in user messages, not in a {role} message.", where)
     value = part.get("image_url")
@@ -217,8 +218,9 @@ def _vision_part(part: dict[str, Any], where: str, role: str, image: ImageReader
     return {"type": "image", "image": image(url, f"{where}.image_url.url")}
 
 
-def _part_text(part: dict[str, Any], where: str, role: str, reads: str = "text") -> str:
-    """The text of one content part; anything but text (an assistant's refusal counts) is a 400."""
+def _part_text(part: dict[str, Any], where: str, role: str, images: bool = False) -> str:
+    """The text of one content part; anything but text (an assistant's refusal counts) is a 400
+    (``images``: the model reads images, in parts of their own)."""
     kind = part.get("type")
     field = "refusal" if kind == "refusal" and role == "assistant" else "text" if kind == "text" else None
     if field is not None:
@@ -227,13 +229,13 @@ def _part_text(part: dict[str, Any], where: str, role: str, reads: str = "text")
             raise ApiError(400, f"{where}.{field}: a {kind} part needs its {field} as a string.", f"{where}.{field}")
         return text
     if kind in _MEDIA_PARTS:
-        what = "a text-only model" if reads == "text" else f"a model that reads {reads}"
-        raise ApiError(
-            400,
-            f"{where}: this is {what}: it takes no {kind} parts. "
-            + ("Send the content as text, or send images to a vision-language model." if reads == "text" else ""),
-            where,
+        why = (
+            f"this model reads text and images (image_url parts): it takes no {kind} parts."
+            if images
+            else f"this is a text-only model: it takes no {kind} parts. Send the content as text, or send images "
+            "to a vision-language model."
         )
+        raise ApiError(400, f"{where}: {why}", where)
     raise ApiError(
         400,
         f"{where}.type: unknown content part type {kind!r}. Send text parts: {{'type': 'text', 'text': '...'}}.",

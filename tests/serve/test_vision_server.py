@@ -350,6 +350,11 @@ def test_bad_images_get_each_apis_400(server, client, claude):
     # an image for a model without vision
     body = chat([text, {"type": "image_url", "image_url": {"url": data_url(SEA)}}], model="qwen2")
     assert "text-only model" in body["message"] and body["param"] == "messages[0].content[1]"
+    # audio to a model that reads text and images, with or without an image beside it
+    audio = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+    for content in ([text, audio], [{"type": "image_url", "image_url": {"url": data_url(SEA)}}, audio]):
+        body = chat(content)
+        assert "reads text and images" in body["message"] and body["param"] == "messages[0].content[1]"
     # a completion prompt has no room for images: the vision model answers chats
     with pytest.raises(openai.BadRequestError) as err:
         client.completions.create(model="llava-tiny", prompt="Describe", max_tokens=4)
