@@ -16,6 +16,10 @@ RUNS = {
     "chat.py": (["--model", f"{MODELS}/qwen2", "--max-new-tokens", "6"], "Hi there\nAnd then?\n\n"),
     "seq2seq_tasks.py": (["--fixtures", MODELS], None),
     "rerank.py": (["--model", f"{MODELS}/cross-encoder"], None),
+    "vision_server.py": (
+        ["--model", f"{MODELS}/llava-tiny", "--image", f"{MODELS}/llava-tiny/images/sunset.png"],
+        None,
+    ),
     "transcribe.py": (
         ["tests/fixtures/references/whisper/bursts.flac", "--model", f"{MODELS}/whisper", "--max-new-tokens", "12"],
         None,
@@ -52,6 +56,8 @@ def test_example_runs(name):
         assert proc.stdout.count("assistant:") == 2
     if name == "rerank.py":
         assert "same ranking through the server: True" in proc.stdout
+    if name == "vision_server.py":
+        assert "same answer through the server: True" in proc.stdout
     if name == "seq2seq_tasks.py":
         for label in ("summary:", "German:", "corrected:", "SQL:"):
             assert label in proc.stdout

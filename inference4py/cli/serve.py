@@ -149,6 +149,24 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="finished /v1/responses answers kept in memory for previous_response_id (0 keeps none; default: 256)",
     )
+    images = parser.add_argument_group("images (vision-language models)")
+    images.add_argument(
+        "--allow-image-domain",
+        action="append",
+        metavar="HOST",
+        help="fetch http(s) image addresses from HOST and its subdomains (repeatable); by default none is fetched "
+        "and images come inline as data URLs or base64",
+    )
+    images.add_argument(
+        "--max-image-mb", type=_positive, default=20, metavar="MB", help="the most one image may take (default: 20)"
+    )
+    images.add_argument(
+        "--image-fetch-timeout",
+        type=_positive,
+        default=10.0,
+        metavar="SECONDS",
+        help="the longest one image fetch may take (default: 10)",
+    )
     ray = parser.add_argument_group('Ray Serve (pip install "inference4py[serve,ray]"; docs/scale-out.md)')
     ray.add_argument("--ray", action="store_true", help="serve from Ray Serve replicas, routed by conversation prefix")
     ray.add_argument("--replicas", type=_positive_int, default=1, metavar="N", help="replicas (default: 1)")
@@ -262,6 +280,9 @@ def _run_serve(args: argparse.Namespace) -> int:
         idle_unload=args.idle_unload,
         kv_cache=next((kind for name, kind in reversed(args.kv_cache) if name is None), "float"),
         model_kv_cache={name: kind for name, kind in args.kv_cache if name is not None},
+        allow_image_domains=args.allow_image_domain or (),
+        max_image_mb=args.max_image_mb,
+        image_fetch_timeout=args.image_fetch_timeout,
     )
     if args.ray:
         from inference4py.serve.ray_serve import run_on_ray

@@ -74,7 +74,8 @@ def load_models(
 
     Whisper becomes a ``WhisperSpeechModel`` (the audio routes), another encoder-decoder model a
     ``Seq2SeqTask`` (``/v1/completions``), a sentence encoder an ``OnnxEmbedder`` (``/v1/embeddings``), a
-    cross-encoder an ``OnnxReranker`` (``/v1/rerank``), anything else an ``OnnxTextGenerator``, whose KV cache is ``kv_cache`` (``"float"`` or ``"int8"``,
+    cross-encoder an ``OnnxReranker`` (``/v1/rerank``), a vision-language folder a ``VisionLanguageModel`` (chats
+    with images), anything else an ``OnnxTextGenerator``, whose KV cache is ``kv_cache`` (``"float"`` or ``"int8"``,
     or a function of the served name giving one: ``ServerSettings.kv_cache_for``). ``chat_template``:
     a function of the served name giving a text generator's Jinja chat template, or None for its
     folder's (``ServerSettings.chat_template_for``).

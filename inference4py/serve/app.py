@@ -33,6 +33,7 @@ from inference4py.serve.dispatch import collect_all, named_model, open_all, text
 from inference4py.serve.embeddings import add_embedding_routes
 from inference4py.serve.errors import InternalErrors, error_payload, reason
 from inference4py.serve.guard import Cors, Guard
+from inference4py.serve.images import ImagePolicy, image_part, resolve_images
 from inference4py.serve.messages import add_messages_routes
 from inference4py.serve.metrics import prometheus
 from inference4py.serve.page import add_page_route
@@ -79,6 +80,9 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
     """
     s = settings if settings is not None else ServerSettings()
     registry = ModelRegistry(models, s)
+    images = ImagePolicy(
+        tuple(s.allow_image_domains), int(s.max_image_mb * (1 << 20)), s.max_image_pixels, s.image_fetch_timeout
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -169,8 +173,8 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
     add_audio_routes(app, registry)
     add_embedding_routes(app, registry)
     add_rerank_routes(app, registry)
-    add_messages_routes(app, registry)
-    add_responses_routes(app, registry, stored=s.responses_store)
+    add_messages_routes(app, registry, images)
+    add_responses_routes(app, registry, images, stored=s.responses_store)
     add_page_route(app)
     add_tokenize_routes(app, registry)
 
@@ -178,7 +182,10 @@ def create_app(models: Mapping[str, Any], settings: ServerSettings | None = None
     async def chat(body: ChatCompletionRequest, request: Request) -> Any:
         body.model = named_model(registry, body.model, "chat")
         worker = await text_worker(registry, body.model, "chat", request)
-        messages = template_messages(body.messages)
+        vision = registry.kind(body.model) == "vision"
+        messages = template_messages(body.messages, image_part if vision else None)
+        if vision:
+            messages = await resolve_images(messages, images)
         options = _options(body, request).replace(
             response_format=body.response_format,
             tools=body.tools,

@@ -71,6 +71,13 @@ async def text_worker(models: ModelRegistry, name: str, route: str, request: Req
             f"/v1/completions. Chat models served here: {', '.join(texts) or 'none'}.",
             "model",
         )
+    if route == "completions" and kind == "vision":
+        raise ApiError(
+            400,
+            f"{name!r} is a vision-language model: send its prompt and images as a chat to /v1/chat/completions "
+            "(or /v1/responses, /v1/messages).",
+            "model",
+        )
     return await models.worker(name, request)
 
 

@@ -27,6 +27,7 @@ from inference4py.tasks.kinds import Kind, is_whisper_source, model_kind
 from inference4py.tasks.rerank import OnnxReranker
 from inference4py.tasks.seq2seq_base import Seq2SeqTask
 from inference4py.tasks.text_generation import OnnxTextGenerator
+from inference4py.tasks.vision_language import VisionLanguageModel
 from inference4py.tasks.whisper import WhisperSpeechModel
 
 __all__ = ["kind_of", "load_model", "load_speech_model", "scan_models_dir", "speech_model"]
@@ -88,7 +89,7 @@ def _folder_kind(folder: Path) -> tuple[Kind | None, str]:
     try:
         found = model_kind(str(folder))
         if (
-            found.kind in ("embedding", "reranker")
+            found.kind in ("embedding", "reranker", "vision")
             or found.spec is not None
             or (found.kind == "speech" and found.folder is None)
         ):
@@ -104,7 +105,8 @@ def load_model(model: str, *, kv_cache: str = "float", chat_template: str | None
 
     Whisper becomes a ``WhisperSpeechModel`` (the audio routes), another encoder-decoder model a
     ``Seq2SeqTask`` (``/v1/completions``), a sentence encoder an ``OnnxEmbedder`` (``/v1/embeddings``), a
-    cross-encoder an ``OnnxReranker`` (``/v1/rerank``), anything else an ``OnnxTextGenerator`` (a GGUF source is converted once into the cache), whose KV
+    cross-encoder an ``OnnxReranker`` (``/v1/rerank``), a vision-language folder a ``VisionLanguageModel``
+    (chats with images), anything else an ``OnnxTextGenerator`` (a GGUF source is converted once into the cache), whose KV
     cache is ``kv_cache`` (``"float"`` or ``"int8"``: ``TextGeneratorBuilder.kv_cache``) and whose chat
     template is ``chat_template`` (a Jinja template; None: the folder's).
 
@@ -112,10 +114,10 @@ def load_model(model: str, *, kv_cache: str = "float", chat_template: str | None
         ConfigurationError: a chat template for a model that is not a text generator.
     """
     found = model_kind(model)
-    if chat_template is not None and found.kind not in ("gguf", "decoder"):
+    if chat_template is not None and found.kind not in ("gguf", "decoder", "vision"):
         raise ConfigurationError(
             f"--chat-template was given for {model}, a {found.kind} model: only text generators (decoder-only "
-            "models and GGUF files) render chats with a template."
+            "models and GGUF files) and vision-language models render chats with a template."
         )
     if found.folder is None and found.kind == "speech":  # a Whisper file, converted by the builder
         return WhisperSpeechModel.builder().model_path(model).build()
@@ -125,6 +127,9 @@ def load_model(model: str, *, kv_cache: str = "float", chat_template: str | None
         return OnnxEmbedder.builder().model_path(found.folder).build()
     if found.kind == "reranker":
         return OnnxReranker.builder().model_path(found.folder).build()
+    if found.kind == "vision":
+        vision = VisionLanguageModel.builder().model_path(found.folder)
+        return (vision.chat_template(chat_template) if chat_template is not None else vision).build()
     if found.kind == "speech" and found.spec is not None:
         return speech_model(model, found.folder, found.spec)
     if found.kind == "encoder-decoder":
@@ -188,6 +193,8 @@ def kind_of(model: Any) -> Kind:
         return "reranker"
     if isinstance(model, WhisperSpeechModel):
         return "speech"
+    if isinstance(model, VisionLanguageModel):
+        return "vision"
     if isinstance(model, OnnxTextGenerator):
         return "decoder"
     return "encoder-decoder"  # a Seq2SeqTask: completions, one request at a time

@@ -29,6 +29,7 @@ from inference4py.errors import RequestTimeoutError
 from inference4py.generation.result import FinishReason, GenerationResult
 from inference4py.serve.dispatch import collect_all, open_all, text_worker, with_thinking
 from inference4py.serve.errors import ANTHROPIC_PREFIX, error_payload, reason
+from inference4py.serve.images import ImagePart, ImagePolicy, image_part, resolve_images
 from inference4py.serve.messages_protocol import (
     CountTokensRequest,
     ImageBlock,
@@ -61,14 +62,20 @@ _STOP_REASONS: dict[FinishReason, str] = {
 _TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 
 
-def add_messages_routes(app: FastAPI, models: ModelRegistry) -> None:
-    """Add ``POST /v1/messages`` and ``POST /v1/messages/count_tokens`` to ``app``."""
+def add_messages_routes(app: FastAPI, models: ModelRegistry, images: ImagePolicy) -> None:
+    """Add ``POST /v1/messages`` and ``POST /v1/messages/count_tokens`` to ``app``; ``images`` is what
+    the image blocks of a vision-language model's requests may be."""
+
+    async def conversation_of(body: CountTokensRequest | MessagesRequest) -> list[dict[str, Any]]:
+        if models.kind(body.model) != "vision":
+            return _conversation(body, body.model, vision=False)
+        return await resolve_images(_conversation(body, body.model, vision=True), images)
 
     @app.post("/v1/messages", response_model=None)
     async def messages(body: MessagesRequest, request: Request) -> Any:
         _warn_ignored(body, request)
         worker = await text_worker(models, body.model, "chat", request)
-        conversation = _conversation(body, body.model)
+        conversation = await conversation_of(body)
         options = _output_options(body).replace(
             max_new_tokens=body.max_tokens,
             temperature=body.temperature,
@@ -87,7 +94,7 @@ def add_messages_routes(app: FastAPI, models: ModelRegistry) -> None:
     async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, int]:
         _warn_ignored(body, request)
         worker = await text_worker(models, body.model, "chat", request)
-        conversation = _conversation(body, body.model)
+        conversation = await conversation_of(body)
         # the ids the model would be prompted with: template, tools and all (prepare is what a request runs)
         prepared = await asyncio.to_thread(worker.model.prepare, conversation, _output_options(body))
         return {"input_tokens": len(prepared.ids)}
@@ -104,13 +111,17 @@ def _warn_ignored(body: CountTokensRequest | MessagesRequest, request: Request) 
 
 
 # ------------------------------------------------------------------------------- request -> conversation
-def _conversation(body: CountTokensRequest | MessagesRequest, model: str) -> list[dict[str, Any]]:
+def _conversation(body: CountTokensRequest | MessagesRequest, model: str, *, vision: bool) -> list[dict[str, Any]]:
     """The request's system prompt and turns as chat messages for the model's template.
+
+    A user turn with image blocks (``vision``: a vision-language model) is one message of text and
+    image parts, in the blocks' order; the images are :class:`~inference4py.serve.images.ImagePart`
+    until :func:`~inference4py.serve.images.resolve_images` gives them their bytes.
 
     Raises:
         ApiError: 400 for an empty turn or text block, a block in a turn it does not belong to, a
-            tool_result that answers no tool_use of the assistant turn before it, an image (the
-            served chat models read text only), or a last turn from the assistant.
+            tool_result that answers no tool_use of the assistant turn before it, an image for a
+            text-only model, an image source that is not base64 or a URL, or a last turn from the assistant.
     """
     out: list[dict[str, Any]] = []
     system = _system_text(body.system)
@@ -126,7 +137,7 @@ def _conversation(body: CountTokensRequest | MessagesRequest, model: str) -> lis
         else:
             blocks = [parse_block(b, f"{where}.content.{j}") for j, b in enumerate(message.content)]
         for j, block in enumerate(blocks):
-            _check_block(block, message.role, f"{where}.content.{j}", model)
+            _check_block(block, message.role, f"{where}.content.{j}", model, vision)
         if message.role == "assistant":
             out.append(_assistant_turn(blocks))
             asked = {b.id for b in blocks if isinstance(b, ToolUseBlock)}
@@ -154,14 +165,16 @@ def _system_text(system: str | list[Any] | None) -> str:
     return "".join(texts)
 
 
-def _check_block(block: Any, role: str, where: str, model: str) -> None:
-    if isinstance(block, ImageBlock):
+def _check_block(block: Any, role: str, where: str, model: str, vision: bool) -> None:
+    if isinstance(block, ImageBlock) and not vision:
         raise ApiError(
             400,
-            f"{where}: an image block, but {model!r} is a text-only model: the Messages route serves text "
-            "models here, which read no images. Drop the image block.",
+            f"{where}: an image block, but {model!r} is a text-only model, which reads no images. Drop the "
+            "image block, or send it to a vision-language model.",
             where,
         )
+    if isinstance(block, ImageBlock) and role != "user":
+        raise ApiError(400, f"{where}: image blocks belong to user turns, not {role} turns.", where)
     if isinstance(block, TextBlock) and not block.text:
         raise ApiError(400, f"{where}: text content blocks must be non-empty.", where)
     if role == "user" and isinstance(block, (ToolUseBlock, ThinkingBlock, RedactedThinkingBlock)):
@@ -200,10 +213,39 @@ def _user_turn(blocks: list[Any], asked: set[str], where: str) -> list[dict[str,
                 )
             content = _tool_result_text(block, f"{where}.content.{j}")
             out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
+    if any(isinstance(b, ImageBlock) for b in blocks):  # text and images in their order, as one message
+        parts = [
+            {"type": "image", "image": _image(b, f"{where}.content.{j}")}
+            if isinstance(b, ImageBlock)
+            else {"type": "text", "text": b.text}
+            for j, b in enumerate(blocks)
+            if isinstance(b, (ImageBlock, TextBlock))
+        ]
+        out.append({"role": "user", "content": parts})
+        return out
     text = "".join(b.text for b in blocks if isinstance(b, TextBlock))
     if text:
         out.append({"role": "user", "content": text})
     return out
+
+
+def _image(block: ImageBlock, where: str) -> ImagePart:
+    """An image block's source: ``base64`` data (decoded here) or a ``url`` (fetched if the server allows it)."""
+    source = block.source
+    kind = source.get("type")
+    if kind == "base64":
+        data = source.get("data")
+        if not isinstance(data, str):
+            raise ApiError(400, f"{where}.source.data: a base64 image source needs its data as a string.", where)
+        return ImagePart(f"{where}.source.data", encoded=data)
+    if kind == "url":
+        return image_part(source.get("url"), f"{where}.source.url")
+    raise ApiError(
+        400,
+        f"{where}.source.type: image sources of type {kind!r} are not read here: send base64 data "
+        '({"type": "base64", "media_type": "image/png", "data": ...}) or a url.',
+        f"{where}.source.type",
+    )
 
 
 def _tool_result_text(block: ToolResultBlock, where: str) -> str:
@@ -214,7 +256,9 @@ def _tool_result_text(block: ToolResultBlock, where: str) -> str:
         part = parse_block(data, f"{where}.content.{j}")
         if isinstance(part, ImageBlock):
             raise ApiError(
-                400, f"{where}.content.{j}: an image in a tool result, but the model reads text only.", where
+                400,
+                f"{where}.content.{j}: an image in a tool result is not read here: send tool results as text.",
+                where,
             )
         if not isinstance(part, TextBlock):
             raise ApiError(400, f"{where}.content.{j}: a tool result holds text blocks, not {part.type}.", where)

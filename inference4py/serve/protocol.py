@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -157,6 +157,9 @@ class _Request(BaseModel):
         return self.n_predict if self.n_predict is not None and self.n_predict > 0 else None
 
 
+# How a route reads an image part's value for a model that reads images: (value, where) -> the part's image
+ImageReader = Callable[[Any, str], Any]
+
 # OpenAI's content part types that carry something other than text (a text-only model refuses them)
 _MEDIA_PARTS = frozenset({"image_url", "image", "input_image", "input_audio", "audio", "file", "input_file"})
 
@@ -170,21 +173,30 @@ class ChatMessage(BaseModel):
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
 
-    def for_template(self, index: int = 0) -> dict[str, Any]:
+    def for_template(self, index: int = 0, image: ImageReader | None = None) -> dict[str, Any]:
         """The message as chat templates read it (text parts joined; OpenAI's developer role as system).
+
+        Args:
+            index: The message's place in the request (for errors).
+            image: For a model that reads images: makes an image part's value from its ``image_url``
+                (``image(url, where)``); the content then stays a list of ``{"type": "text", ...}`` and
+                ``{"type": "image", "image": ...}`` parts. None: a text-only model.
 
         Raises:
             ApiError: 400 naming ``messages[index].content`` for null content (but an assistant's
                 with tool calls), a content part of an unknown type, or a part that is not text
-                (an image, audio or a file: the chat models served here read text only).
+                (an image, audio or a file) for a model that does not read it.
         """
         where = f"messages[{index}].content"
         content = self.content
         if content is None and not (self.role == "assistant" and self.tool_calls):
             needs = "content or tool_calls" if self.role == "assistant" else "content (a string or text parts)"
             raise ApiError(400, f"{where}: a {self.role} message needs {needs}, got null.", where)
-        if isinstance(content, list):
-            content = "".join(_part_text(part, f"{where}[{j}]", self.role) for j, part in enumerate(content))
+        if isinstance(content, list) and image is not None and any(p.get("type") == "image_url" for p in content):
+            content = [_vision_part(part, f"{where}[{j}]", self.role, image) for j, part in enumerate(content)]
+        elif isinstance(content, list):
+            images = image is not None
+            content = "".join(_part_text(part, f"{where}[{j}]", self.role, images) for j, part in enumerate(content))
         out: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role, "content": content or ""}
         if self.tool_calls:
             out["tool_calls"] = self.tool_calls
@@ -195,8 +207,20 @@ class ChatMessage(BaseModel):
         return out
 
 
-def _part_text(part: dict[str, Any], where: str, role: str) -> str:
-    """The text of one content part; anything but text (an assistant's refusal counts) is a 400."""
+def _vision_part(part: dict[str, Any], where: str, role: str, image: ImageReader) -> dict[str, Any]:
+    """One content part for a model that reads images: a text part, or an image part made by ``image``."""
+    if part.get("type") != "image_url":
+        return {"type": "text", "text": _part_text(part, where, role, images=True)}
+    if role != "user":
+        raise ApiError(400, f"{where}: images go in user messages, not in a {role} message.", where)
+    value = part.get("image_url")
+    url = value.get("url") if isinstance(value, dict) else value  # vLLM and llama-server also take the bare string
+    return {"type": "image", "image": image(url, f"{where}.image_url.url")}
+
+
+def _part_text(part: dict[str, Any], where: str, role: str, images: bool = False) -> str:
+    """The text of one content part; anything but text (an assistant's refusal counts) is a 400
+    (``images``: the model reads images, in parts of their own)."""
     kind = part.get("type")
     field = "refusal" if kind == "refusal" and role == "assistant" else "text" if kind == "text" else None
     if field is not None:
@@ -205,11 +229,13 @@ def _part_text(part: dict[str, Any], where: str, role: str) -> str:
             raise ApiError(400, f"{where}.{field}: a {kind} part needs its {field} as a string.", f"{where}.{field}")
         return text
     if kind in _MEDIA_PARTS:
-        raise ApiError(
-            400,
-            f"{where}: this is a text-only model: it takes no {kind} parts. Send the content as text.",
-            where,
+        why = (
+            f"this model reads text and images (image_url parts): it takes no {kind} parts."
+            if images
+            else f"this is a text-only model: it takes no {kind} parts. Send the content as text, or send images "
+            "to a vision-language model."
         )
+        raise ApiError(400, f"{where}: {why}", where)
     raise ApiError(
         400,
         f"{where}.type: unknown content part type {kind!r}. Send text parts: {{'type': 'text', 'text': '...'}}.",
@@ -217,9 +243,9 @@ def _part_text(part: dict[str, Any], where: str, role: str) -> str:
     )
 
 
-def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+def template_messages(messages: Sequence[ChatMessage], image: ImageReader | None = None) -> list[dict[str, Any]]:
     """The request's messages as chat templates read them (:meth:`ChatMessage.for_template`)."""
-    return [m.for_template(i) for i, m in enumerate(messages)]
+    return [m.for_template(i, image) for i, m in enumerate(messages)]
 
 
 class ChatCompletionRequest(_Request):

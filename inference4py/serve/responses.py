@@ -25,7 +25,8 @@ from fastapi import FastAPI, Request
 
 from inference4py.serve.dispatch import open_all, text_worker, with_thinking
 from inference4py.serve.errors import reason
-from inference4py.serve.protocol import ApiError, FieldWarnings, now
+from inference4py.serve.images import ImagePolicy, image_part, resolve_images
+from inference4py.serve.protocol import ApiError, FieldWarnings, ImageReader, now
 from inference4py.serve.registry import ModelRegistry
 from inference4py.serve.response_output import TurnOutput, new_id
 from inference4py.serve.response_store import ResponseStore, StoredResponse
@@ -51,11 +52,13 @@ _log = logging.getLogger("inference4py.serve")
 _TOOL_MODES = ("none", "auto", "required")
 
 
-def add_responses_routes(app: FastAPI, models: ModelRegistry, *, stored: int = 256) -> None:
+def add_responses_routes(app: FastAPI, models: ModelRegistry, images: ImagePolicy, *, stored: int = 256) -> None:
     """Add ``POST /v1/responses`` and ``GET`` / ``DELETE /v1/responses/{response_id}`` to ``app``.
 
     Args:
         app: The server's app.
+        models: The served models.
+        images: What the ``input_image`` parts of a vision-language model's requests may be.
         models: The served models.
         stored: How many finished responses are kept for ``previous_response_id`` and ``GET``
             (least recently used forgotten first; 0 keeps none).
@@ -66,7 +69,10 @@ def add_responses_routes(app: FastAPI, models: ModelRegistry, *, stored: int = 2
     async def create(body: ResponseRequest, request: Request) -> Any:
         _check_fields(body)
         worker = await text_worker(models, body.model, "chat", request)
-        conversation, messages = _conversation(body, store)
+        vision = models.kind(body.model) == "vision"
+        conversation, messages = _conversation(body, store, image_part if vision else None)
+        if vision:
+            messages = await resolve_images(messages, images)
         streams = await open_all(worker, messages, _options(body))
         run = _Run(body, streams[0], store, conversation)
         if body.stream:
@@ -99,16 +105,19 @@ def _stored(store: ResponseStore, response_id: str, param: str = "response_id") 
     return stored
 
 
-def _conversation(body: ResponseRequest, store: ResponseStore) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _conversation(
+    body: ResponseRequest, store: ResponseStore, image: ImageReader | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The conversation through this request's input: as items (to store), and as chat messages.
 
-    The messages start with the request's instructions, then the previous response's conversation.
+    The messages start with the request's instructions, then the previous response's conversation;
+    ``image`` reads ``input_image`` parts (a vision-language model), None refuses them.
     """
     history: Sequence[dict[str, Any]] = ()
     if body.previous_response_id is not None:
         history = _stored(store, body.previous_response_id, "previous_response_id").items
     items = [*parse_input(list(history), "previous_response_id"), *parse_input(body.input)]
-    messages = _messages(items, first=len(history))
+    messages = _messages(items, first=len(history), image=image)
     if not any(m["role"] != "system" for m in messages):
         raise ApiError(400, "input is empty: send a message to answer (a string, or a list of items).", "input")
     if body.instructions:
@@ -246,7 +255,7 @@ def _response_format(text_format: dict[str, Any] | None) -> dict[str, Any] | Non
 
 
 # ------------------------------------------------------------------------------- items -> messages
-def _messages(items: Sequence[InputItem], *, first: int) -> list[dict[str, Any]]:
+def _messages(items: Sequence[InputItem], *, first: int, image: ImageReader | None) -> list[dict[str, Any]]:
     """The conversation as chat messages; ``items[first:]`` are this request's input (named in errors).
 
     Consecutive function calls (and the assistant text just before them) are one assistant
@@ -258,7 +267,7 @@ def _messages(items: Sequence[InputItem], *, first: int) -> list[dict[str, Any]]
         where = f"input[{k - first}]" if k >= first else "previous_response_id"
         if isinstance(item, MessageItem):
             role = "system" if item.role == "developer" else item.role
-            messages.append({"role": role, "content": item.text(where)})
+            messages.append({"role": role, "content": item.content_for(where, image)})
         elif isinstance(item, FunctionCallItem):
             call = {
                 "id": item.call_id,

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from inference4py.serve.protocol import ApiError
+from inference4py.serve.protocol import ApiError, ImageReader
 
 __all__ = [
     "IGNORED_FIELDS",
@@ -100,6 +100,22 @@ class MessageItem(_Item):
     def text(self, where: str) -> str:
         return content_text(self.content, f"{where}.content")
 
+    def content_for(self, where: str, image: ImageReader | None) -> str | list[dict[str, Any]]:
+        """The content as the chat template reads it: its text, or for a model that reads images
+        (``image``) and a user message with ``input_image`` parts, text and image parts in order."""
+        content = self.content
+        if image is None or isinstance(content, str) or not any(p.get("type") == "input_image" for p in content):
+            return self.text(where)
+        where = f"{where}.content"
+        if self.role != "user":
+            raise ApiError(400, f"{where}: images go in user messages, not in a {self.role} message.", where)
+        return [
+            _image_part(part, f"{where}[{j}]", image)
+            if part.get("type") == "input_image"
+            else {"type": "text", "text": _part_text(part, f"{where}[{j}]")}
+            for j, part in enumerate(content)
+        ]
+
 
 class FunctionCallItem(_Item):
     """A call the model made (an earlier response's output, sent back)."""
@@ -138,6 +154,17 @@ _ITEM_TYPES: dict[str, type[_Item]] = {
 _TEXT_PARTS = {"input_text": "text", "output_text": "text", "refusal": "refusal"}
 
 
+def _image_part(part: dict[str, Any], where: str, image: ImageReader) -> dict[str, Any]:
+    """An ``input_image`` part (``image_url``: a data URL or an address) as an image part made by ``image``."""
+    if part.get("file_id") is not None and part.get("image_url") is None:
+        raise ApiError(
+            400,
+            f"{where}.file_id: this server keeps no files: send the image as image_url (a data URL).",
+            f"{where}.file_id",
+        )
+    return {"type": "image", "image": image(part.get("image_url"), f"{where}.image_url")}
+
+
 def content_text(content: str | list[dict[str, Any]], where: str) -> str:
     """A message's (or a function output's) text: the string, or its text parts joined.
 
@@ -146,22 +173,24 @@ def content_text(content: str | list[dict[str, Any]], where: str) -> str:
     """
     if isinstance(content, str):
         return content
-    pieces = []
-    for j, part in enumerate(content):
-        kind = part.get("type")
-        field = _TEXT_PARTS.get(str(kind))
-        if field is None:
-            raise ApiError(
-                400,
-                f"{where}[{j}]: content parts of type {kind!r} are not supported here; the served models read text "
-                f"(parts of type {', '.join(_TEXT_PARTS)}).",
-                f"{where}[{j}].type",
-            )
-        value = part.get(field)
-        if not isinstance(value, str):
-            raise ApiError(400, f"{where}[{j}] needs a string {field!r}.", f"{where}[{j}].{field}")
-        pieces.append(value)
-    return "".join(pieces)
+    return "".join(_part_text(part, f"{where}[{j}]") for j, part in enumerate(content))
+
+
+def _part_text(part: dict[str, Any], where: str) -> str:
+    kind = part.get("type")
+    field = _TEXT_PARTS.get(str(kind))
+    if field is None:
+        raise ApiError(
+            400,
+            f"{where}: content parts of type {kind!r} are not supported here; the served models read text "
+            f"(parts of type {', '.join(_TEXT_PARTS)}"
+            + (", and input_image for vision-language models)." if kind == "input_image" else ")."),
+            f"{where}.type",
+        )
+    value = part.get(field)
+    if not isinstance(value, str):
+        raise ApiError(400, f"{where} needs a string {field!r}.", f"{where}.{field}")
+    return value
 
 
 def parse_input(value: str | list[dict[str, Any]], where: str = "input") -> list[InputItem]:

@@ -50,6 +50,12 @@ class ServerSettings:
         model_kv_cache: Served name -> its KV cache type, where one model differs from ``kv_cache``.
         chat_templates: Served name -> the Jinja chat template its text generator renders chats (and
             tools) with, instead of the one in its folder (``serve --chat-template NAME=FILE``).
+        allow_image_domains: Hosts whose ``http(s)`` image addresses the server fetches for its
+            vision-language models (a name allows its subdomains too); empty, the default: none, images
+            come inline as data URLs or base64 (a server that fetches any address is a request forgery).
+        max_image_mb: The most one image of a request may take, inline or fetched (MiB).
+        max_image_pixels: The most pixels (width x height) one image may have.
+        image_fetch_timeout: Seconds one image fetch may take, from connecting to its last byte.
 
     Raises:
         ConfigurationError: a limit below its minimum.
@@ -72,6 +78,10 @@ class ServerSettings:
     kv_cache: str = "float"
     model_kv_cache: Mapping[str, str] = field(default_factory=dict)
     chat_templates: Mapping[str, str] = field(default_factory=dict)
+    allow_image_domains: Sequence[str] = ()
+    max_image_mb: float = 20
+    max_image_pixels: int = 50_000_000
+    image_fetch_timeout: float = 10.0
 
     def kv_cache_for(self, name: str) -> str:
         """The KV cache type of the model served as ``name``."""
@@ -91,6 +101,17 @@ class ServerSettings:
         object.__setattr__(self, "cors_origins", tuple(self.cors_origins))
         for origin in self.cors_origins:
             _check_origin(origin)
+        if isinstance(self.allow_image_domains, str):  # one host, not its characters
+            object.__setattr__(self, "allow_image_domains", (self.allow_image_domains,))
+        object.__setattr__(self, "allow_image_domains", tuple(self.allow_image_domains))
+        for host in self.allow_image_domains:
+            if not isinstance(host, str) or not re.fullmatch(r"[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]", host):
+                raise ConfigurationError(
+                    f"Image domain {host!r} is not a host name: give a name or address alone (img.example.com, "
+                    "127.0.0.1), without scheme, port or path."
+                )
+        if not self.max_image_mb > 0 or self.max_image_pixels < 1 or not self.image_fetch_timeout > 0:
+            raise ConfigurationError("max_image_mb, max_image_pixels and image_fetch_timeout must be > 0.")
         if self.max_queue < 0 or self.max_concurrent < 1:
             raise ConfigurationError(
                 f"max_queue must be >= 0 and max_concurrent >= 1, got {self.max_queue} and {self.max_concurrent}."

@@ -2,8 +2,8 @@
 
 A text generator is owned by a continuous-batching scheduler
 (:class:`~inference4py.tasks.batched.BatchedTextGenerator`): every running request shares one
-decode step.  Other models (Whisper, encoder-decoder tasks) run their jobs one at a time on the
-model's own thread.  Either way a request's chunks reach the event loop through an asyncio queue,
+decode step.  Other models (Whisper, encoder-decoder tasks, vision-language models) run their jobs
+one at a time on the model's own thread.  Either way a request's chunks reach the event loop through an asyncio queue,
 and a consumer that leaves early (a client that disconnected) cancels its request, which frees its
 row before the next step.
 """
@@ -160,9 +160,13 @@ class ModelWorker:
         memory: MemoryBudget | None = None,
     ) -> None:
         from inference4py.tasks.text_generation import OnnxTextGenerator
+        from inference4py.tasks.vision_language import VisionLanguageModel
 
         self.name = name
         self.model = model
+        # a vision-language model runs its requests one at a time on its own thread: its prompts start from
+        # embeddings with the image features written in, which the text scheduler's rows do not take
+        self._vision = isinstance(model, VisionLanguageModel)
         self.max_queue = max_queue
         self.timeout = timeout
         self.batched = (
@@ -292,9 +296,13 @@ class ModelWorker:
             # encoded (and checked: an empty input is a 400) before the request is queued; the encoder
             # token ids are what the model then runs, as stream_chunks takes them as they are
             encode = getattr(self.model, "encode_source", None)
+            prompt_tokens = 0
             if encode is not None:
                 prompt = await asyncio.to_thread(encode, prompt)
-            prompt_tokens = len(prompt) if encode is not None else 0
+                prompt_tokens = len(prompt)
+            elif self._vision:  # images decoded, prompt expanded and checked here, before it waits for the model
+                prompt = await asyncio.to_thread(self.model.prepare, prompt, options)
+                prompt_tokens = prompt.prompt_tokens
             stream = self._sequential(prompt, options, deliver, items, started, prompt_tokens)
         await stream.prime()
         return stream

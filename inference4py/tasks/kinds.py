@@ -6,8 +6,8 @@ their task (``generate``, ``transcribe``, ...) and load that task's class direct
 :func:`model_kind` looks at a ``--model`` argument (a folder, a Hub id, a GGUF file or
 ``pip:NAME``) without loading a session: a GGUF source is a text generator and a Whisper file
 (faster-whisper's CTranslate2 folder, whisper.cpp's ggml file) a speech model, both converted on load; a
-folder is a sentence encoder or a cross-encoder (reranker) when its files say so (before its
-pipeline: an encoder-only graph is no decoder), a speech model or another encoder-decoder when its pipeline's preset says so, and a
+folder is a sentence encoder, a cross-encoder (reranker) or a vision-language model when its files
+say so (before its pipeline: an encoder-only graph is no decoder), a speech model or another encoder-decoder when its pipeline's preset says so, and a
 decoder-only text generator otherwise.  ``model_type`` is config.json's, for the callers that pick a
 task class by family (T5, BART, Marian).
 """
@@ -25,15 +25,17 @@ if TYPE_CHECKING:
 
 __all__ = ["CHAT_KINDS", "TEXT_KINDS", "Kind", "ModelKind", "capabilities", "is_whisper_source", "model_kind"]
 
-Kind = Literal["gguf", "embedding", "reranker", "speech", "encoder-decoder", "decoder"]
-CHAT_KINDS: tuple[Kind, ...] = ("decoder", "gguf")  # the kinds of model that answer chats
-TEXT_KINDS: tuple[Kind, ...] = (*CHAT_KINDS, "encoder-decoder")  # ... and completions of a prompt
+Kind = Literal["gguf", "embedding", "reranker", "speech", "encoder-decoder", "decoder", "vision"]
+CHAT_KINDS: tuple[Kind, ...] = ("decoder", "gguf", "vision")  # the kinds of model that answer chats
+# the kinds that complete a raw prompt (a vision-language model answers chats only: its images are message parts)
+TEXT_KINDS: tuple[Kind, ...] = ("decoder", "gguf", "encoder-decoder")
 
 
 def capabilities(kind: Kind) -> list[str]:
-    """What a model of ``kind`` answers: ``"chat"``, ``"completion"``, ``"embedding"``, ``"rerank"``,
-    ``"transcription"``."""
+    """What a model of ``kind`` answers: ``"chat"``, ``"vision"`` (images in its chats), ``"completion"``,
+    ``"embedding"``, ``"rerank"``, ``"transcription"``."""
     found = ["chat"] if kind in CHAT_KINDS else []
+    found += ["vision"] if kind == "vision" else []
     found += ["completion"] if kind in TEXT_KINDS else []
     found += ["embedding"] if kind == "embedding" else []
     found += ["rerank"] if kind == "reranker" else []
@@ -45,7 +47,8 @@ class ModelKind:
     """A model source and what it holds.
 
     Attributes:
-        kind: ``"gguf"``, ``"embedding"``, ``"reranker"``, ``"speech"``, ``"encoder-decoder"`` or ``"decoder"``.
+        kind: ``"gguf"``, ``"embedding"``, ``"reranker"``, ``"speech"``, ``"encoder-decoder"``, ``"decoder"``
+            or ``"vision"`` (a vision-language model: images and text in, text out).
         source: The argument as given.
         folder: The local folder (None for a GGUF source: it becomes one when converted).
         spec: The folder's pipeline, when it could be read (None: the task's load says what is wrong).
@@ -85,6 +88,7 @@ def model_kind(source: str) -> ModelKind:
     from inference4py.hub import resolve_checkpoint
     from inference4py.tasks.embedding import is_embedding_model
     from inference4py.tasks.rerank import is_reranker_model
+    from inference4py.vision.runtime import is_vision_folder
 
     if is_whisper_source(source):
         return ModelKind("speech", source)  # converted on load (inference4py.whisper_files)
@@ -97,6 +101,8 @@ def model_kind(source: str) -> ModelKind:
         return ModelKind("embedding", source, folder, None, model_type)
     if is_reranker_model(folder):  # a one-label sequence classifier: no decoder either
         return ModelKind("reranker", source, folder, None, model_type)
+    if is_vision_folder(folder):  # its decoder takes inputs_embeds: a text generator's load cannot run it
+        return ModelKind("vision", source, folder, None, model_type)
     try:
         spec = load_pipeline(folder)
     except Inference4pyError:

@@ -15,27 +15,48 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from inference4py.errors import ConfigurationError, InvalidInputError
-from inference4py.generation.beam import SearchModel
+from inference4py.errors import ConfigurationError, InvalidInputError, PromptTooLongError
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.generate import collect, generate_chunks
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
+from inference4py.tasks.options import RequestOptions
 from inference4py.tasks.prompts import ChatOptions, PromptEncoder
 from inference4py.tokenization import Tokenizer, load_tokenizer
 from inference4py.vision import ImageBatch, ImageInput, load_image, load_image_processor
 from inference4py.vision.runtime import VisionPipeline, find_layout, read_json
 
-__all__ = ["VisionLanguageModel", "VisionLanguageBuilder", "VisionPrompt"]
+__all__ = ["VisionLanguageModel", "VisionLanguageBuilder", "VisionPrompt", "VisionRequest"]
 
 Message = Mapping[str, Any]
 VisionPrompt = str | Sequence[Message]
 Images = ImageInput | Sequence[ImageInput] | None
+
+
+@dataclass(frozen=True)
+class VisionRequest:
+    """One request prepared (images decoded and preprocessed, prompt expanded, config decided), not yet run.
+
+    :meth:`VisionLanguageModel.prepare` makes it wherever the request arrives (a server's handler
+    thread); :meth:`VisionLanguageModel.request_chunks` runs it (the vision encoder, then the token loop).
+    """
+
+    ids: list[int]  # the prompt as the token loop holds it (image positions as the image token id)
+    model_ids: np.ndarray  # [1, n]: as the model reads it (genai: -k for image k)
+    image_mask: np.ndarray  # [n]: True at image tokens
+    images: ImageBatch
+    config: GenerationConfig
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The prompt's tokens, the images' included."""
+        return len(self.ids)
 
 
 # --------------------------------------------------------------------------- the task
@@ -307,22 +328,49 @@ class VisionLanguageModel(ClosableTask):
         return model, mask
 
     # ------------------------------------------------------------------ generation
-    def _prepare(
-        self, images: Images, prompt: VisionPrompt, overrides: Mapping[str, Any]
-    ) -> tuple[list[int], GenerationConfig, SearchModel]:
+    def prepare(self, prompt: VisionPrompt, options: RequestOptions, images: Images = None) -> VisionRequest:
+        """Decode and preprocess the images, expand the prompt and decide the config of one request.
+
+        Nothing runs on the model's sessions yet, so a bad request fails here, before it waits for them.
+
+        Raises:
+            InvalidInputError: unreadable or missing images, placeholders that do not match the images.
+            PromptTooLongError: prompt + images + max_new_tokens exceed the context.
+            ConfigurationError: invalid options, or options this task does not apply (constraints, tools,
+                speculative decoding).
+        """
         self._check_open()
+        options.refuse_speculation("VisionLanguageModel")
+        options.refuse_output("VisionLanguageModel")
         messages, found = self._messages(prompt, images)
         batch = self.image_processor([load_image(item, i) for i, item in enumerate(found)])
         model_ids, mask = self._expand(self._render(messages, found), batch)
-        config = self._planner.for_call(model_ids.shape[1], overrides)
-        state = self._runtime.new_state(model_ids, mask, batch, capacity=model_ids.shape[1] + config.max_new_tokens)
+        try:
+            config = self._planner.for_request(model_ids.shape[1], options)
+        except PromptTooLongError as exc:
+            if not batch.tokens:
+                raise
+            raise PromptTooLongError(
+                f"{exc} {sum(batch.tokens)} of the prompt's {model_ids.shape[1]} tokens are the "
+                f"{len(batch.tokens)} image(s)' tokens: send fewer images."
+            ) from exc
         visible = np.where(mask, self._layout.image_token_id or 0, model_ids[0])  # genai's negative ids hidden
-        return [int(i) for i in visible], config, state
+        return VisionRequest([int(i) for i in visible], model_ids, mask, batch, config)
+
+    def request_chunks(
+        self, prompt: VisionRequest | VisionPrompt, options: RequestOptions
+    ) -> Iterator[GenerationChunk]:
+        """:meth:`stream_chunks` with typed options, or of a request :meth:`prepare` made (the server's entry)."""
+        request = prompt if isinstance(prompt, VisionRequest) else self.prepare(prompt, options)
+        self._check_open()
+        capacity = request.prompt_tokens + request.config.max_new_tokens
+        state = self._runtime.new_state(request.model_ids, request.image_mask, request.images, capacity=capacity)
+        return generate_chunks(state, request.ids, request.config, self.tokenizer, extra_processors=self._processors)
 
     def stream_chunks(self, images: Images, prompt: VisionPrompt, **overrides: Any) -> Iterator[GenerationChunk]:
         """The middle tier: :class:`GenerationChunk` objects with token ids and a finish reason."""
-        ids, config, state = self._prepare(images, prompt, overrides)
-        return generate_chunks(state, ids, config, self.tokenizer, extra_processors=self._processors)
+        options = RequestOptions.from_keywords(overrides)
+        return self.request_chunks(self.prepare(prompt, options, images), options)
 
     def generate(
         self,
@@ -350,9 +398,10 @@ class VisionLanguageModel(ClosableTask):
             ConfigurationError: invalid options.
         """
         started = time.perf_counter()
-        ids, config, state = self._prepare(images, prompt, overrides)
-        chunks = generate_chunks(state, ids, config, self.tokenizer, extra_processors=self._processors)
-        return collect(chunks, prompt_tokens=len(ids), started=started, on_token=on_token)
+        options = RequestOptions.from_keywords(overrides)
+        request = self.prepare(prompt, options, images)
+        chunks = self.request_chunks(request, options)
+        return collect(chunks, prompt_tokens=request.prompt_tokens, started=started, on_token=on_token)
 
     def stream(self, images: Images, prompt: VisionPrompt, **overrides: Any) -> Iterator[str]:
         """Yield the answer piece by piece (complete UTF-8, stop sequences cut)."""

@@ -30,7 +30,15 @@ from inference4py.errors import InvalidInputError, ModelFilesMissingError, Unsup
 from inference4py.tokenization import Tokenizer
 from inference4py.vision.processors import ImageBatch
 
-__all__ = ["VisionLayout", "VisionPipeline", "PromptState", "find_layout", "genai_description", "read_json"]
+__all__ = [
+    "VisionLayout",
+    "VisionPipeline",
+    "PromptState",
+    "find_layout",
+    "genai_description",
+    "is_vision_folder",
+    "read_json",
+]
 
 _OPTIMUM_FILES = ("vision_encoder.onnx", "embed_tokens.onnx", "decoder_model_merged.onnx")
 _TEXT_DECODERS = ("model.onnx", "decoder_model_merged.onnx", "decoder_model.onnx")
@@ -55,6 +63,19 @@ def read_json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise UnsupportedModelError(f"{path} is not readable JSON ({exc}). Re-download the model.") from exc
     return data if isinstance(data, dict) else {}
+
+
+def is_vision_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds a vision-language model, from its file names alone (nothing is opened):
+    a vision encoder of the optimum / onnx-community parts, or a genai_config.json with a ``vision`` session."""
+    genai = folder / "genai_config.json"
+    if genai.is_file():
+        try:
+            model = json.loads(genai.read_text(encoding="utf-8")).get("model", {})
+        except (OSError, ValueError, AttributeError):
+            return False  # the text loader says what is wrong with it
+        return isinstance(model, dict) and isinstance(model.get("vision"), dict)
+    return any((where / "vision_encoder.onnx").is_file() for where in (folder, folder / "onnx"))
 
 
 def find_layout(folder: Path, tokenizer: Tokenizer) -> VisionLayout:

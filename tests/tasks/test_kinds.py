@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from inference4py.errors import ModelNotFoundError
-from inference4py.tasks.kinds import model_kind
+from inference4py.tasks.kinds import capabilities, model_kind
 from tests.conftest import FIXTURES, MODELS
 
 
@@ -19,12 +19,20 @@ from tests.conftest import FIXTURES, MODELS
         ("marian", "encoder-decoder", "marian"),
         ("whisper", "speech", "whisper"),
         ("sentence-bert", "embedding", "bert"),
+        ("llava-tiny", "vision", "llava"),  # optimum / onnx-community parts (onnx/vision_encoder.onnx)
+        ("idefics3-tiny", "vision", "idefics3"),
+        ("genai-phi3v", "vision", ""),  # genai_config.json with a vision session
     ],
 )
 def test_a_folder_is_dispatched_by_what_its_files_say(name, kind, model_type):
     found = model_kind(str(MODELS / name))
     assert (found.kind, found.model_type) == (kind, model_type)
     assert found.folder == MODELS / name
+
+
+def test_what_each_kind_answers():
+    assert capabilities("vision") == ["chat", "vision"]  # chats with images; no raw completions
+    assert capabilities("decoder") == ["chat", "completion"]
 
 
 def test_a_gguf_file_is_a_text_generator_before_conversion():
