@@ -60,11 +60,15 @@ bool gate_attribute(const OrtKernelInfo* info, const char* op, Gate* gate, OrtSt
 // Whether weights are repacked (INFERENCE4PY_GGML_REPACK=0 says no), read when a kernel is made.
 bool repack_enabled();
 
+struct PackedFree {
+    void operator()(uint8_t* p) const { free_packed(p); }
+};
+
 // A weight repacked eight rows at a time (repack.cpp), made the first time an operator runs with a
 // kernel that reads that layout, from the bytes it then had (an initializer: always the same).
 struct PackedWeight {
     std::atomic<const uint8_t*> source{nullptr};  // set once the packed copy is complete
-    std::unique_ptr<uint8_t[]> data;
+    std::unique_ptr<uint8_t, PackedFree> data;
     bool refused = false;  // another pointer came later: this weight is not a constant, it is read as it comes
     std::mutex making;
 };

@@ -1,6 +1,7 @@
 // Weights rearranged eight rows at a time for the kernels that read them so (simd.inc), made once
 // when an operator first runs; and the file's own pages given back once a weight is repacked.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -86,6 +87,36 @@ void repack_rows(int type, const uint8_t* w, size_t w_stride, int first, int cou
         if (type == T_Q5_0) repack_32<BlockQ5_0x8, BlockQ5_0>(rows, w_stride, k / QK, reinterpret_cast<BlockQ5_0x8*>(o));
         if (type == T_Q8_0) repack_32<BlockQ8_0x8, BlockQ8_0>(rows, w_stride, k / QK, reinterpret_cast<BlockQ8_0x8*>(o));
     }
+}
+
+namespace {
+constexpr size_t kHugePage = size_t{1} << 21;
+}
+
+uint8_t* allocate_packed(size_t bytes) {
+    const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    void* p = std::aligned_alloc(kHugePage, rounded);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (p != nullptr) madvise(p, rounded, MADV_HUGEPAGE);  // a hint: ignored where transparent huge pages are off
+#endif
+    return static_cast<uint8_t*>(p);
+}
+
+void free_packed(uint8_t* p) { std::free(p); }
+
+void prefault(const void* p, size_t bytes) {
+#if defined(__linux__)
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14; older kernels answer EINVAL and the pages fault one by one
+#endif
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const auto start = reinterpret_cast<uintptr_t>(p) / page * page;
+    const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
+    madvise(reinterpret_cast<void*>(start), end - start, MADV_POPULATE_READ);
+#else
+    (void)p;
+    (void)bytes;
+#endif
 }
 
 void release_file_pages(const void* p, size_t bytes) {
