@@ -94,10 +94,12 @@ constexpr size_t kHugePage = size_t{1} << 21;
 }
 
 uint8_t* allocate_packed(size_t bytes) {
-    const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-    void* p = std::aligned_alloc(kHugePage, rounded);
+    if (bytes < kHugePage) return static_cast<uint8_t*>(std::malloc(bytes));
+    // aligned to a huge page; the whole huge pages inside are asked for as such, the tail stays in small
+    // pages (nothing is rounded up: a weight holds no more memory than its bytes)
+    void* p = std::aligned_alloc(kHugePage, (bytes + 63) / 64 * 64);
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (p != nullptr) madvise(p, rounded, MADV_HUGEPAGE);  // a hint: ignored where transparent huge pages are off
+    if (p != nullptr) madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // a hint: ignored where THP is off
 #endif
     return static_cast<uint8_t*>(p);
 }
