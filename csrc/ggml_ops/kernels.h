@@ -70,9 +70,9 @@ size_t packed_group_bytes(int type, int k);
 // Groups [first, first + count) of a weight of rows of ``w_stride`` bytes, into ``out``.
 void repack_rows(int type, const uint8_t* w, size_t w_stride, int first, int count, int k, uint8_t* out);
 // Memory for a repacked weight (in 2 MB pages where the system gives them: fewer faults to fill it,
-// fewer TLB misses to read it), or null; freed by free_packed.
+// streams the prefetchers follow further), or null; free_packed(p, bytes) gives it back to the system.
 uint8_t* allocate_packed(size_t bytes);
-void free_packed(uint8_t* p);
+void free_packed(uint8_t* p, size_t bytes);
 // Maps the pages of [p, p + bytes) in one call before they are all read (a file's, through the page
 // cache), instead of one fault per page.
 void prefault(const void* p, size_t bytes);

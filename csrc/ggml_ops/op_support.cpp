@@ -122,7 +122,8 @@ const uint8_t* packed_weight(PackedWeight& p, int type, int64_t k, const KernelT
         return nullptr;
     }
     const size_t group = packed_group_bytes(type, k);
-    std::unique_ptr<uint8_t, PackedFree> data(allocate_packed(group * static_cast<size_t>(rows / kPackRows)));
+    const size_t bytes = group * static_cast<size_t>(rows / kPackRows);
+    std::unique_ptr<uint8_t, PackedFree> data(allocate_packed(bytes), PackedFree{bytes});
     if (data == nullptr) return nullptr;  // no room for the copy: the file's rows serve
     prefault(w, stride * static_cast<size_t>(rows));
     RepackRun run{type, w, stride, static_cast<int>(k), data.get()};

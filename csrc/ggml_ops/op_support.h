@@ -61,7 +61,8 @@ bool gate_attribute(const OrtKernelInfo* info, const char* op, Gate* gate, OrtSt
 bool repack_enabled();
 
 struct PackedFree {
-    void operator()(uint8_t* p) const { free_packed(p); }
+    size_t bytes = 0;
+    void operator()(uint8_t* p) const { free_packed(p, bytes); }
 };
 
 // A weight repacked eight rows at a time (repack.cpp), made the first time an operator runs with a

@@ -91,20 +91,45 @@ void repack_rows(int type, const uint8_t* w, size_t w_stride, int first, int cou
 
 namespace {
 constexpr size_t kHugePage = size_t{1} << 21;
-}
+constexpr size_t kPage = 4096;
+size_t mapped_size(size_t bytes) { return (bytes + kPage - 1) / kPage * kPage; }
+}  // namespace
 
+// Anonymous mappings of their own, so freeing a weight (a model unloaded) gives its memory back to the
+// system at once; one of 2 MB or more is aligned to a huge page and its whole huge pages are asked for
+// as such (the tail stays in small pages: nothing is rounded up beyond a 4 KB page).
 uint8_t* allocate_packed(size_t bytes) {
-    if (bytes < kHugePage) return static_cast<uint8_t*>(std::malloc(bytes));
-    // aligned to a huge page; the whole huge pages inside are asked for as such, the tail stays in small
-    // pages (nothing is rounded up: a weight holds no more memory than its bytes)
-    void* p = std::aligned_alloc(kHugePage, (bytes + 63) / 64 * 64);
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (p != nullptr) madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // a hint: ignored where THP is off
+#if defined(__linux__)
+    const size_t size = mapped_size(bytes);
+    if (size < kHugePage) {
+        void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        return p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
+    }
+    void* map = mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) return nullptr;
+    const auto start = reinterpret_cast<uintptr_t>(map);
+    const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+    if (aligned > start) munmap(map, aligned - start);
+    const uintptr_t end = start + size + kHugePage;
+    if (end > aligned + size) munmap(reinterpret_cast<void*>(aligned + size), end - (aligned + size));
+#if defined(MADV_HUGEPAGE)
+    madvise(reinterpret_cast<void*>(aligned), size / kHugePage * kHugePage, MADV_HUGEPAGE);  // a hint
 #endif
-    return static_cast<uint8_t*>(p);
+    return reinterpret_cast<uint8_t*>(aligned);
+#else
+    return static_cast<uint8_t*>(std::malloc(bytes));
+#endif
 }
 
-void free_packed(uint8_t* p) { std::free(p); }
+void free_packed(uint8_t* p, size_t bytes) {
+    if (p == nullptr) return;
+#if defined(__linux__)
+    munmap(p, mapped_size(bytes));
+#else
+    (void)bytes;
+    std::free(p);
+#endif
+}
 
 void prefault(const void* p, size_t bytes) {
 #if defined(__linux__)
