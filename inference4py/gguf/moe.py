@@ -54,7 +54,14 @@ class ExpertShape:
     used: int  # experts chosen per token (k)
     ff: int  # rows of one expert's gate and up matrices
     norm: bool  # the top-k weights are divided by their sum
-    shared_ff: int | None  # rows of the shared expert's gate and up (Qwen2-MoE), None without one
+    shared_ff: int | None  # rows of the shared expert's gate and up (Qwen2-MoE, DeepSeek-V2), None without one
+    scale: float = 1.0  # the top-k weights are multiplied by it (DeepSeek-V2's routed_scaling_factor)
+    first: int = 0  # the first layer with experts (DeepSeek-V2's first layers are dense)
+    shared_gate: bool = False  # the shared expert's output is scaled by sigmoid(x @ ffn_gate_inp_shexp) (Qwen2-MoE)
+
+    def routes(self, layer: int) -> bool:
+        """Whether layer ``layer`` has experts (else a dense MLP)."""
+        return layer >= self.first
 
 
 def is_moe(gguf: GGUFFile) -> bool:
@@ -85,7 +92,7 @@ def read_experts(gguf: GGUFFile, hp: Hyper) -> ExpertShape | None:
             ``expert_feed_forward_length`` / the hidden size, or one the layout needs is missing
             (the shared expert's gate of Qwen2-MoE included); the message names the tensor or key.
         UnsupportedModelError: a router other than softmax (``expert_gating_func``), or an
-            ``expert_weights_scale`` other than 1.
+            ``expert_weights_scale`` other than 1 where the architecture does not read it.
     """
     if not is_moe(gguf):
         return None
@@ -105,12 +112,18 @@ def read_experts(gguf: GGUFFile, hp: Hyper) -> ExpertShape | None:
             f"{gguf.architecture} layers route by softmax (expert_gating_func 1) only."
         )
     scale = gguf.get(".expert_weights_scale")
-    if scale is not None and float(scale) not in (0.0, 1.0):
+    from_file = hp.arch.experts_from_file  # DeepSeek-V2: llama.cpp reads the routing from these keys
+    if scale is not None and float(scale) not in (0.0, 1.0) and not from_file:
         raise UnsupportedModelError(
             f"{gguf.path}: {_key(gguf, '.expert_weights_scale')} = {float(scale)}; the converter's "
             f"{gguf.architecture} layers do not scale the routing weights."
         )
-    first = "blk.0.ffn_gate_exps.weight"
+    lead = int(gguf.get(".leading_dense_block_count", 0) or 0) if from_file else 0
+    if not 0 <= lead < hp.layers:
+        raise ModelLoadError(
+            f"{gguf.path}: {_key(gguf, '.leading_dense_block_count')} = {lead}, but the model has {hp.layers} layers."
+        )
+    first = f"blk.{lead}.ffn_gate_exps.weight"
     if first not in gguf:
         raise ModelLoadError(f"{gguf.path} says it has {count} experts but has no tensor {first!r}.")
     ff = gguf.info(first).shape[1]
@@ -121,15 +134,15 @@ def read_experts(gguf: GGUFFile, hp: Hyper) -> ExpertShape | None:
             f"{_key(gguf, '.expert_feed_forward_length')} says {int(declared)}."
         )
     shared_ff = None
-    if hp.arch.shared_expert_gate:
-        shared = "blk.0.ffn_up_shexp.weight"
+    shared_count = int(gguf.get(".expert_shared_count", 0) or 0) if from_file else 0
+    if hp.arch.shared_expert_gate or shared_count:
+        shared = f"blk.{lead}.ffn_up_shexp.weight"
         if shared not in gguf:
-            raise ModelLoadError(
-                f"{gguf.path} has no tensor {shared!r}: {gguf.architecture} layers have a shared expert."
-            )
+            what = f"{_key(gguf, '.expert_shared_count')} = {shared_count}" if shared_count else "a shared expert"
+            raise ModelLoadError(f"{gguf.path} has no tensor {shared!r}: its {gguf.architecture} layers have {what}.")
         shared_ff = gguf.info(shared).shape[0]
     hidden = hp.hidden
-    for i in range(hp.layers):
+    for i in range(lead, hp.layers):
         p = f"blk.{i}."
         why = f"{_key(gguf, '.expert_count')} = {count}, hidden size {hidden}, experts of {ff} rows"
         _check_shape(gguf, f"{p}ffn_gate_inp.weight", (count, hidden), why)
@@ -137,15 +150,28 @@ def read_experts(gguf: GGUFFile, hp: Hyper) -> ExpertShape | None:
         _check_shape(gguf, f"{p}ffn_up_exps.weight", (count, ff, hidden), why)
         _check_shape(gguf, f"{p}ffn_down_exps.weight", (count, hidden, ff), why)
         if shared_ff is not None:
-            why = f"the shared expert of {shared_ff} rows and its sigmoid gate"
-            gate = f"{p}ffn_gate_inp_shexp.weight"  # [1, hidden]; llama-quantize writes it as [hidden]
-            _check_shape(
-                gguf, gate, (hidden,) if gate in gguf and len(gguf.info(gate).shape) == 1 else (1, hidden), why
+            why = f"the shared expert of {shared_ff} rows" + (
+                " and its sigmoid gate" if hp.arch.shared_expert_gate else ""
             )
+            gate = f"{p}ffn_gate_inp_shexp.weight"  # [1, hidden]; llama-quantize writes it as [hidden]
+            if hp.arch.shared_expert_gate:
+                _check_shape(
+                    gguf, gate, (hidden,) if gate in gguf and len(gguf.info(gate).shape) == 1 else (1, hidden), why
+                )
             _check_shape(gguf, f"{p}ffn_gate_shexp.weight", (shared_ff, hidden), why)
             _check_shape(gguf, f"{p}ffn_up_shexp.weight", (shared_ff, hidden), why)
             _check_shape(gguf, f"{p}ffn_down_shexp.weight", (hidden, shared_ff), why)
-    return ExpertShape(count=count, used=used, ff=ff, norm=hp.arch.experts_norm, shared_ff=shared_ff)
+    norm = bool(gguf.get(".expert_weights_norm", False)) if from_file else hp.arch.experts_norm
+    return ExpertShape(
+        count=count,
+        used=used,
+        ff=ff,
+        norm=norm,
+        shared_ff=shared_ff,
+        scale=float(scale) if from_file and scale else 1.0,
+        first=lead,
+        shared_gate=hp.arch.shared_expert_gate,
+    )
 
 
 def moe_config(shape: ExpertShape) -> dict[str, Any]:
@@ -159,6 +185,8 @@ def moe_config(shape: ExpertShape) -> dict[str, Any]:
     }
     if shape.shared_ff is not None:
         config["shared_expert_intermediate_size"] = shape.shared_ff
+    if shape.scale != 1.0 or shape.first:
+        config |= {"routed_scaling_factor": shape.scale, "first_k_dense_replace": shape.first}
     return config
 
 
@@ -176,7 +204,9 @@ class Experts:
         self.hp = hp
         self.shape = shape
         kinds = {
-            b.gguf.info(f"blk.{i}.ffn_{w}_exps.weight").type for i in range(hp.layers) for w in ("gate", "up", "down")
+            b.gguf.info(f"blk.{i}.ffn_{w}_exps.weight").type
+            for i in range(shape.first, hp.layers)
+            for w in ("gate", "up", "down")
         }
         if not b.ggml and (b.bits in (4, 8, 16) or (b.bits is None and kinds - set(FLOAT_TYPES))):
             _log.warning(
@@ -197,6 +227,9 @@ class Experts:
         if shape.norm:
             total = b.one("ReduceSum", [weights, b.ints([-1])], f"/{name}/router/ReduceSum", keepdims=1)
             weights = b.one("Div", [weights, total], f"/{name}/router/Div")
+        if shape.scale != 1.0:  # DeepSeek-V2's routed_scaling_factor, after the renormalisation (llama.cpp's order)
+            scale = b.initializer(np.array(shape.scale, np.float32), f"{name}.routed_scaling_factor")
+            weights = b.one("Mul", [weights, scale], f"/{name}/router/Mul")
         gated = self.products(
             x,
             [f"{prefix}ffn_gate_exps.weight", f"{prefix}ffn_up_exps.weight"],
@@ -222,6 +255,8 @@ class Experts:
             "silu",
             f"{name}.shared_expert",
         )
+        if not shape.shared_gate:  # DeepSeek-V2: the shared experts' output is added as it is
+            return b.one("Add", [out, shared], f"/{name}/Add")
         # one row (a vector in llama-quantize's files, kept in float there): a float32 [hidden, 1] product
         column = b.gguf.tensor(f"{prefix}ffn_gate_inp_shexp.weight").reshape(-1, 1).astype(np.float32)
         logit = b.one(

@@ -1,0 +1,218 @@
+"""DeepSeek-V2 GGUF decoders (inference4py.gguf.mla): latent attention with a latent cache, and its experts.
+
+tools/fixtures/gguf_mla.py builds two tiny random DeepSeek-V2 checkpoints (q_lora_rank 16, and none as
+V2-Lite has), three layers each (one dense, two with experts: top-2 of 4, one shared expert, routed
+scaling factor 2.5), writes each to an F32 GGUF with llama.cpp's convert_hf_to_gguf.py and records
+transformers' greedy and beam ids.  Converted here, they must give those ids; the cache must hold the
+latent and the rope key per token, not per-head keys and values; bad files are refused by name.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+onnx = pytest.importorskip("onnx")
+
+from inference4py import OnnxTextGenerator  # noqa: E402
+from inference4py.errors import ModelLoadError  # noqa: E402
+from inference4py.gguf.graph import write_decoder  # noqa: E402
+from inference4py.gguf.reader import GGUFFile  # noqa: E402
+from tests.conftest import FIXTURES  # noqa: E402
+from tests.gguf.test_graph import write_folder  # noqa: E402
+from tests.gguf.test_moe import rewrite  # noqa: E402
+
+GGUF_DIR = FIXTURES / "gguf"
+REF = json.loads((GGUF_DIR / "mla-references.json").read_text(encoding="utf-8"))
+MODELS: dict[str, Any] = REF["models"]
+
+_generators: dict[tuple[str, int | None], OnnxTextGenerator] = {}
+
+
+@pytest.fixture(scope="module")
+def generator(tmp_path_factory):
+    """``generator(file, bits)`` -> the library's generator on that conversion (built once per module)."""
+
+    def get(name: str, bits: int | None = 32) -> OnnxTextGenerator:
+        key = (name, bits)
+        if key not in _generators:
+            folder = write_folder(name, bits, tmp_path_factory.mktemp(f"{name}-{bits}"), MODELS[name])
+            _generators[key] = OnnxTextGenerator.builder().model_path(folder).build()
+        return _generators[key]
+
+    return get
+
+
+def _cases():
+    for name, entry in MODELS.items():
+        for case in entry["cases"]:
+            yield pytest.param(name, case, id=f"{entry['family']}-{case['name']}")
+
+
+def _greedy(gen: OnnxTextGenerator, case: dict[str, Any]) -> list[int]:
+    result = gen.generate(case["prompt_ids"], max_new_tokens=case["max_new_tokens"], do_sample=False)
+    return list(result.token_ids)
+
+
+def test_the_fixtures_are_deepseek_v2_with_and_without_q_lora_and_clear_gaps():
+    assert {m["family"]: m["q_lora_rank"] for m in MODELS.values()} == {"deepseek2": 16, "deepseek2-lite": None}
+    for name, entry in MODELS.items():
+        assert (GGUF_DIR / name).stat().st_size < 600_000
+        assert (entry["first_k_dense_replace"], entry["experts"], entry["experts_per_token"]) == (1, 4, 2)
+        assert entry["routed_scaling_factor"] == 2.5 and entry["n_shared_experts"] == 1
+        assert entry["min_logit_gap"] >= REF["min_logit_gap"] and entry["min_route_gap"] >= REF["min_route_gap"]
+        for case in entry["cases"]:
+            assert case["stable_prefix"] == len(case["output_ids"]) and case["beam"]["robust_to_noise"]
+    # llama.cpp (llama-server, f32 KV cache, -fa off) reads the q_lora file as transformers computes the
+    # checkpoint; it stops at the tokens its vocabulary marks end-of-generation, so its ids may be a prefix
+    for case in MODELS["mla-deepseek2-F32.gguf"]["cases"]:
+        ours = case["llama_cpp_ids"]
+        assert len(ours) >= min(20, len(case["output_ids"])) and case["output_ids"][: len(ours)] == ours, case["name"]
+    # and refuses a q_lora_rank-less file unless it has V2-Lite's 26 or 27 layers
+    assert "q_lora_rank" in MODELS["mla-deepseek2-lite-F32.gguf"]["llama_cpp"]
+
+
+@pytest.mark.parametrize("bits", [32, None])
+@pytest.mark.parametrize("name,case", list(_cases()))
+def test_greedy_ids_equal_transformers(generator, name, case, bits):
+    assert _greedy(generator(name, bits), case) == case["output_ids"]
+
+
+@pytest.mark.parametrize("name,case", list(_cases()))
+def test_beam_ids_equal_transformers(generator, name, case):
+    beam = case["beam"]
+    result = generator(name).generate(
+        case["prompt_ids"],
+        max_new_tokens=beam["max_new_tokens"],
+        num_beams=beam["num_beams"],
+        num_return_sequences=beam["num_return_sequences"],
+        do_sample=False,
+    )
+    assert [list(c.token_ids) for c in result.candidates] == beam["output_ids"]
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_a_batch_of_prompts_gives_each_row_its_own_ids(generator, name):
+    """The scheduler's batched steps: rows of different lengths, left-padded in one growing cache, each
+    masked and positioned on its own, so each equals its reference alone."""
+    cases = MODELS[name]["cases"]
+    results = generator(name).generate_batch(
+        [c["prompt_ids"] for c in cases], max_new_tokens=max(c["max_new_tokens"] for c in cases), do_sample=False
+    )
+    for case, result in zip(cases, results):
+        assert list(result.token_ids)[: case["max_new_tokens"]] == case["output_ids"], case["name"]
+
+
+def test_the_cache_holds_the_latent_and_the_rope_key_per_token(generator):
+    """(kv_lora_rank + rope) x layers x 4 bytes a token, against heads x (key + value) x layers x 4 expanded."""
+    name = "mla-deepseek2-F32.gguf"
+    entry = MODELS[name]
+    layers, heads, rank, rope = entry["layers"], entry["heads"], entry["kv_lora_rank"], entry["qk_rope_head_dim"]
+    runtime = generator(name).runtime
+    layout = runtime.layout
+    assert [(e.input, e.shape[1], e.shape[3]) for e in layout.self_entries] == [
+        (f"past_key_values.{i}.{kind}", 1, size)
+        for i in range(layers)
+        for kind, size in (("key", rank), ("value", rope))
+    ]
+    assert not runtime.shared_kv  # no GroupQueryAttention: the growing cache, position_ids fed per row
+    latent_bytes = (rank + rope) * layers * 4
+    expanded = heads * ((entry["qk_nope_head_dim"] + rope) + entry["v_head_dim"]) * layers * 4
+    assert layout.position_bytes == latent_bytes == 288 and expanded == 960
+    state = runtime.new_state(1, capacity=32)
+    case = entry["cases"][0]
+    state.prefill(np.array([case["prompt_ids"]]))
+    state.step(case["output_ids"][0])
+    tokens = len(case["prompt_ids"]) + 1
+    cache = state._past
+    assert cache is not None
+    assert [tuple(v.shape()) for v in cache] == [(1, 1, tokens, size) for _ in range(layers) for size in (rank, rope)]
+    assert sum(int(np.prod(v.shape())) for v in cache) * 4 == latent_bytes * tokens
+
+
+def test_the_up_projections_are_absorbed_and_no_head_keys_are_made(tmp_path):
+    """The query meets the latent through k_b, the latents' weighted sum goes through v_b: no [heads, nope]
+    key or [heads, v] value is computed from the cache."""
+    config = write_decoder(GGUFFile(GGUF_DIR / "mla-deepseek2-F32.gguf"), tmp_path, 32)
+    graph = onnx.load(str(tmp_path / "model.onnx"), load_external_data=False).graph
+    absorbed = [n for n in graph.node if n.op_type == "MatMul" and "q_absorbed" in n.name]
+    after = [n for n in graph.node if n.op_type == "MatMul" and "/v_b/" in n.name]
+    assert len(absorbed) == len(after) == 3
+    assert not any(n.op_type == "GroupQueryAttention" for n in graph.node)
+    scores = [n for n in graph.node if "scores_latent" in n.name]
+    assert all(n.input[1].endswith("/latent/T/output_0") for n in scores)
+    assert (config["kv_lora_rank"], config["qk_rope_head_dim"], config["routed_scaling_factor"]) == (16, 8, 2.5)
+    assert config["first_k_dense_replace"] == 1 and config["model_type"] == "deepseek_v2"
+
+
+def test_an_older_file_with_attn_kv_b_gives_the_same_ids(generator, tmp_path, monkeypatch):
+    """Files converted before llama.cpp split kv_b_proj hold attn_kv_b [heads x (nope + v), rank]."""
+    import tests.gguf.test_graph as graph_tests
+
+    name = "mla-deepseek2-lite-F32.gguf"
+    entry, source = MODELS[name], GGUFFile(GGUF_DIR / name)
+    heads, rank = entry["heads"], entry["kv_lora_rank"]
+    joined = {}
+    for i in range(entry["layers"]):
+        k_b = source.tensor(f"blk.{i}.attn_k_b.weight").transpose(0, 2, 1)  # [heads, nope, rank]
+        v_b = source.tensor(f"blk.{i}.attn_v_b.weight")  # [heads, v, rank]
+        joined[f"blk.{i}.attn_kv_b.weight"] = np.concatenate([k_b, v_b], axis=1).reshape(-1, rank)
+    drop = tuple(f"blk.{i}.attn_{w}_b.weight" for i in range(entry["layers"]) for w in "kv")
+    rewrite(name, tmp_path / name, drop=drop, tensors={k: v.astype(np.float32) for k, v in joined.items()})
+    assert GGUFFile(tmp_path / name).info("blk.0.attn_kv_b.weight").shape == (heads * 32, rank)
+    monkeypatch.setattr(graph_tests, "GGUF_DIR", tmp_path)
+    folder = write_folder(name, 32, tmp_path / "folder", entry)
+    gen = OnnxTextGenerator.builder().model_path(folder).build()
+    for case in entry["cases"]:
+        assert _greedy(gen, case) == case["output_ids"], case["name"]
+
+
+# ---------------------------------------------------------------------------------- bad files
+
+
+def _convert(path: Path, tmp_path: Path) -> None:
+    write_decoder(GGUFFile(path), tmp_path / "out", 32)
+
+
+def test_a_missing_kv_lora_rank_is_named(tmp_path):
+    bad = rewrite("mla-deepseek2-F32.gguf", tmp_path / "bad.gguf", keys={"deepseek2.attention.kv_lora_rank": None})
+    with pytest.raises(ModelLoadError, match=r"deepseek2\.attention\.kv_lora_rank"):
+        _convert(bad, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    ["blk.2.attn_kv_a_mqa.weight", "blk.1.attn_kv_a_norm.weight", "blk.0.attn_k_b.weight", "blk.2.attn_v_b.weight"],
+)
+def test_a_missing_latent_tensor_is_named(tmp_path, tensor):
+    bad = rewrite("mla-deepseek2-F32.gguf", tmp_path / "bad.gguf", drop=(tensor,))
+    with pytest.raises(ModelLoadError, match=f"no tensor {re.escape(repr(tensor))}.*latent attention"):
+        _convert(bad, tmp_path)
+
+
+def test_a_kv_lora_rank_that_disagrees_with_the_tensors_names_both(tmp_path):
+    bad = rewrite("mla-deepseek2-F32.gguf", tmp_path / "bad.gguf", keys={"deepseek2.attention.kv_lora_rank": 12})
+    with pytest.raises(
+        ModelLoadError, match=r"'blk\.0\.attn_kv_a_mqa\.weight' has shape \[24, 32\].*kv_lora_rank = 12"
+    ):
+        _convert(bad, tmp_path)
+
+
+def test_a_missing_q_projection_names_the_q_lora_key(tmp_path):
+    bad = rewrite("mla-deepseek2-lite-F32.gguf", tmp_path / "bad.gguf", drop=("blk.1.attn_q.weight",))
+    with pytest.raises(
+        ModelLoadError, match=r"no tensor 'blk\.1\.attn_q\.weight'.*no deepseek2\.attention\.q_lora_rank"
+    ):
+        _convert(bad, tmp_path)
+
+
+def test_a_missing_shared_expert_names_the_count(tmp_path):
+    bad = rewrite("mla-deepseek2-F32.gguf", tmp_path / "bad.gguf", drop=("blk.1.ffn_up_shexp.weight",))
+    with pytest.raises(ModelLoadError, match=r"no tensor 'blk\.1\.ffn_up_shexp\.weight'.*expert_shared_count = 1"):
+        _convert(bad, tmp_path)
