@@ -86,7 +86,7 @@ def read_hyper(gguf: GGUFFile) -> Hyper:
     embed = gguf.info("token_embd.weight")
     scaling = gguf.get(".rope.scaling.type")
     factor = float(gguf.get(".rope.scaling.factor", 1.0) or 1.0)
-    if scaling in (None, "none", ""):
+    if scaling in (None, "none", "") or (scaling == "yarn" and arch.mla):  # MLA: gguf/mla.py reads YaRN's keys
         factor = 1.0
     elif scaling != "linear":
         raise UnsupportedModelError(

@@ -1,7 +1,7 @@
 """DeepSeek-V2 GGUF decoders (inference4py.gguf.mla): latent attention with a latent cache, and its experts.
 
-tools/fixtures/gguf_mla.py builds two tiny random DeepSeek-V2 checkpoints (q_lora_rank 16, and none as
-V2-Lite has), three layers each (one dense, two with experts: top-2 of 4, one shared expert, routed
+tools/fixtures/gguf_mla.py builds three tiny random DeepSeek-V2 checkpoints (q_lora_rank 16, none as
+V2-Lite has, and q_lora_rank 16 with DeepSeek's YaRN rotary scaling), three layers each (one dense, two with experts: top-2 of 4, one shared expert, routed
 scaling factor 2.5), writes each to an F32 GGUF with llama.cpp's convert_hf_to_gguf.py and records
 transformers' greedy and beam ids.  Converted here, they must give those ids; the cache must hold the
 latent and the rope key per token, not per-head keys and values; bad files are refused by name.
@@ -21,7 +21,7 @@ gguf = pytest.importorskip("gguf")
 onnx = pytest.importorskip("onnx")
 
 from inference4py import OnnxTextGenerator  # noqa: E402
-from inference4py.errors import ModelLoadError  # noqa: E402
+from inference4py.errors import ModelLoadError, UnsupportedModelError  # noqa: E402
 from inference4py.gguf.graph import write_decoder  # noqa: E402
 from inference4py.gguf.reader import GGUFFile  # noqa: E402
 from tests.conftest import FIXTURES  # noqa: E402
@@ -61,7 +61,11 @@ def _greedy(gen: OnnxTextGenerator, case: dict[str, Any]) -> list[int]:
 
 
 def test_the_fixtures_are_deepseek_v2_with_and_without_q_lora_and_clear_gaps():
-    assert {m["family"]: m["q_lora_rank"] for m in MODELS.values()} == {"deepseek2": 16, "deepseek2-lite": None}
+    assert {m["family"]: m["q_lora_rank"] for m in MODELS.values()} == {
+        "deepseek2": 16,
+        "deepseek2-lite": None,
+        "deepseek2-yarn": 16,
+    }
     for name, entry in MODELS.items():
         assert (GGUF_DIR / name).stat().st_size < 600_000
         assert (entry["first_k_dense_replace"], entry["experts"], entry["experts_per_token"]) == (1, 4, 2)
@@ -71,7 +75,7 @@ def test_the_fixtures_are_deepseek_v2_with_and_without_q_lora_and_clear_gaps():
             assert case["stable_prefix"] == len(case["output_ids"]) and case["beam"]["robust_to_noise"]
     # llama.cpp (llama-server, f32 KV cache, -fa off) reads the q_lora file as transformers computes the
     # checkpoint; it stops at the tokens its vocabulary marks end-of-generation, so its ids may be a prefix
-    for case in MODELS["mla-deepseek2-F32.gguf"]["cases"]:
+    for case in MODELS["mla-deepseek2-F32.gguf"]["cases"] + MODELS["mla-deepseek2-yarn-F32.gguf"]["cases"]:
         ours = case["llama_cpp_ids"]
         assert len(ours) >= min(20, len(case["output_ids"])) and case["output_ids"][: len(ours)] == ours, case["name"]
     # and refuses a q_lora_rank-less file unless it has V2-Lite's 26 or 27 layers
@@ -173,6 +177,26 @@ def test_an_older_file_with_attn_kv_b_gives_the_same_ids(generator, tmp_path, mo
         assert _greedy(gen, case) == case["output_ids"], case["name"]
 
 
+def test_yarn_scales_the_frequencies_and_the_attention_logits(generator, tmp_path, monkeypatch):
+    """The YaRN fixture's ids need both YaRN's blended frequencies and DeepSeek's mscale^2 on the logits
+    (transformers' class with DeepSeek's softmax scale, and llama.cpp, agree on them): without the scale
+    the long case goes elsewhere."""
+    from inference4py.gguf.mla import Yarn
+
+    name = "mla-deepseek2-yarn-F32.gguf"
+    entry = MODELS[name]
+    assert entry["rope_scaling"]["factor"] == 4.0 and entry["rope_scaling"]["original_max_position_embeddings"] == 16
+    (tmp_path / "graph").mkdir()
+    config = write_decoder(GGUFFile(GGUF_DIR / name), tmp_path / "graph", 32)
+    assert config["rope_scaling"]["rope_type"] == "yarn" and config["rope_scaling"]["mscale_all_dim"] == pytest.approx(
+        0.707
+    )
+    monkeypatch.setattr(Yarn, "mscale", property(lambda self: 1.0))
+    folder = write_folder(name, 32, tmp_path / "unscaled", entry)
+    case = entry["cases"][2]
+    assert _greedy(OnnxTextGenerator.builder().model_path(folder).build(), case) != case["output_ids"]
+
+
 # ---------------------------------------------------------------------------------- bad files
 
 
@@ -215,4 +239,12 @@ def test_a_missing_q_projection_names_the_q_lora_key(tmp_path):
 def test_a_missing_shared_expert_names_the_count(tmp_path):
     bad = rewrite("mla-deepseek2-F32.gguf", tmp_path / "bad.gguf", drop=("blk.1.ffn_up_shexp.weight",))
     with pytest.raises(ModelLoadError, match=r"no tensor 'blk\.1\.ffn_up_shexp\.weight'.*expert_shared_count = 1"):
+        _convert(bad, tmp_path)
+
+
+def test_yarn_without_its_log_multiplier_is_refused_by_the_key(tmp_path):
+    bad = rewrite(
+        "mla-deepseek2-yarn-F32.gguf", tmp_path / "bad.gguf", keys={"deepseek2.rope.scaling.yarn_log_multiplier": None}
+    )
+    with pytest.raises(UnsupportedModelError, match=r"deepseek2\.rope\.scaling\.yarn_log_multiplier"):
         _convert(bad, tmp_path)
