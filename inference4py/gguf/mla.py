@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from inference4py.errors import ModelLoadError, UnsupportedModelError
+from inference4py.errors import UnsupportedModelError
 from inference4py.gguf.ffn import GraphBuilder
 from inference4py.gguf.hyper import MAX_ROPE_POSITIONS, Hyper, rope_caches
 from inference4py.gguf.parts import Part
@@ -143,14 +143,7 @@ def _key(gguf: GGUFFile, key: str) -> str:
 
 
 def _need(gguf: GGUFFile, tensor: str, want: tuple[int, ...], why: str) -> None:
-    if tensor not in gguf:
-        raise ModelLoadError(f"{gguf.path} has no tensor {tensor!r}, which its latent attention needs ({why}).")
-    got = gguf.info(tensor).shape
-    if got != want:
-        raise ModelLoadError(
-            f"{gguf.path}: tensor {tensor!r} has shape {list(got)}, but the metadata says {list(want)} ({why}). "
-            "The file is inconsistent: convert the model again with llama.cpp's convert_hf_to_gguf.py."
-        )
+    gguf.check_tensor(tensor, want, needed_by="its latent attention layers", why=why)
 
 
 def read_mla(gguf: GGUFFile, hp: Hyper) -> MlaShape | None:

@@ -74,14 +74,7 @@ def _key(gguf: GGUFFile, key: str) -> str:
 
 
 def _check_shape(gguf: GGUFFile, tensor: str, want: tuple[int, ...], why: str) -> None:
-    if tensor not in gguf:
-        raise ModelLoadError(f"{gguf.path} has no tensor {tensor!r}, which its mixture-of-experts layers need ({why}).")
-    got = gguf.info(tensor).shape
-    if got != want:
-        raise ModelLoadError(
-            f"{gguf.path}: tensor {tensor!r} has shape {list(got)}, but the metadata says {list(want)} ({why}). "
-            "The file is inconsistent: convert the model again with llama.cpp's convert_hf_to_gguf.py."
-        )
+    gguf.check_tensor(tensor, want, needed_by="its mixture-of-experts layers", why=why)
 
 
 def read_experts(gguf: GGUFFile, hp: Hyper) -> ExpertShape | None:
