@@ -113,6 +113,43 @@ def test_a_batch_of_prompts_gives_each_row_its_own_ids(generator, name):
         assert list(result.token_ids)[: case["max_new_tokens"]] == case["output_ids"], case["name"]
 
 
+def test_a_prompt_continued_from_the_prefix_cache_gives_the_same_ids(generator):
+    """A second request whose prompt is the first's prompt and answer starts from the first's cached
+    latents (the growing cache's prefix copy) and continues with the reference."""
+    name = "mla-deepseek2-yarn-F32.gguf"
+    case = MODELS[name]["cases"][2]
+    prompt, want = case["prompt_ids"], case["output_ids"]
+    with generator(name).batched(max_concurrent=2, prefix_cache_mb=16) as batched:
+        first = batched.generate(prompt, max_new_tokens=len(want), do_sample=False)
+        assert list(first.token_ids) == want
+        second = batched.generate(prompt + want[:8], max_new_tokens=len(want) - 8, do_sample=False)
+        reused = batched.prefix_cache.reused_tokens
+    assert reused >= len(prompt)
+    assert list(second.token_ids) == want[8:]
+
+
+def test_speculative_decoding_keeps_accepted_and_discards_rejected_latents(generator):
+    """Prompt lookup's drafts are rejected here (the cache rolled back past them), the model drafting for
+    itself has its drafts accepted: both give plain greedy ids."""
+    from inference4py.generation.speculative import DraftModel, PromptLookup
+
+    name = "mla-deepseek2-F32.gguf"
+    gen = generator(name)
+    totals = {"rejected": 0, "accepted": 0}
+    for case in MODELS[name]["cases"]:
+        echo = case["prompt_ids"] + case["output_ids"][:6] + case["prompt_ids"][-6:]  # a lookup finds drafts
+        want = _greedy(gen, {**case, "prompt_ids": echo})
+        lookup = PromptLookup(min_ngram=1, num_draft_tokens=2, max_draft_tokens=6)
+        for speculative in (lookup, DraftModel(gen, num_draft_tokens=3, timed=False)):
+            result = gen.generate(echo, max_new_tokens=case["max_new_tokens"], do_sample=False, speculative=speculative)
+            assert list(result.token_ids) == want, case["name"]
+            stats = result.speculative
+            assert stats is not None
+            totals["rejected"] += stats.drafted_tokens - stats.accepted_tokens
+            totals["accepted"] += stats.accepted_tokens
+    assert totals["rejected"] > 0 and totals["accepted"] > 0
+
+
 def test_the_cache_holds_the_latent_and_the_rope_key_per_token(generator):
     """(kv_lora_rank + rope) x layers x 4 bytes a token, against heads x (key + value) x layers x 4 expanded."""
     name = "mla-deepseek2-F32.gguf"
