@@ -234,6 +234,39 @@ def test_yarn_scales_the_frequencies_and_the_attention_logits(generator, tmp_pat
     assert _greedy(OnnxTextGenerator.builder().model_path(folder).build(), case) != case["output_ids"]
 
 
+def test_a_dense_deepseek2_file_runs_on_the_compiled_operators(tmp_path):
+    """Without experts (dense deepseek2 models exist), the file's matrices are used in place by the compiled
+    operators around the latent attention, with the float path's ids."""
+    from inference4py.engine.kernels import kernel_library
+    from inference4py.gguf.convert import convert_gguf
+
+    if not kernel_library().available:
+        pytest.skip("the compiled operators are not built here")
+    name = "mla-deepseek2-F32.gguf"
+    src = GGUFFile(GGUF_DIR / name)
+    drop = tuple(t.name for t in src.tensors() if "exps" in t.name or "shexp" in t.name or "gate_inp" in t.name)
+    dense_ffn = {
+        f"blk.{i}.ffn_{w}.weight": src.tensor(f"blk.0.ffn_{w}.weight") for i in (1, 2) for w in ("gate", "up", "down")
+    }
+    keys: dict[str, Any] = {k: None for k in src.metadata if ".expert_" in k}
+    dense = rewrite(
+        name,
+        tmp_path / "dense.gguf",
+        keys=keys | {"deepseek2.leading_dense_block_count": 3},
+        drop=drop,
+        tensors=dense_ffn,
+    )
+    prompt = MODELS[name]["cases"][2]["prompt_ids"]
+    ids = []
+    for bits in (None, 32):
+        folder = convert_gguf(dense, tmp_path / f"out-{bits}", bits=bits)
+        graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+        assert any(n.domain == "ai.inference4py" for n in graph.node) == (bits is None)
+        gen = OnnxTextGenerator.builder().model_path(folder).build()
+        ids.append(list(gen.generate(prompt, max_new_tokens=8, do_sample=False).token_ids))
+    assert ids[0] == ids[1]
+
+
 # ---------------------------------------------------------------------------------- bad files
 
 
