@@ -1,7 +1,8 @@
 """DeepSeek-V2 GGUF decoders (inference4py.gguf.mla): latent attention with a latent cache, and its experts.
 
 tools/fixtures/gguf_mla.py builds three tiny random DeepSeek-V2 checkpoints (q_lora_rank 16, none as
-V2-Lite has, and q_lora_rank 16 with DeepSeek's YaRN rotary scaling), three layers each (one dense, two with experts: top-2 of 4, one shared expert, routed
+V2-Lite has, and q_lora_rank 16 with DeepSeek's YaRN rotary scaling) and a DeepSeek-V3 one (sigmoid router
+with a selection bias, 8 experts in 2 groups), three layers each (one dense, two with experts: top-2 of 4, one shared expert, routed
 scaling factor 2.5), writes each to an F32 GGUF with llama.cpp's convert_hf_to_gguf.py and records
 transformers' greedy and beam ids.  Converted here, they must give those ids; the cache must hold the
 latent and the rope key per token, not per-head keys and values; bad files are refused by name.
@@ -69,13 +70,15 @@ def _greedy(gen: OnnxTextGenerator, case: dict[str, Any]) -> list[int]:
 def test_the_fixtures_are_deepseek_v2_with_and_without_q_lora_and_clear_gaps():
     assert {(m["family"], m["type"]): m["q_lora_rank"] for m in MODELS.values()} == {
         (family, kind): rank
-        for family, rank in (("deepseek2", 16), ("deepseek2-lite", None), ("deepseek2-yarn", 16))
+        for family, rank in (("deepseek2", 16), ("deepseek2-lite", None), ("deepseek2-yarn", 16), ("deepseek3", 16))
         for kind in ("F32", "Q8_0")
         if (family, kind) != ("deepseek2-lite", "Q8_0")  # llama-quantize refuses it, as llama-server does
     }
     for name, entry in MODELS.items():
         assert (GGUF_DIR / name).stat().st_size < 600_000
-        assert (entry["first_k_dense_replace"], entry["experts"], entry["experts_per_token"]) == (1, 4, 2)
+        v3 = entry["family"] == "deepseek3"  # 8 experts in 2 groups, a sigmoid router with a selection bias
+        assert (entry["first_k_dense_replace"], entry["experts"], entry["experts_per_token"]) == (1, 8 if v3 else 4, 2)
+        assert (entry["expert_groups"], entry["expert_groups_used"]) == ((2, 1) if v3 else (None, None))
         assert entry["routed_scaling_factor"] == 2.5 and entry["n_shared_experts"] == 1
         if entry["type"] == "F32":  # the seeds were chosen on these: no near-tie anywhere
             assert entry["min_logit_gap"] >= REF["min_logit_gap"] and entry["min_route_gap"] >= REF["min_route_gap"]
@@ -83,7 +86,8 @@ def test_the_fixtures_are_deepseek_v2_with_and_without_q_lora_and_clear_gaps():
                 assert case["stable_prefix"] == len(case["output_ids"]) and case["beam"]["robust_to_noise"]
     # llama.cpp (llama-server, f32 KV cache, -fa off) reads the q_lora file as transformers computes the
     # checkpoint; it stops at the tokens its vocabulary marks end-of-generation, so its ids may be a prefix
-    for case in MODELS["mla-deepseek2-F32.gguf"]["cases"] + MODELS["mla-deepseek2-yarn-F32.gguf"]["cases"]:
+    checked = ("mla-deepseek2-F32.gguf", "mla-deepseek2-yarn-F32.gguf", "mla-deepseek3-F32.gguf")
+    for case in (c for name in checked for c in MODELS[name]["cases"]):
         ours = case["llama_cpp_ids"]
         assert len(ours) >= min(20, len(case["output_ids"])) and case["output_ids"][: len(ours)] == ours, case["name"]
     # and refuses a q_lora_rank-less file unless it has V2-Lite's 26 or 27 layers
@@ -336,6 +340,27 @@ def test_a_missing_q_projection_names_the_q_lora_key(tmp_path):
     with pytest.raises(
         ModelLoadError, match=r"no tensor 'blk\.1\.attn_q\.weight'.*no deepseek2\.attention\.q_lora_rank"
     ):
+        _convert(bad, tmp_path)
+
+
+def test_the_v3_router_chooses_by_score_and_bias_among_the_best_group(tmp_path):
+    config = write_decoder(GGUFFile(GGUF_DIR / "mla-deepseek3-F32.gguf"), tmp_path, 32)
+    graph = onnx.load(str(tmp_path / "model.onnx"), load_external_data=False).graph
+    ops = {n.name.rsplit("/", 1)[-1]: n.op_type for n in graph.node if "/model.layers.1.mlp/router/" in n.name}
+    assert {ops["Sigmoid"], ops["bias"], ops["Where"], ops["weights"]} == {"Sigmoid", "Add", "Where", "GatherElements"}
+    assert config["num_experts"] == 8 and config["norm_topk_prob"] is True
+
+
+@pytest.mark.parametrize(
+    "keys,message",
+    [
+        ({"deepseek2.expert_group_count": 3}, r"expert_group_count = 3 and deepseek2\.expert_group_used_count = 1"),
+        ({"deepseek2.expert_gating_func": 4}, r"expert_gating_func = 4 asks for a sqrt-softplus router"),
+    ],
+)
+def test_a_v3_router_the_converter_cannot_build_is_refused_by_its_key(tmp_path, keys, message):
+    bad = rewrite("mla-deepseek3-F32.gguf", tmp_path / "bad.gguf", keys=keys)
+    with pytest.raises((ModelLoadError, UnsupportedModelError), match=message):
         _convert(bad, tmp_path)
 
 
