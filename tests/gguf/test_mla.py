@@ -27,7 +27,7 @@ from inference4py.gguf.graph import write_decoder  # noqa: E402
 from inference4py.gguf.reader import GGUFFile  # noqa: E402
 from tests.conftest import FIXTURES  # noqa: E402
 from tests.gguf.test_graph import write_folder  # noqa: E402
-from tests.gguf.test_moe import rewrite  # noqa: E402
+from tests.gguf.test_moe import compiled, rewrite  # noqa: E402, F401 (compiled is a fixture)
 
 GGUF_DIR = FIXTURES / "gguf"
 REF = json.loads((GGUF_DIR / "mla-references.json").read_text(encoding="utf-8"))
@@ -269,6 +269,22 @@ def test_yarn_scales_the_frequencies_and_the_attention_logits(generator, tmp_pat
     folder = write_folder(name, 32, tmp_path / "unscaled", entry)
     case = entry["cases"][2]
     assert _greedy(OnnxTextGenerator.builder().model_path(folder).build(), case) != case["output_ids"]
+
+
+@pytest.mark.parametrize("name,case", list(_cases(("F32", "Q8_0"))))
+def test_on_the_compiled_operators_greedy_ids_equal_transformers(compiled, name, case):  # noqa: F811
+    """The default conversion (gguf_folder): the latent attention's products on GgmlMatMul, the experts on
+    GgmlExpertMatMul, the file's bytes in place.  F32 files as converted, Q8_0 files with float32 activations
+    (their exact weights).  The folder stops at the file's end-of-generation tokens (as llama.cpp does), which
+    may end a case before transformers' reference, whose checkpoint has one eos."""
+    folder, exact = compiled(name)
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+    assert len([n for n in graph.node if n.op_type == "GgmlExpertMatMul"]) == 2 * 2  # gate+up and down, 2 layers
+    gen = OnnxTextGenerator.builder().model_path(folder if MODELS[name]["type"] == "F32" else exact).build()
+    got, want = _greedy(gen, case), _stable(case)
+    assert got[: len(want)] == want[: len(got)]
+    ends = json.loads((folder / "generation_config.json").read_text())["eos_token_id"]
+    assert len(got) >= len(want) or got[-1] in (ends if isinstance(ends, list) else [ends])
 
 
 def test_a_dense_deepseek2_file_runs_on_the_compiled_operators(tmp_path):
