@@ -40,6 +40,7 @@ BUILDERS = {
     "reranker": "tools.fixtures.reranker",  # tiny one-label BERT cross-encoder (onnx/model.onnx) + transformers' logits
     "gguf_models": "tools.fixtures.gguf_models",  # tiny GGUF decoders (F32/F16/Q8_0) + transformers' greedy ids  # tokenizer-only GGUFs + transformers / llama.cpp refs
     "gguf_moe": "tools.fixtures.gguf_moe",  # tiny MoE GGUFs by llama.cpp's convert_hf_to_gguf.py + greedy/beam ids
+    "gguf_mla": "tools.fixtures.gguf_mla",  # tiny DeepSeek-V2 (MLA + MoE) GGUFs by llama.cpp's converter + greedy/beam ids
     "vision_language": "tools.fixtures.vision_language",  # tiny LLaVA in vision_encoder / embed_tokens / decoder parts
     "vision_idefics3": "tools.fixtures.vision_idefics3",  # tiny Idefics3 (SmolVLM-style image splitting), same parts
     "pipelines": "tools.fixtures.pipelines",  # version-2 descriptions: llama split at embed_tokens, a final session (after decoder)

@@ -7,7 +7,8 @@
 - :mod:`~inference4py.gguf.graph`: the decoder as one ONNX graph in the library's fastest layout
   (:mod:`~inference4py.gguf.archs`: one entry per architecture; :mod:`~inference4py.gguf.hyper`:
   its shape and config.json; :mod:`~inference4py.gguf.ffn`: the gated MLP; :mod:`~inference4py.gguf.moe`:
-  mixture-of-experts layers, the router and the chosen experts' products).
+  mixture-of-experts layers, the router and the chosen experts' products; :mod:`~inference4py.gguf.mla`:
+  DeepSeek-V2's latent attention, its cache holding the latent and the rope key).
 - :mod:`~inference4py.gguf.convert`: the cached, atomic conversion; :mod:`~inference4py.gguf.sources`:
   where a file comes from (a path, a Hub repo, a pip package).
 """

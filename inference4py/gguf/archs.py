@@ -50,6 +50,11 @@ class Architecture:
             on these architectures: llama.cpp fixes it per architecture, and so does this entry.
         shared_expert_gate: every mixture-of-experts layer also has a shared expert (``*_shexp``) whose
             output is scaled by ``sigmoid(x @ ffn_gate_inp_shexp)`` (Qwen2-MoE).
+        experts_from_file: the routing is described by the file's keys, as llama.cpp reads them for
+            DeepSeek-V2: ``expert_weights_norm`` (renormalise), ``expert_weights_scale`` (the routed
+            scaling factor), ``leading_dense_block_count`` (dense first layers) and
+            ``expert_shared_count`` (shared experts, ungated).
+        mla: multi-head latent attention (:mod:`inference4py.gguf.mla`) instead of grouped-query attention.
     """
 
     name: str
@@ -64,6 +69,8 @@ class Architecture:
     big_query_scale_layers: tuple[int, ...] = ()
     experts_norm: bool = False
     shared_expert_gate: bool = False
+    experts_from_file: bool = False
+    mla: bool = False
 
 
 _ENTRIES = (
@@ -98,6 +105,8 @@ _ENTRIES = (
     Architecture("qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", experts_norm=True),
     Architecture("qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM", shared_expert_gate=True),
     Architecture("olmoe", "olmoe", "OlmoeForCausalLM"),  # q/k norms over all heads at once: read from the file
+    # DeepSeek-V2 / V2-Lite: latent attention (inference4py.gguf.mla), dense first layers, then experts
+    Architecture("deepseek2", "deepseek_v2", "DeepseekV2ForCausalLM", experts_from_file=True, mla=True),
 )
 ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in _ENTRIES}
 

@@ -21,12 +21,13 @@ __all__ = ["GraphBuilder", "activation", "gated_mlp"]
 
 
 class GraphBuilder(Protocol):
-    """What the feed-forward modules use of :class:`inference4py.gguf.graph._Builder`."""
+    """What the feed-forward and latent-attention modules use of :class:`inference4py.gguf.graph._Builder`."""
 
     gguf: GGUFFile
     bits: int | None
     ggml: bool
     in_place: InPlace
+    nodes: list[Any]  # onnx NodeProtos, in order (a graph output is named by renaming its node's output)
 
     def node(
         self, op: str, inputs: list[str], name: str, *, outputs: int = 1, domain: str = "", **attrs: Any
@@ -45,6 +46,8 @@ class GraphBuilder(Protocol):
     def shape(self, parts: list[Part]) -> tuple[int, int]: ...
 
     def linear(self, x: str, parts: list[Part], name: str, bias: np.ndarray | None = None) -> str: ...
+
+    def rms_norm(self, x: str, weight: np.ndarray, name: str, eps: float) -> str: ...
 
 
 def activation(b: GraphBuilder, gate: str, kind: str, name: str) -> str:

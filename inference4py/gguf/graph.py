@@ -43,6 +43,7 @@ from inference4py.gguf.blocks import LAYOUTS, Layout, unpack
 from inference4py.gguf.ffn import gated_mlp
 from inference4py.gguf.hyper import Hyper, hf_config, read_hyper, rope_caches
 from inference4py.gguf.in_place import InPlace
+from inference4py.gguf.mla import MlaAttention, MlaShape, mla_config, read_mla
 from inference4py.gguf.moe import Experts, moe_config, read_experts
 from inference4py.gguf.parts import Part, qkv_parts, unpermute
 from inference4py.gguf.reader import FLOAT_TYPES, SUPPORTED_TYPES, GGUFFile
@@ -448,48 +449,30 @@ def write_decoder(gguf: GGUFFile, folder: Path, bits: int | None = None, *, ggml
             if len(info.shape) > 1 and info.type not in SUPPORTED_TYPES:
                 raise _no_exact_operator(gguf, info.name, info.type)
     in_place = ggml and bits is None
-    shape = read_experts(gguf, hp)
+    shape, mla = read_experts(gguf, hp), read_mla(gguf, hp)
     store = ExternalData(folder, inline=in_place)
     try:
         b = _Builder(gguf, bits, store, ggml=in_place)
-        model = _build(b, hp, None if shape is None else Experts(b, hp, shape), TensorProto, helper)
+        model = _build(b, hp, None if shape is None else Experts(b, hp, shape), mla, TensorProto, helper)
     finally:
         store.close()
     if in_place:
         store.path.unlink()  # nothing was written to it: the weights are the GGUF file's
     (folder / "model.onnx").write_bytes(model.SerializeToString())
-    return hf_config(hp, gguf) | ({} if shape is None else moe_config(shape))
+    return hf_config(hp, gguf) | ({} if shape is None else moe_config(shape)) | ({} if mla is None else mla_config(mla))
 
 
-def _build(b: _Builder, hp: Hyper, experts: Experts | None, TensorProto: Any, helper: Any) -> Any:  # onnx's names
+def _build(
+    b: _Builder, hp: Hyper, experts: Experts | None, mla: MlaShape | None, TensorProto: Any, helper: Any
+) -> Any:  # onnx's names
     gguf, bits = b.gguf, b.bits
+    latent = None if mla is None else MlaAttention(b, hp, mla)  # DeepSeek-V2: its own mask and rotary tables
 
-    # attention_mask -> per-row valid length - 1 and the total length, as GroupQueryAttention wants them
-    mask_sum = b.one("ReduceSum", ["attention_mask", b.ints([1])], "/model/attn_mask/ReduceSum", keepdims=0)
-    seqlens = b.one(
-        "Cast",
-        [b.one("Sub", [mask_sum, b.ints([1])], "/model/attn_mask/Sub")],
-        "/model/attn_mask/seqlens_k",
-        to=TensorProto.INT32,
-    )
-    mask_shape = b.one("Shape", ["attention_mask"], "/model/attn_mask/Shape")
-    total = b.one(
-        "Cast",
-        [
-            b.one(
-                "Gather",
-                [mask_shape, b.initializer(np.array(1, np.int64), "/constants/INT64/scalar_1")],
-                "/model/attn_mask/Gather",
-                axis=0,
-            )
-        ],
-        "/model/attn_mask/total_sequence_length",
-        to=TensorProto.INT32,
-    )
+    seqlens, total = ("", "") if latent else _gqa_lengths(b, TensorProto)
 
     factors = gguf.tensor("rope_freqs.weight") if "rope_freqs.weight" in gguf else None
     cos, sin = rope_caches(hp, hp.rope_base, hp.rope_linear_factor, factors)
-    caches = {False: (b.initializer(cos, "cos_cache"), b.initializer(sin, "sin_cache"))}
+    caches = {} if latent else {False: (b.initializer(cos, "cos_cache"), b.initializer(sin, "sin_cache"))}
     if hp.sliding_window is not None and hp.arch.local_rope_base is not None:
         cos_l, sin_l = rope_caches(hp, hp.arch.local_rope_base, 1.0, None)
         caches[True] = (b.initializer(cos_l, "cos_cache_local"), b.initializer(sin_l, "sin_cache_local"))
@@ -510,47 +493,12 @@ def _build(b: _Builder, hp: Hyper, experts: Experts | None, TensorProto: Any, he
     if hp.arch.embed_scale:  # Gemma: scaled by sqrt(hidden) in float32, as transformers does
         x = b.one("Mul", [x, b.scalar(float(np.float32(math.sqrt(hp.hidden))))], "/model/embed_tokens/Mul")
 
-    q_size, kv_size = hp.heads * hp.head_dim, hp.kv_heads * hp.head_dim
     h = b.rms_norm(x, gguf.tensor("blk.0.attn_norm.weight"), "model.layers.0.input_layernorm", hp.eps)
     residual = x
     for i in range(hp.layers):
         p, n = f"blk.{i}.", f"model.layers.{i}"
-        qkv_rows, qkv_b = qkv_parts(gguf, hp, p)
-        qkv = b.linear(h, qkv_rows, f"{n}.attn.qkv_proj", qkv_b)
-        if f"{p}attn_q_norm.weight" in gguf:  # Qwen3, Gemma 3: RMS norm of each head's query and key
-            q, k, v = b.node(
-                "Split", [qkv, b.ints([q_size, kv_size, kv_size])], f"/{n}/attn/qkv_split", outputs=3, axis=-1
-            )
-            for which, size in (("q", q_size), ("k", kv_size)):
-                t, weight = q if which == "q" else k, gguf.tensor(f"{p}attn_{which}_norm.weight")
-                if weight.size == hp.head_dim:  # each head's (OLMoE: one norm over all heads at once)
-                    t = b.one("Reshape", [t, b.ints([0, -1, hp.head_dim])], f"/{n}/attn/{which}_norm/Reshape_1")
-                t = b.rms_norm(t, weight, f"{n}.attn.{which}_norm", hp.eps)
-                t = b.one("Reshape", [t, b.ints([0, -1, size])], f"/{n}/attn/{which}_norm/Reshape_2")
-                q, k = (t, k) if which == "q" else (q, t)
-            attn_in = [q, k, v]
-        else:
-            attn_in = [qkv, "", ""]
-        sliding = hp.is_sliding(i)
-        cos_name, sin_name = caches.get(sliding, caches[False])
-        attn = b.node(
-            "GroupQueryAttention",
-            [*attn_in, f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens, total, cos_name, sin_name],
-            f"/{n}/attn/GroupQueryAttention",
-            outputs=3,
-            domain="com.microsoft",
-            num_heads=hp.heads,
-            kv_num_heads=hp.kv_heads,
-            scale=hp.scale,
-            local_window_size=hp.sliding_window if sliding and hp.sliding_window else -1,
-            softcap=hp.attn_softcap,
-            do_rotary=1,
-            # llama.cpp's q/k row order rotates adjacent pairs: kept as stored on the file's own bytes
-            rotary_interleaved=1 if b.ggml and hp.arch.permuted_qk else 0,
-        )
-        b.nodes[-1].output[1] = f"present.{i}.key"
-        b.nodes[-1].output[2] = f"present.{i}.value"
-        a = b.linear(attn[0], [Part(f"{p}attn_output.weight")], f"{n}.attn.o_proj")
+        # DeepSeek-V2: the latent and the rope key cached, the up-projections absorbed (gguf/mla.py)
+        a = latent.layer(h, i) if latent is not None else _gqa_attention(b, hp, h, i, caches, seqlens, total)
         if f"{p}post_attention_norm.weight" in gguf:  # Gemma: norm of the attention output
             a = b.rms_norm(a, gguf.tensor(f"{p}post_attention_norm.weight"), f"{n}.post_attention_layernorm", hp.eps)
         h, residual = b.skip_rms_norm(
@@ -558,7 +506,7 @@ def _build(b: _Builder, hp: Hyper, experts: Experts | None, TensorProto: Any, he
         )
         down, act = Part(f"{p}ffn_down.weight"), hp.arch.activation
 
-        if experts is not None:  # Qwen3-MoE, Qwen2-MoE, OLMoE, Mixtral: the router and the chosen experts
+        if experts is not None and experts.shape.routes(i):  # the router and the chosen experts
             m = experts.layer(h, p, f"{n}.mlp")
         elif f"{p}ffn_gate.weight" in gguf:
             m = gated_mlp(b, h, Part(f"{p}ffn_gate.weight"), Part(f"{p}ffn_up.weight"), down, act, f"{n}.mlp")
@@ -630,17 +578,22 @@ def _build(b: _Builder, hp: Hyper, experts: Experts | None, TensorProto: Any, he
         helper.make_tensor_value_info("attention_mask", i64, ["batch_size", "total_sequence_length"]),
         helper.make_tensor_value_info(keep, i64, []),
     ]
+    if mla is not None:  # the growing-cache layout: positions per row, fed by the engine
+        inputs.insert(2, helper.make_tensor_value_info("position_ids", i64, ["batch_size", "sequence_length"]))
     outputs = [helper.make_tensor_value_info("logits", f32, ["batch_size", "logits_length", hp.vocab])]
+    dims = {"key": (hp.kv_heads, hp.head_dim), "value": (hp.kv_heads, hp.head_dim)}
+    if mla is not None:  # [batch, 1, seq, kv_lora_rank] latents and [batch, 1, seq, rope] rope keys
+        dims = dict(zip(("key", "value"), mla.cache_dims))
     for i in range(hp.layers):
-        for kind in ("key", "value"):
+        for kind, (heads, size) in dims.items():
             inputs.append(
                 helper.make_tensor_value_info(
-                    f"past_key_values.{i}.{kind}", f32, ["batch_size", hp.kv_heads, "past_sequence_length", hp.head_dim]
+                    f"past_key_values.{i}.{kind}", f32, ["batch_size", heads, "past_sequence_length", size]
                 )
             )
             outputs.append(
                 helper.make_tensor_value_info(
-                    f"present.{i}.{kind}", f32, ["batch_size", hp.kv_heads, "total_sequence_length", hp.head_dim]
+                    f"present.{i}.{kind}", f32, ["batch_size", heads, "total_sequence_length", size]
                 )
             )
     graph = helper.make_graph(b.nodes, f"{hp.arch.name}-gguf", inputs, outputs, initializer=b.initializers)
@@ -652,3 +605,72 @@ def _build(b: _Builder, hp: Hyper, experts: Experts | None, TensorProto: Any, he
     )
     model.ir_version = 10
     return model
+
+
+def _gqa_lengths(b: _Builder, TensorProto: Any) -> tuple[str, str]:  # onnx's name
+    # attention_mask -> per-row valid length - 1 and the total length, as GroupQueryAttention wants them
+    mask_sum = b.one("ReduceSum", ["attention_mask", b.ints([1])], "/model/attn_mask/ReduceSum", keepdims=0)
+    seqlens = b.one(
+        "Cast",
+        [b.one("Sub", [mask_sum, b.ints([1])], "/model/attn_mask/Sub")],
+        "/model/attn_mask/seqlens_k",
+        to=TensorProto.INT32,
+    )
+    mask_shape = b.one("Shape", ["attention_mask"], "/model/attn_mask/Shape")
+    total = b.one(
+        "Cast",
+        [
+            b.one(
+                "Gather",
+                [mask_shape, b.initializer(np.array(1, np.int64), "/constants/INT64/scalar_1")],
+                "/model/attn_mask/Gather",
+                axis=0,
+            )
+        ],
+        "/model/attn_mask/total_sequence_length",
+        to=TensorProto.INT32,
+    )
+    return seqlens, total
+
+
+def _gqa_attention(
+    b: _Builder, hp: Hyper, h: str, i: int, caches: dict[bool, tuple[str, str]], seqlens: str, total: str
+) -> str:
+    """Layer ``i``'s grouped-query attention for ``h``: q, k, v, GroupQueryAttention (rotary inside), o_proj."""
+    gguf, p, n = b.gguf, f"blk.{i}.", f"model.layers.{i}"
+    q_size, kv_size = hp.heads * hp.head_dim, hp.kv_heads * hp.head_dim
+    qkv_rows, qkv_b = qkv_parts(gguf, hp, p)
+    qkv = b.linear(h, qkv_rows, f"{n}.attn.qkv_proj", qkv_b)
+    if f"{p}attn_q_norm.weight" in gguf:  # Qwen3, Gemma 3: RMS norm of each head's query and key
+        q, k, v = b.node("Split", [qkv, b.ints([q_size, kv_size, kv_size])], f"/{n}/attn/qkv_split", outputs=3, axis=-1)
+        for which, size in (("q", q_size), ("k", kv_size)):
+            t, weight = q if which == "q" else k, gguf.tensor(f"{p}attn_{which}_norm.weight")
+            if weight.size == hp.head_dim:  # each head's (OLMoE: one norm over all heads at once)
+                t = b.one("Reshape", [t, b.ints([0, -1, hp.head_dim])], f"/{n}/attn/{which}_norm/Reshape_1")
+            t = b.rms_norm(t, weight, f"{n}.attn.{which}_norm", hp.eps)
+            t = b.one("Reshape", [t, b.ints([0, -1, size])], f"/{n}/attn/{which}_norm/Reshape_2")
+            q, k = (t, k) if which == "q" else (q, t)
+        attn_in = [q, k, v]
+    else:
+        attn_in = [qkv, "", ""]
+    sliding = hp.is_sliding(i)
+    cos_name, sin_name = caches.get(sliding, caches[False])
+    attn = b.node(
+        "GroupQueryAttention",
+        [*attn_in, f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens, total, cos_name, sin_name],
+        f"/{n}/attn/GroupQueryAttention",
+        outputs=3,
+        domain="com.microsoft",
+        num_heads=hp.heads,
+        kv_num_heads=hp.kv_heads,
+        scale=hp.scale,
+        local_window_size=hp.sliding_window if sliding and hp.sliding_window else -1,
+        softcap=hp.attn_softcap,
+        do_rotary=1,
+        # llama.cpp's q/k row order rotates adjacent pairs: kept as stored on the file's own bytes
+        rotary_interleaved=1 if b.ggml and hp.arch.permuted_qk else 0,
+    )
+    b.nodes[-1].output[1] = f"present.{i}.key"
+    b.nodes[-1].output[2] = f"present.{i}.value"
+    a = b.linear(attn[0], [Part(f"{p}attn_output.weight")], f"{n}.attn.o_proj")
+    return a

@@ -74,9 +74,9 @@ def read_hyper(gguf: GGUFFile) -> Hyper:
     heads = _int(gguf, ".attention.head_count")
     kv_heads = _int(gguf, ".attention.head_count_kv", heads)
     head_dim = _int(gguf, ".attention.key_length", hidden // heads)
-    if _int(gguf, ".attention.value_length", head_dim) != head_dim:
+    if not arch.mla and _int(gguf, ".attention.value_length", head_dim) != head_dim:  # MLA: gguf/mla.py reads them
         raise UnsupportedModelError(f"{gguf.path}: keys and values of different sizes are not supported.")
-    if head_dim % 16:
+    if head_dim % 16 and not arch.mla:
         raise UnsupportedModelError(
             f"{gguf.path}: heads of {head_dim} values; onnxruntime's GroupQueryAttention, which the converted "
             "graph uses, needs a multiple of 16. Use an ONNX export of this model instead (optimum-cli export onnx)."
@@ -86,7 +86,7 @@ def read_hyper(gguf: GGUFFile) -> Hyper:
     embed = gguf.info("token_embd.weight")
     scaling = gguf.get(".rope.scaling.type")
     factor = float(gguf.get(".rope.scaling.factor", 1.0) or 1.0)
-    if scaling in (None, "none", ""):
+    if scaling in (None, "none", "") or (scaling == "yarn" and arch.mla):  # MLA: gguf/mla.py reads YaRN's keys
         factor = 1.0
     elif scaling != "linear":
         raise UnsupportedModelError(

@@ -43,6 +43,7 @@ __all__ = ["ExpertShape", "Experts", "is_moe", "moe_config", "read_experts"]
 
 _log = logging.getLogger("inference4py.gguf")
 _SOFTMAX = 1  # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX (the value of <arch>.expert_gating_func)
+_SIGMOID = 2  # LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID: DeepSeek-V3-style routers (deepseek2 files only here)
 _GATING_NAMES = {1: "softmax", 2: "sigmoid", 4: "sqrt-softplus"}
 
 
@@ -54,7 +55,18 @@ class ExpertShape:
     used: int  # experts chosen per token (k)
     ff: int  # rows of one expert's gate and up matrices
     norm: bool  # the top-k weights are divided by their sum
-    shared_ff: int | None  # rows of the shared expert's gate and up (Qwen2-MoE), None without one
+    shared_ff: int | None  # rows of the shared expert's gate and up (Qwen2-MoE, DeepSeek-V2), None without one
+    scale: float = 1.0  # the top-k weights are multiplied by it (DeepSeek-V2's routed_scaling_factor)
+    first: int = 0  # the first layer with experts (DeepSeek-V2's first layers are dense)
+    shared_gate: bool = False  # the shared expert's output is scaled by sigmoid(x @ ffn_gate_inp_shexp) (Qwen2-MoE)
+    sigmoid: bool = False  # the router's scores are sigmoid(logits), not softmax (DeepSeek-V3-style)
+    biased: bool = False  # experts are chosen by score + exp_probs_b (the weights stay the scores)
+    groups: int = 1  # experts in groups; a token chooses among the groups_used best groups' experts
+    groups_used: int = 1
+
+    def routes(self, layer: int) -> bool:
+        """Whether layer ``layer`` has experts (else a dense MLP)."""
+        return layer >= self.first
 
 
 def is_moe(gguf: GGUFFile) -> bool:
@@ -67,14 +79,7 @@ def _key(gguf: GGUFFile, key: str) -> str:
 
 
 def _check_shape(gguf: GGUFFile, tensor: str, want: tuple[int, ...], why: str) -> None:
-    if tensor not in gguf:
-        raise ModelLoadError(f"{gguf.path} has no tensor {tensor!r}, which its mixture-of-experts layers need ({why}).")
-    got = gguf.info(tensor).shape
-    if got != want:
-        raise ModelLoadError(
-            f"{gguf.path}: tensor {tensor!r} has shape {list(got)}, but the metadata says {list(want)} ({why}). "
-            "The file is inconsistent: convert the model again with llama.cpp's convert_hf_to_gguf.py."
-        )
+    gguf.check_tensor(tensor, want, needed_by="its mixture-of-experts layers", why=why)
 
 
 def read_experts(gguf: GGUFFile, hp: Hyper) -> ExpertShape | None:
@@ -84,8 +89,9 @@ def read_experts(gguf: GGUFFile, hp: Hyper) -> ExpertShape | None:
         ModelLoadError: an expert tensor disagrees with ``expert_count`` / ``expert_used_count`` /
             ``expert_feed_forward_length`` / the hidden size, or one the layout needs is missing
             (the shared expert's gate of Qwen2-MoE included); the message names the tensor or key.
-        UnsupportedModelError: a router other than softmax (``expert_gating_func``), or an
-            ``expert_weights_scale`` other than 1.
+        UnsupportedModelError: a router other than softmax (``expert_gating_func``; deepseek2 files also
+            sigmoid, with their ``exp_probs_b`` selection bias and expert groups), or an
+            ``expert_weights_scale`` other than 1 where the architecture does not read it.
     """
     if not is_moe(gguf):
         return None
@@ -97,20 +103,35 @@ def read_experts(gguf: GGUFFile, hp: Hyper) -> ExpertShape | None:
             "a token chooses between 1 and expert_count experts."
         )
     gating = gguf.get(".expert_gating_func")
-    if gating is not None and int(gating) != _SOFTMAX:
+    from_file = hp.arch.experts_from_file  # DeepSeek-V2/V3: llama.cpp reads the routing from these keys
+    sigmoid = from_file and gating is not None and int(gating) == _SIGMOID
+    if gating is not None and int(gating) != _SOFTMAX and not sigmoid:
         known = _GATING_NAMES.get(int(gating))
         what = f"a {known} router" if known else f"an unknown router type ({int(gating)})"
+        routes = "softmax (expert_gating_func 1) or sigmoid (2)" if from_file else "softmax (expert_gating_func 1)"
         raise UnsupportedModelError(
             f"{gguf.path}: {_key(gguf, '.expert_gating_func')} = {int(gating)} asks for {what}; the converter's "
-            f"{gguf.architecture} layers route by softmax (expert_gating_func 1) only."
+            f"{gguf.architecture} layers route by {routes} only."
+        )
+    groups = int(gguf.get(".expert_group_count", 1) or 1) if from_file else 1
+    groups_used = int(gguf.get(".expert_group_used_count", groups) or groups) if from_file else 1
+    if groups > 1 and (count % groups or not 0 < groups_used <= groups or used > groups_used * (count // groups)):
+        raise ModelLoadError(
+            f"{gguf.path}: {_key(gguf, '.expert_group_count')} = {groups} and {_key(gguf, '.expert_group_used_count')} "
+            f"= {groups_used} do not divide {count} experts into groups from which {used} can be chosen."
         )
     scale = gguf.get(".expert_weights_scale")
-    if scale is not None and float(scale) not in (0.0, 1.0):
+    if scale is not None and float(scale) not in (0.0, 1.0) and not from_file:
         raise UnsupportedModelError(
             f"{gguf.path}: {_key(gguf, '.expert_weights_scale')} = {float(scale)}; the converter's "
             f"{gguf.architecture} layers do not scale the routing weights."
         )
-    first = "blk.0.ffn_gate_exps.weight"
+    lead = int(gguf.get(".leading_dense_block_count", 0) or 0) if from_file else 0
+    if not 0 <= lead < hp.layers:
+        raise ModelLoadError(
+            f"{gguf.path}: {_key(gguf, '.leading_dense_block_count')} = {lead}, but the model has {hp.layers} layers."
+        )
+    first = f"blk.{lead}.ffn_gate_exps.weight"
     if first not in gguf:
         raise ModelLoadError(f"{gguf.path} says it has {count} experts but has no tensor {first!r}.")
     ff = gguf.info(first).shape[1]
@@ -121,31 +142,51 @@ def read_experts(gguf: GGUFFile, hp: Hyper) -> ExpertShape | None:
             f"{_key(gguf, '.expert_feed_forward_length')} says {int(declared)}."
         )
     shared_ff = None
-    if hp.arch.shared_expert_gate:
-        shared = "blk.0.ffn_up_shexp.weight"
+    shared_count = int(gguf.get(".expert_shared_count", 0) or 0) if from_file else 0
+    if hp.arch.shared_expert_gate or shared_count:
+        shared = f"blk.{lead}.ffn_up_shexp.weight"
         if shared not in gguf:
-            raise ModelLoadError(
-                f"{gguf.path} has no tensor {shared!r}: {gguf.architecture} layers have a shared expert."
-            )
+            what = f"{_key(gguf, '.expert_shared_count')} = {shared_count}" if shared_count else "a shared expert"
+            raise ModelLoadError(f"{gguf.path} has no tensor {shared!r}: its {gguf.architecture} layers have {what}.")
         shared_ff = gguf.info(shared).shape[0]
     hidden = hp.hidden
-    for i in range(hp.layers):
+    biased = f"blk.{lead}.exp_probs_b.bias" in gguf  # DeepSeek-V3's selection bias (e_score_correction_bias)
+    for i in range(lead, hp.layers):
         p = f"blk.{i}."
         why = f"{_key(gguf, '.expert_count')} = {count}, hidden size {hidden}, experts of {ff} rows"
+        if biased:
+            _check_shape(gguf, f"{p}exp_probs_b.bias", (count,), why)
         _check_shape(gguf, f"{p}ffn_gate_inp.weight", (count, hidden), why)
         _check_shape(gguf, f"{p}ffn_gate_exps.weight", (count, ff, hidden), why)
         _check_shape(gguf, f"{p}ffn_up_exps.weight", (count, ff, hidden), why)
         _check_shape(gguf, f"{p}ffn_down_exps.weight", (count, hidden, ff), why)
         if shared_ff is not None:
-            why = f"the shared expert of {shared_ff} rows and its sigmoid gate"
-            gate = f"{p}ffn_gate_inp_shexp.weight"  # [1, hidden]; llama-quantize writes it as [hidden]
-            _check_shape(
-                gguf, gate, (hidden,) if gate in gguf and len(gguf.info(gate).shape) == 1 else (1, hidden), why
+            why = f"the shared expert of {shared_ff} rows" + (
+                " and its sigmoid gate" if hp.arch.shared_expert_gate else ""
             )
+            gate = f"{p}ffn_gate_inp_shexp.weight"  # [1, hidden]; llama-quantize writes it as [hidden]
+            if hp.arch.shared_expert_gate:
+                _check_shape(
+                    gguf, gate, (hidden,) if gate in gguf and len(gguf.info(gate).shape) == 1 else (1, hidden), why
+                )
             _check_shape(gguf, f"{p}ffn_gate_shexp.weight", (shared_ff, hidden), why)
             _check_shape(gguf, f"{p}ffn_up_shexp.weight", (shared_ff, hidden), why)
             _check_shape(gguf, f"{p}ffn_down_shexp.weight", (hidden, shared_ff), why)
-    return ExpertShape(count=count, used=used, ff=ff, norm=hp.arch.experts_norm, shared_ff=shared_ff)
+    norm = bool(gguf.get(".expert_weights_norm", False)) if from_file else hp.arch.experts_norm
+    return ExpertShape(
+        count=count,
+        used=used,
+        ff=ff,
+        norm=norm,
+        shared_ff=shared_ff,
+        scale=float(scale) if from_file and scale else 1.0,
+        first=lead,
+        shared_gate=hp.arch.shared_expert_gate,
+        sigmoid=sigmoid,
+        biased=biased,
+        groups=groups,
+        groups_used=groups_used,
+    )
 
 
 def moe_config(shape: ExpertShape) -> dict[str, Any]:
@@ -159,6 +200,8 @@ def moe_config(shape: ExpertShape) -> dict[str, Any]:
     }
     if shape.shared_ff is not None:
         config["shared_expert_intermediate_size"] = shape.shared_ff
+    if shape.scale != 1.0 or shape.first:
+        config |= {"routed_scaling_factor": shape.scale, "first_k_dense_replace": shape.first}
     return config
 
 
@@ -176,7 +219,9 @@ class Experts:
         self.hp = hp
         self.shape = shape
         kinds = {
-            b.gguf.info(f"blk.{i}.ffn_{w}_exps.weight").type for i in range(hp.layers) for w in ("gate", "up", "down")
+            b.gguf.info(f"blk.{i}.ffn_{w}_exps.weight").type
+            for i in range(shape.first, hp.layers)
+            for w in ("gate", "up", "down")
         }
         if not b.ggml and (b.bits in (4, 8, 16) or (b.bits is None and kinds - set(FLOAT_TYPES))):
             _log.warning(
@@ -190,13 +235,22 @@ class Experts:
         """Layer ``prefix``'s (``blk.N.``) mixture-of-experts output for ``x`` ``[batch, seq, hidden]``."""
         b, shape = self.b, self.shape
         logits = b.linear(x, [Part(f"{prefix}ffn_gate_inp.weight")], f"{name}.gate")  # [batch, seq, experts]
-        probs = b.one("Softmax", [logits], f"/{name}/router/Softmax", axis=-1)
-        weights, ids = b.node(
-            "TopK", [probs, b.ints([shape.used])], f"/{name}/router/TopK", outputs=2, axis=-1, largest=1, sorted=1
-        )  # [batch, seq, k] each
+        if shape.sigmoid:
+            probs = b.one("Sigmoid", [logits], f"/{name}/router/Sigmoid")
+        else:
+            probs = b.one("Softmax", [logits], f"/{name}/router/Softmax", axis=-1)
+        if shape.biased or shape.groups > 1:
+            weights, ids = self._choose(probs, prefix, name)
+        else:
+            weights, ids = b.node(
+                "TopK", [probs, b.ints([shape.used])], f"/{name}/router/TopK", outputs=2, axis=-1, largest=1, sorted=1
+            )  # [batch, seq, k] each
         if shape.norm:
             total = b.one("ReduceSum", [weights, b.ints([-1])], f"/{name}/router/ReduceSum", keepdims=1)
             weights = b.one("Div", [weights, total], f"/{name}/router/Div")
+        if shape.scale != 1.0:  # DeepSeek-V2's routed_scaling_factor, after the renormalisation (llama.cpp's order)
+            scale = b.initializer(np.array(shape.scale, np.float32), f"{name}.routed_scaling_factor")
+            weights = b.one("Mul", [weights, scale], f"/{name}/router/Mul")
         gated = self.products(
             x,
             [f"{prefix}ffn_gate_exps.weight", f"{prefix}ffn_up_exps.weight"],
@@ -222,6 +276,8 @@ class Experts:
             "silu",
             f"{name}.shared_expert",
         )
+        if not shape.shared_gate:  # DeepSeek-V2: the shared experts' output is added as it is
+            return b.one("Add", [out, shared], f"/{name}/Add")
         # one row (a vector in llama-quantize's files, kept in float there): a float32 [hidden, 1] product
         column = b.gguf.tensor(f"{prefix}ffn_gate_inp_shexp.weight").reshape(-1, 1).astype(np.float32)
         logit = b.one(
@@ -231,6 +287,35 @@ class Experts:
         )
         gate = b.one("Sigmoid", [logit], f"/{name}/shared_expert_gate/Sigmoid")  # [batch, seq, 1]
         return b.one("Add", [out, b.one("Mul", [gate, shared], f"/{name}/shared_expert_gate/Mul")], f"/{name}/Add")
+
+    def _choose(self, probs: str, prefix: str, name: str) -> tuple[str, str]:
+        """DeepSeek-V3-style choice, as llama.cpp's ``build_moe_ffn``: experts ranked by ``probs`` plus the
+        selection bias, only among the ``groups_used`` groups whose two best experts score most; the weights
+        are the chosen experts' ``probs`` (no bias).  Returns (weights, ids), ``[batch, seq, k]`` each."""
+        b, shape = self.b, self.shape
+        n = f"/{name}/router"
+        choice = probs
+        if shape.biased:
+            bias = b.gguf.tensor(f"{prefix}exp_probs_b.bias").astype(np.float32)
+            choice = b.one("Add", [probs, b.initializer(bias, f"{name}.gate.e_score_correction_bias")], f"{n}/bias")
+        if shape.groups > 1:
+            grouped = b.one("Reshape", [choice, b.ints([0, 0, shape.groups, -1])], f"{n}/groups")
+            best_two = b.node("TopK", [grouped, b.ints([2])], f"{n}/groups/TopK", outputs=2, axis=-1)[0]
+            group_scores = b.one("ReduceSum", [best_two, b.ints([-1])], f"{n}/groups/ReduceSum", keepdims=0)
+            kept = b.node("TopK", [group_scores, b.ints([shape.groups_used])], f"{n}/groups/kept", outputs=2, axis=-1)[
+                0
+            ]
+            last = b.one("ReduceMin", [kept, b.ints([-1])], f"{n}/groups/last", keepdims=1)
+            keep = b.one(
+                "Unsqueeze",
+                [b.one("GreaterOrEqual", [group_scores, last], f"{n}/groups/keep"), b.ints([-1])],
+                f"{n}/groups/keep_col",
+            )  # [batch, seq, groups, 1]
+            out = b.initializer(np.array(-np.inf, np.float32), f"{name}.gate.left_out")
+            masked = b.one("Where", [keep, grouped, out], f"{n}/groups/Where")
+            choice = b.one("Reshape", [masked, b.ints([0, 0, shape.count])], f"{n}/groups/flat")
+        ids = b.node("TopK", [choice, b.ints([shape.used])], f"{n}/TopK", outputs=2, axis=-1, largest=1, sorted=1)[1]
+        return b.one("GatherElements", [probs, ids], f"{n}/weights", axis=-1), ids
 
     def products(
         self, x: str, tensors: list[str], ids: str, name: str, *, per_expert: bool = False, gate: str | None = None

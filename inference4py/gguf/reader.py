@@ -122,6 +122,20 @@ class GGUFFile:
         return value
 
     # ------------------------------------------------------------------ tensors
+    def check_tensor(self, name: str, shape: tuple[int, ...], *, needed_by: str, why: str) -> None:
+        """ModelLoadError naming tensor ``name`` when it is missing or not of ``shape`` (numpy order).
+
+        ``needed_by`` says what needs it (``"its latent attention layers"``), ``why`` where the shape comes from
+        (the metadata keys)."""
+        if name not in self:
+            raise ModelLoadError(f"{self.path} has no tensor {name!r}, which {needed_by} need ({why}).")
+        got = self.info(name).shape
+        if got != shape:
+            raise ModelLoadError(
+                f"{self.path}: tensor {name!r} has shape {list(got)}, but the metadata says {list(shape)} ({why}). "
+                "The file is inconsistent: convert the model again with llama.cpp's convert_hf_to_gguf.py."
+            )
+
     def tensors(self) -> Iterator[TensorInfo]:
         for t in self._reader.tensors:
             yield self.info(t.name)

@@ -234,7 +234,7 @@ def rewrite(
     tensors: dict[str, np.ndarray] | None = None,
 ) -> Path:
     """A copy of fixture ``source`` with metadata ``keys`` set (None: removed), tensors ``drop`` left out and
-    ``tensors`` replaced."""
+    ``tensors`` replaced (or added, when the source has no such tensor)."""
     src = GGUFFile(GGUF_DIR / source)
     writer = gguf.GGUFWriter(str(path), src.architecture)
     for key, value in {**src.metadata, **(keys or {})}.items():
@@ -244,6 +244,9 @@ def rewrite(
     for info in src.tensors():
         if info.name not in drop:
             writer.add_tensor(info.name, np.ascontiguousarray((tensors or {}).get(info.name, src.tensor(info.name))))
+    for name, value in (tensors or {}).items():
+        if name not in src:
+            writer.add_tensor(name, np.ascontiguousarray(value))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -1,0 +1,386 @@
+"""Multi-head latent attention (MLA) of DeepSeek-V2 GGUF files (``deepseek2``), on stock ONNX operators.
+
+Per token ``x`` a layer computes (DeepSeek-V2; transformers' ``DeepseekV2Attention``; llama.cpp's
+``deepseek2`` graph)::
+
+    q = q_b(norm(q_a(x)))  or  q_proj(x)            # [heads, nope + rope]   (q_lora_rank set / not)
+    c, k_pe = split(kv_a(x), [kv_lora_rank, rope])
+    c = norm(c)                                     # the latent: [kv_lora_rank], one for all heads
+    k_pe = rope(k_pe); q_pe = rope(q_pe)            # adjacent pairs rotate (llama.cpp's NORM rope)
+    score[h, t] = (q_nope[h] . k_b[h] c[t] + q_pe[h] . k_pe[t]) / sqrt(nope + rope)
+    out = o_proj(concat_h(v_b[h] sum_t softmax(score[h])[t] c[t]))
+
+The cache holds, per token and layer, the latent ``c`` (``past_key_values.{i}.key``,
+``[batch, 1, past, kv_lora_rank]``) and the rotated rope key ``k_pe`` (``past_key_values.{i}.value``,
+``[batch, 1, past, rope]``), not per-head keys and values: ``(kv_lora_rank + rope) x 4`` bytes a token and
+layer in float32, against ``heads x (nope + rope + v) x 4`` expanded.  The key up-projection ``k_b`` is
+absorbed into the query (``q_nope[h] @ k_b[h]`` is a query over the latent) and the value up-projection
+``v_b`` is applied after the attention-weighted sum of latents, before ``o_proj``: always, at the prompt
+and at every decode step, so nothing is chosen by a flag and both give the same numbers.  (For a long
+prompt the expanded form would do fewer multiplications; it is not built.)
+
+The graph is the growing-cache layout the engine runs for optimum exports (``present`` is ``past`` with
+the new tokens concatenated, ``position_ids`` fed per row, ``attention_mask`` over past and new tokens,
+left-padded batches masked), since onnxruntime's GroupQueryAttention needs keys and values of one size.
+
+YaRN (DeepSeek-V2 and V2-Lite scale their rotary positions so): each rope pair's frequency is blended
+between the original and the interpolated one by YaRN's ramp (:class:`Yarn`), and the attention logits are
+multiplied by ``mscale^2`` (``mscale = 0.1 x mscale_all_dim x ln(factor) + 1``), as DeepSeek's modeling code
+and llama.cpp compute it (``rope.scaling.yarn_log_multiplier`` holds ``0.1 x mscale_all_dim``).
+
+``attn_k_b`` ``[heads, kv_lora_rank, nope]`` and ``attn_v_b`` ``[heads, v, kv_lora_rank]`` are what
+llama.cpp's converter writes today; files converted before it split them hold ``attn_kv_b``
+``[heads x (nope + v), kv_lora_rank]``, which is split here.  Both are held in float32 (dequantized
+exactly): they are small (``heads x kv_lora_rank x (nope + v)``), and the products are batched by head.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from inference4py.errors import UnsupportedModelError
+from inference4py.gguf.ffn import GraphBuilder
+from inference4py.gguf.hyper import MAX_ROPE_POSITIONS, Hyper, rope_caches
+from inference4py.gguf.parts import Part
+from inference4py.gguf.reader import GGUFFile
+
+__all__ = ["MlaAttention", "MlaShape", "mla_config", "read_mla"]
+
+_NEG = float(np.finfo(np.float32).min)  # a masked score, as transformers' eager attention masks
+
+
+@dataclass(frozen=True)
+class Yarn:
+    """DeepSeek-V2's YaRN rotary scaling, from the file's ``rope.scaling.*`` keys (llama.cpp's names)."""
+
+    factor: float
+    original: int  # original_context_length: positions the model was trained on before scaling
+    mscale_all_dim: float  # yarn_log_multiplier / 0.1 (llama.cpp's converter writes 0.1 x mscale_all_dim)
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    ext_factor: float = 1.0
+
+    @property
+    def mscale(self) -> float:
+        """The attention logits' factor is its square (DeepSeek's ``softmax_scale *= mscale * mscale``)."""
+        return 1.0 + 0.1 * self.mscale_all_dim * math.log(self.factor)
+
+    def caches(self, rope: int, base: float, positions: int) -> tuple[np.ndarray, np.ndarray]:
+        """cos and sin ``[positions, rope / 2]``: each pair's frequency blended between the original
+        (extrapolated) and the one divided by ``factor`` (interpolated) by YaRN's ramp, as llama.cpp's
+        ``rope_yarn`` and transformers' ``_compute_yarn_parameters`` compute it (in float32, as transformers)."""
+
+        def corr_dim(rotations: float) -> float:
+            return rope * math.log(self.original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+        low = max(0.0, math.floor(corr_dim(self.beta_fast)))
+        high = min(rope - 1.0, math.ceil(corr_dim(self.beta_slow)))
+        powers = (np.float32(base) ** (np.arange(0, rope, 2).astype(np.float32) / np.float32(rope))).astype(np.float32)
+        extrapolated = (1.0 / powers).astype(np.float32)
+        interpolated = (1.0 / (np.float32(self.factor) * powers)).astype(np.float32)
+        ramp = np.clip((np.arange(rope // 2, dtype=np.float32) - low) / max(high - low, 0.001), 0, 1)
+        keep = ((1 - ramp) * self.ext_factor).astype(np.float32)  # 1: the original frequency, 0: interpolated
+        inv_freq = (interpolated * (1 - keep) + extrapolated * keep).astype(np.float32)
+        freqs = np.outer(np.arange(positions, dtype=np.float32), inv_freq).astype(np.float32)
+        return np.cos(freqs).astype(np.float32), np.sin(freqs).astype(np.float32)
+
+
+def _read_yarn(gguf: GGUFFile) -> Yarn | None:
+    if gguf.get(".rope.scaling.type") != "yarn":
+        return None
+    log_mul = gguf.get(".rope.scaling.yarn_log_multiplier")
+    if log_mul is None or float(log_mul) == 0.0:
+        raise UnsupportedModelError(
+            f"{gguf.path} scales its rotary positions by YaRN without {_key(gguf, '.rope.scaling.yarn_log_multiplier')} "
+            "(DeepSeek's mscale_all_dim); the converter builds DeepSeek-V2's YaRN, which has it."
+        )
+    attn_factor = float(gguf.get(".rope.scaling.attn_factor", 1.0) or 1.0)
+    if attn_factor != 1.0:
+        raise UnsupportedModelError(
+            f"{gguf.path}: {_key(gguf, '.rope.scaling.attn_factor')} = {attn_factor}; the converter's YaRN takes 1."
+        )
+    return Yarn(
+        factor=float(gguf.require(".rope.scaling.factor")),
+        original=int(gguf.require(".rope.scaling.original_context_length")),
+        mscale_all_dim=float(log_mul) / 0.1,
+        beta_fast=float(gguf.get(".rope.scaling.yarn_beta_fast", 32.0) or 32.0),
+        beta_slow=float(gguf.get(".rope.scaling.yarn_beta_slow", 1.0) or 1.0),
+        ext_factor=float(gguf.get(".rope.scaling.yarn_ext_factor", 1.0) or 1.0),
+    )
+
+
+@dataclass(frozen=True)
+class MlaShape:
+    """The latent attention's sizes, read from the metadata and checked against every layer's tensors."""
+
+    heads: int
+    q_lora_rank: int | None  # None: one q projection (DeepSeek-V2-Lite)
+    kv_lora_rank: int
+    rope: int  # the decoupled rope head (qk_rope_head_dim)
+    nope: int  # qk_nope_head_dim
+    v: int  # v_head_dim
+    split_kv_b: bool  # the file holds attn_kv_b (older conversions), not attn_k_b / attn_v_b
+    yarn: Yarn | None = None
+
+    @property
+    def scale(self) -> float:
+        """The attention logits' scale: ``1 / sqrt(nope + rope)``, times YaRN's ``mscale^2`` where it applies."""
+        mscale = 1.0 if self.yarn is None else self.yarn.mscale
+        return mscale * mscale / math.sqrt(self.nope + self.rope)
+
+    @property
+    def cache_dims(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(heads, last dim) of the key and value cache tensors: the latent, and the rope key."""
+        return (1, self.kv_lora_rank), (1, self.rope)
+
+
+def _key(gguf: GGUFFile, key: str) -> str:
+    return gguf.architecture + key
+
+
+def _need(gguf: GGUFFile, tensor: str, want: tuple[int, ...], why: str) -> None:
+    gguf.check_tensor(tensor, want, needed_by="its latent attention layers", why=why)
+
+
+def read_mla(gguf: GGUFFile, hp: Hyper) -> MlaShape | None:
+    """The latent attention's sizes (None for an architecture without MLA), every layer's tensors checked.
+
+    Raises:
+        ModelLoadError: a key MLA needs is missing (``attention.kv_lora_rank``, ``rope.dimension_count``), or
+            a tensor is missing or disagrees with the keys; the message names the key or tensor.
+        UnsupportedModelError: YaRN without ``rope.scaling.yarn_log_multiplier`` or with an ``attn_factor``
+            other than 1 (other rotary scalings are refused by :func:`read_hyper`).
+    """
+    if not hp.arch.mla:
+        return None
+    rank = int(gguf.require(".attention.kv_lora_rank"))
+    rope = int(gguf.require(".rope.dimension_count"))
+    q_rank = gguf.get(".attention.q_lora_rank")
+    k_mla, v_mla = gguf.get(".attention.key_length_mla"), gguf.get(".attention.value_length_mla")
+    if k_mla is not None and v_mla is not None:  # today's files: key_length is kv_lora_rank + rope (the MQA form)
+        qk, v = int(k_mla), int(v_mla)
+    else:  # older files: key_length / value_length are the expanded heads' sizes
+        qk, v = int(gguf.require(".attention.key_length")), int(gguf.require(".attention.value_length"))
+    nope = qk - rope
+    if nope < 1 or rope % 2:
+        raise UnsupportedModelError(
+            f"{gguf.path}: query heads of {qk} values with a rope part of {rope} ({_key(gguf, '.rope.dimension_count')}) "
+            "leave no room for the non-rotary part, or rotate an odd number of values."
+        )
+    heads, hidden = hp.heads, hp.hidden
+    split = "blk.0.attn_k_b.weight" not in gguf and "blk.0.attn_kv_b.weight" in gguf
+    why = (
+        f"{_key(gguf, '.attention.kv_lora_rank')} = {rank}, rope {rope}, {heads} heads of {nope} + {rope}, "
+        f"values of {v}"
+    )
+    for i in range(hp.layers):
+        p = f"blk.{i}."
+        _need(gguf, f"{p}attn_kv_a_mqa.weight", (rank + rope, hidden), why)
+        _need(gguf, f"{p}attn_kv_a_norm.weight", (rank,), why)
+        if split:
+            _need(gguf, f"{p}attn_kv_b.weight", (heads * (nope + v), rank), why)
+        else:
+            _need(gguf, f"{p}attn_k_b.weight", (heads, rank, nope), why)
+            _need(gguf, f"{p}attn_v_b.weight", (heads, v, rank), why)
+        if q_rank is not None:
+            _need(gguf, f"{p}attn_q_a.weight", (int(q_rank), hidden), f"{_key(gguf, '.attention.q_lora_rank')}")
+            _need(gguf, f"{p}attn_q_a_norm.weight", (int(q_rank),), f"{_key(gguf, '.attention.q_lora_rank')}")
+            _need(gguf, f"{p}attn_q_b.weight", (heads * (nope + rope), int(q_rank)), why)
+        else:
+            _need(
+                gguf, f"{p}attn_q.weight", (heads * (nope + rope), hidden), f"no {_key(gguf, '.attention.q_lora_rank')}"
+            )
+        _need(gguf, f"{p}attn_output.weight", (hidden, heads * v), why)
+    q = None if q_rank is None else int(q_rank)
+    return MlaShape(heads, q, rank, rope, nope, v, split, _read_yarn(gguf))
+
+
+def mla_config(shape: MlaShape) -> dict[str, Any]:
+    """config.json fields (transformers' DeepseekV2Config names) describing the latent attention."""
+    yarn = shape.yarn
+    scaling = None
+    if yarn is not None:
+        scaling = {
+            "rope_type": "yarn",
+            "factor": yarn.factor,
+            "original_max_position_embeddings": yarn.original,
+            "mscale": yarn.mscale_all_dim,
+            "mscale_all_dim": yarn.mscale_all_dim,
+            "beta_fast": yarn.beta_fast,
+            "beta_slow": yarn.beta_slow,
+        }
+    return {
+        "rope_scaling": scaling,
+        "q_lora_rank": shape.q_lora_rank,
+        "kv_lora_rank": shape.kv_lora_rank,
+        "qk_rope_head_dim": shape.rope,
+        "qk_nope_head_dim": shape.nope,
+        "v_head_dim": shape.v,
+        "num_key_value_heads": 1,  # the cache: one latent and one rope key per token
+        "head_dim": shape.kv_lora_rank,
+    }
+
+
+class MlaAttention:
+    """The latent attention layers of one graph: the causal mask and rotary tables made once, then a layer each.
+
+    Args:
+        b: The graph builder.
+        hp: The decoder's shape (its ``rotary_dim`` is the rope head).
+        shape: The latent attention's sizes (:func:`read_mla`).
+    """
+
+    def __init__(self, b: GraphBuilder, hp: Hyper, shape: MlaShape) -> None:
+        self.b, self.hp, self.shape = b, hp, shape
+        if shape.yarn is not None:
+            cos, sin = shape.yarn.caches(shape.rope, hp.rope_base, min(hp.context, MAX_ROPE_POSITIONS))
+        else:
+            cos, sin = rope_caches(hp, hp.rope_base, hp.rope_linear_factor, None)  # [positions, rope / 2]
+        n = "/model/mla"
+        self.cos, self.sin = (
+            b.one(
+                "Unsqueeze",
+                [
+                    b.one("Gather", [b.initializer(table, f"{which}_cache"), "position_ids"], f"{n}/{which}/Gather"),
+                    b.ints([1]),
+                ],
+                f"{n}/{which}/Unsqueeze",
+            )
+            for which, table in (("cos", cos), ("sin", sin))
+        )  # [batch, 1, seq, rope / 2]
+        # allowed[b, 0, j, t]: key t is a real token (attention_mask) at or before query j (past + j)
+        total = self._scalar_at(b.one("Shape", ["attention_mask"], f"{n}/mask/Shape"), 1, f"{n}/mask/total")
+        seq = self._scalar_at(b.one("Shape", ["input_ids"], f"{n}/mask/Shape_ids"), 1, f"{n}/mask/seq")
+        zero, one = b.initializer(np.array(0, np.int64), f"{n}/zero"), b.initializer(np.array(1, np.int64), f"{n}/one")
+        keys = b.one("Range", [zero, total, one], f"{n}/mask/keys")  # [total]
+        last = b.one(
+            "Add",
+            [b.one("Range", [zero, seq, one], f"{n}/mask/queries"), b.one("Sub", [total, seq], f"{n}/mask/past")],
+            f"{n}/mask/last",
+        )  # [seq]: the last key each query may see
+        causal = b.one(
+            "LessOrEqual",
+            [keys, b.one("Unsqueeze", [last, b.ints([1])], f"{n}/mask/last_col")],
+            f"{n}/mask/causal",
+        )  # [seq, total]
+        real = b.one(
+            "Unsqueeze",
+            [b.one("Cast", ["attention_mask"], f"{n}/mask/Cast", to=9), b.ints([1, 2])],
+            f"{n}/mask/real",
+        )  # [batch, 1, 1, total] bool
+        self.allowed = b.one("And", [causal, real], f"{n}/mask/allowed")  # [batch, 1, seq, total]
+        self.masked = b.initializer(np.array(_NEG, np.float32), f"{n}/masked")
+
+    def _scalar_at(self, vector: str, index: int, name: str) -> str:
+        return self.b.one(
+            "Gather", [vector, self.b.initializer(np.array(index, np.int64), f"{name}/index")], f"{name}/Gather", axis=0
+        )
+
+    def _rotate(self, x: str, name: str) -> str:
+        """``x`` ``[batch, heads, seq, rope]`` with each adjacent pair rotated by its position's angle."""
+        b, half = self.b, self.shape.rope // 2
+        pairs = b.one("Reshape", [x, b.ints([0, 0, 0, half, 2])], f"{name}/pairs")
+        x0, x1 = b.node("Split", [pairs, b.ints([1, 1])], f"{name}/Split", outputs=2, axis=-1)
+        x0 = b.one("Squeeze", [x0, b.ints([-1])], f"{name}/x0")
+        x1 = b.one("Squeeze", [x1, b.ints([-1])], f"{name}/x1")
+        cos, sin = self.cos, self.sin
+        r0 = b.one(
+            "Sub",
+            [b.one("Mul", [x0, cos], f"{name}/x0cos"), b.one("Mul", [x1, sin], f"{name}/x1sin")],
+            f"{name}/r0",
+        )
+        r1 = b.one(
+            "Add",
+            [b.one("Mul", [x0, sin], f"{name}/x0sin"), b.one("Mul", [x1, cos], f"{name}/x1cos")],
+            f"{name}/r1",
+        )
+        both = b.one(
+            "Concat",
+            [b.one("Unsqueeze", [r, b.ints([-1])], f"{name}/r{k}/Unsqueeze") for k, r in enumerate((r0, r1))],
+            f"{name}/Concat",
+            axis=-1,
+        )
+        return b.one("Reshape", [both, b.ints([0, 0, 0, 2 * half])], f"{name}/rotated")
+
+    def _up_projections(self, prefix: str, name: str) -> tuple[str, str]:
+        """``[heads, nope, kv_lora_rank]`` (absorbed into the query) and ``[heads, kv_lora_rank, v]`` (after
+        the attention), float32."""
+        s, gguf = self.shape, self.b.gguf
+        if s.split_kv_b:
+            kv_b = gguf.tensor(f"{prefix}attn_kv_b.weight").reshape(s.heads, s.nope + s.v, s.kv_lora_rank)
+            k_b, v_b = kv_b[:, : s.nope, :], kv_b[:, s.nope :, :]  # [heads, nope, rank], [heads, v, rank]
+        else:
+            k_b = gguf.tensor(f"{prefix}attn_k_b.weight").transpose(
+                0, 2, 1
+            )  # [heads, rank, nope] -> [heads, nope, rank]
+            v_b = gguf.tensor(f"{prefix}attn_v_b.weight")  # [heads, v, rank]
+        return (
+            self.b.initializer(np.ascontiguousarray(k_b, np.float32), f"{name}.k_b.weight"),
+            self.b.initializer(np.ascontiguousarray(v_b.transpose(0, 2, 1), np.float32), f"{name}.v_b.weight"),
+        )
+
+    def layer(self, x: str, layer: int) -> str:
+        """Layer ``layer``'s attention output ``[batch, seq, hidden]`` for ``x`` (the normed hidden state);
+        its cache outputs are ``present.{layer}.key`` / ``.value``."""
+        b, s, hp = self.b, self.shape, self.hp
+        gguf = b.gguf
+        p, name = f"blk.{layer}.", f"model.layers.{layer}.self_attn"
+        path = f"/model.layers.{layer}/self_attn"
+        if s.q_lora_rank is not None:
+            q = b.linear(x, [Part(f"{p}attn_q_a.weight")], f"{name}.q_a_proj")
+            q = b.rms_norm(q, gguf.tensor(f"{p}attn_q_a_norm.weight"), f"{name}.q_a_layernorm", hp.eps)
+            q = b.linear(q, [Part(f"{p}attn_q_b.weight")], f"{name}.q_b_proj")
+        else:
+            q = b.linear(x, [Part(f"{p}attn_q.weight")], f"{name}.q_proj")
+        q = b.one(
+            "Transpose",
+            [b.one("Reshape", [q, b.ints([0, 0, s.heads, s.nope + s.rope])], f"{path}/q/Reshape")],
+            f"{path}/q/Transpose",
+            perm=[0, 2, 1, 3],
+        )  # [batch, heads, seq, nope + rope]
+        q_nope, q_pe = b.node("Split", [q, b.ints([s.nope, s.rope])], f"{path}/q/Split", outputs=2, axis=-1)
+        kv = b.linear(x, [Part(f"{p}attn_kv_a_mqa.weight")], f"{name}.kv_a_proj_with_mqa")  # [batch, seq, rank + rope]
+        latent, k_pe = b.node("Split", [kv, b.ints([s.kv_lora_rank, s.rope])], f"{path}/kv/Split", outputs=2, axis=-1)
+        latent = b.rms_norm(latent, gguf.tensor(f"{p}attn_kv_a_norm.weight"), f"{name}.kv_a_layernorm", hp.eps)
+        latent = b.one("Unsqueeze", [latent, b.ints([1])], f"{path}/latent/Unsqueeze")  # [batch, 1, seq, rank]
+        k_pe = self._rotate(b.one("Unsqueeze", [k_pe, b.ints([1])], f"{path}/k_pe/Unsqueeze"), f"{path}/k_pe/rope")
+        caches = []
+        for kind, new in (("key", latent), ("value", k_pe)):  # [batch, 1, past + seq, rank | rope]
+            b.one("Concat", [f"past_key_values.{layer}.{kind}", new], f"{path}/{kind}/Concat", axis=2)
+            b.nodes[-1].output[0] = f"present.{layer}.{kind}"
+            caches.append(f"present.{layer}.{kind}")
+        latents, rope_keys = caches
+        k_b, v_b = self._up_projections(p, name)
+        q_latent = b.one("MatMul", [q_nope, k_b], f"{path}/q_absorbed/MatMul")  # [batch, heads, seq, rank]
+        q_pe = self._rotate(q_pe, f"{path}/q_pe/rope")
+        scores = b.one(
+            "Add",
+            [
+                b.one(
+                    "MatMul",
+                    [q_latent, b.one("Transpose", [latents], f"{path}/latent/T", perm=[0, 1, 3, 2])],
+                    f"{path}/scores_latent/MatMul",
+                ),
+                b.one(
+                    "MatMul",
+                    [q_pe, b.one("Transpose", [rope_keys], f"{path}/k_pe/T", perm=[0, 1, 3, 2])],
+                    f"{path}/scores_rope/MatMul",
+                ),
+            ],
+            f"{path}/scores/Add",
+        )  # [batch, heads, seq, past + seq]
+        scores = b.one("Mul", [scores, b.initializer(np.array(s.scale, np.float32), f"{name}.scale")], f"{path}/Mul")
+        scores = b.one("Where", [self.allowed, scores, self.masked], f"{path}/mask/Where")
+        probs = b.one("Softmax", [scores], f"{path}/Softmax", axis=-1)
+        context = b.one("MatMul", [probs, latents], f"{path}/context/MatMul")  # [batch, heads, seq, rank]
+        values = b.one("MatMul", [context, v_b], f"{path}/v_b/MatMul")  # [batch, heads, seq, v]
+        merged = b.one(
+            "Reshape",
+            [b.one("Transpose", [values], f"{path}/out/Transpose", perm=[0, 2, 1, 3]), b.ints([0, 0, s.heads * s.v])],
+            f"{path}/out/Reshape",
+        )
+        return b.linear(merged, [Part(f"{p}attn_output.weight")], f"{name}.o_proj")

@@ -1,0 +1,394 @@
+"""DeepSeek-V2 GGUF decoders (inference4py.gguf.mla): latent attention with a latent cache, and its experts.
+
+tools/fixtures/gguf_mla.py builds three tiny random DeepSeek-V2 checkpoints (q_lora_rank 16, none as
+V2-Lite has, and q_lora_rank 16 with DeepSeek's YaRN rotary scaling) and a DeepSeek-V3 one (sigmoid router
+with a selection bias, 8 experts in 2 groups), three layers each (one dense, two with experts: top-2 of 4, one shared expert, routed
+scaling factor 2.5), writes each to an F32 GGUF with llama.cpp's convert_hf_to_gguf.py and records
+transformers' greedy and beam ids.  Converted here, they must give those ids; the cache must hold the
+latent and the rope key per token, not per-head keys and values; bad files are refused by name.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+onnx = pytest.importorskip("onnx")
+
+from inference4py import OnnxTextGenerator  # noqa: E402
+from inference4py.errors import ModelLoadError, UnsupportedModelError  # noqa: E402
+from inference4py.gguf.graph import write_decoder  # noqa: E402
+from inference4py.gguf.reader import GGUFFile  # noqa: E402
+from tests.conftest import FIXTURES  # noqa: E402
+from tests.gguf.test_graph import write_folder  # noqa: E402
+from tests.gguf.test_moe import compiled, rewrite  # noqa: E402, F401 (compiled is a fixture)
+
+GGUF_DIR = FIXTURES / "gguf"
+REF = json.loads((GGUF_DIR / "mla-references.json").read_text(encoding="utf-8"))
+MODELS: dict[str, Any] = REF["models"]
+
+_generators: dict[tuple[str, int | None], OnnxTextGenerator] = {}
+
+
+@pytest.fixture(scope="module")
+def generator(tmp_path_factory):
+    """``generator(file, bits)`` -> the library's generator on that conversion (built once per module)."""
+
+    def get(name: str, bits: int | None = 32) -> OnnxTextGenerator:
+        key = (name, bits)
+        if key not in _generators:
+            folder = write_folder(name, bits, tmp_path_factory.mktemp(f"{name}-{bits}"), MODELS[name])
+            _generators[key] = OnnxTextGenerator.builder().model_path(folder).build()
+        return _generators[key]
+
+    return get
+
+
+def _cases(types: tuple[str, ...] = ("F32",)):
+    for name, entry in MODELS.items():
+        if entry["type"] in types:
+            for case in entry["cases"]:
+                yield pytest.param(name, case, id=f"{entry['family']}-{entry['type']}-{case['name']}")
+
+
+def _stable(case: dict[str, Any]) -> list[int]:
+    """The reference ids up to the first greedy step whose two best logits are within min_logit_gap."""
+    return case["output_ids"][: case["stable_prefix"]]
+
+
+def _greedy(gen: OnnxTextGenerator, case: dict[str, Any]) -> list[int]:
+    result = gen.generate(case["prompt_ids"], max_new_tokens=case["max_new_tokens"], do_sample=False)
+    return list(result.token_ids)
+
+
+def test_the_fixtures_are_deepseek_v2_with_and_without_q_lora_and_clear_gaps():
+    assert {(m["family"], m["type"]): m["q_lora_rank"] for m in MODELS.values()} == {
+        (family, kind): rank
+        for family, rank in (("deepseek2", 16), ("deepseek2-lite", None), ("deepseek2-yarn", 16), ("deepseek3", 16))
+        for kind in ("F32", "Q8_0")
+        if (family, kind) != ("deepseek2-lite", "Q8_0")  # llama-quantize refuses it, as llama-server does
+    }
+    for name, entry in MODELS.items():
+        assert (GGUF_DIR / name).stat().st_size < 600_000
+        v3 = entry["family"] == "deepseek3"  # 8 experts in 2 groups, a sigmoid router with a selection bias
+        assert (entry["first_k_dense_replace"], entry["experts"], entry["experts_per_token"]) == (1, 8 if v3 else 4, 2)
+        assert (entry["expert_groups"], entry["expert_groups_used"]) == ((2, 1) if v3 else (None, None))
+        assert entry["routed_scaling_factor"] == 2.5 and entry["n_shared_experts"] == 1
+        if entry["type"] == "F32":  # the seeds were chosen on these: no near-tie anywhere
+            assert entry["min_logit_gap"] >= REF["min_logit_gap"] and entry["min_route_gap"] >= REF["min_route_gap"]
+            for case in entry["cases"]:
+                assert case["stable_prefix"] == len(case["output_ids"]) and case["beam"]["robust_to_noise"]
+    # llama.cpp (llama-server, f32 KV cache, -fa off) reads the q_lora file as transformers computes the
+    # checkpoint; it stops at the tokens its vocabulary marks end-of-generation, so its ids may be a prefix
+    checked = ("mla-deepseek2-F32.gguf", "mla-deepseek2-yarn-F32.gguf", "mla-deepseek3-F32.gguf")
+    for case in (c for name in checked for c in MODELS[name]["cases"]):
+        ours = case["llama_cpp_ids"]
+        assert len(ours) >= min(20, len(case["output_ids"])) and case["output_ids"][: len(ours)] == ours, case["name"]
+    # and refuses a q_lora_rank-less file unless it has V2-Lite's 26 or 27 layers
+    assert "q_lora_rank" in MODELS["mla-deepseek2-lite-F32.gguf"]["llama_cpp"]
+
+
+@pytest.mark.parametrize("bits", [32, None])
+@pytest.mark.parametrize("name,case", list(_cases()))
+def test_greedy_ids_equal_transformers(generator, name, case, bits):
+    assert _greedy(generator(name, bits), case) == case["output_ids"]
+
+
+@pytest.mark.parametrize("name,case", list(_cases(("Q8_0",))))
+def test_a_q8_0_file_at_bits_32_gives_transformers_ids_on_its_dequantized_weights(generator, name, case):
+    assert _greedy(generator(name, 32), case)[: case["stable_prefix"]] == _stable(case)
+
+
+@pytest.mark.parametrize("name", [n for n, m in MODELS.items() if m["type"] == "Q8_0"])
+def test_a_q8_0_file_as_it_holds_it_computes_with_its_exact_weights(generator, name, tmp_path, record_property):
+    """The default width: the latent attention's projections, router and head on 8-bit MatMulNBits with the
+    file's own blocks, k_b / v_b and the experts dequantized to float32.  With float32 activations it gives
+    transformers' ids on the dequantized file; as converted (activations rounded per block, as llama.cpp's q8
+    dot products) its agreement is recorded."""
+    from tests.gguf.test_graph import float_activations
+
+    gen = generator(name, None)
+    folder = Path(gen.runtime.spec.path("decoder")).parent
+    exact = OnnxTextGenerator.builder().model_path(float_activations(folder, tmp_path / "f32act")).build()
+    agree = total = 0
+    for case in MODELS[name]["cases"]:
+        assert _greedy(exact, case)[: case["stable_prefix"]] == _stable(case), case["name"]
+        got = _greedy(gen, case)
+        agree += next((i for i, (a, b) in enumerate(zip(got, case["output_ids"])) if a != b), len(got))
+        total += len(case["output_ids"])
+    record_property("steps_before_first_difference_at_level_4", f"{agree}/{total}")
+
+
+@pytest.mark.parametrize("name,case", list(_cases(("F32", "Q8_0"))))
+def test_beam_ids_equal_transformers(generator, name, case):
+    beam = case["beam"]
+    result = generator(name).generate(
+        case["prompt_ids"],
+        max_new_tokens=beam["max_new_tokens"],
+        num_beams=beam["num_beams"],
+        num_return_sequences=beam["num_return_sequences"],
+        do_sample=False,
+    )
+    assert [list(c.token_ids) for c in result.candidates] == beam["output_ids"]
+
+
+@pytest.mark.parametrize("name", [n for n, m in MODELS.items() if m["type"] == "F32"])
+def test_a_batch_of_prompts_gives_each_row_its_own_ids(generator, name):
+    """The scheduler's batched steps: rows of different lengths, left-padded in one growing cache, each
+    masked and positioned on its own, so each equals its reference alone."""
+    cases = MODELS[name]["cases"]
+    results = generator(name).generate_batch(
+        [c["prompt_ids"] for c in cases], max_new_tokens=max(c["max_new_tokens"] for c in cases), do_sample=False
+    )
+    for case, result in zip(cases, results):
+        assert list(result.token_ids)[: case["max_new_tokens"]] == case["output_ids"], case["name"]
+
+
+def test_a_prompt_continued_from_the_prefix_cache_gives_the_same_ids(generator):
+    """A second request whose prompt is the first's prompt and answer starts from the first's cached
+    latents (the growing cache's prefix copy) and continues with the reference."""
+    name = "mla-deepseek2-yarn-F32.gguf"
+    case = MODELS[name]["cases"][2]
+    prompt, want = case["prompt_ids"], case["output_ids"]
+    with generator(name).batched(max_concurrent=2, prefix_cache_mb=16) as batched:
+        first = batched.generate(prompt, max_new_tokens=len(want), do_sample=False)
+        assert list(first.token_ids) == want
+        second = batched.generate(prompt + want[:8], max_new_tokens=len(want) - 8, do_sample=False)
+        reused = batched.prefix_cache.reused_tokens
+    assert reused >= len(prompt)
+    assert list(second.token_ids) == want[8:]
+
+
+def test_speculative_decoding_keeps_accepted_and_discards_rejected_latents(generator):
+    """Prompt lookup's drafts are rejected here (the cache rolled back past them), the model drafting for
+    itself has its drafts accepted: both give plain greedy ids."""
+    from inference4py.generation.speculative import DraftModel, PromptLookup
+
+    name = "mla-deepseek2-F32.gguf"
+    gen = generator(name)
+    totals = {"rejected": 0, "accepted": 0}
+    for case in MODELS[name]["cases"]:
+        echo = case["prompt_ids"] + case["output_ids"][:6] + case["prompt_ids"][-6:]  # a lookup finds drafts
+        want = _greedy(gen, {**case, "prompt_ids": echo})
+        lookup = PromptLookup(min_ngram=1, num_draft_tokens=2, max_draft_tokens=6)
+        for speculative in (lookup, DraftModel(gen, num_draft_tokens=3, timed=False)):
+            result = gen.generate(echo, max_new_tokens=case["max_new_tokens"], do_sample=False, speculative=speculative)
+            assert list(result.token_ids) == want, case["name"]
+            stats = result.speculative
+            assert stats is not None
+            totals["rejected"] += stats.drafted_tokens - stats.accepted_tokens
+            totals["accepted"] += stats.accepted_tokens
+    assert totals["rejected"] > 0 and totals["accepted"] > 0
+
+
+def test_the_cache_holds_the_latent_and_the_rope_key_per_token(generator):
+    """(kv_lora_rank + rope) x layers x 4 bytes a token, against heads x (key + value) x layers x 4 expanded."""
+    name = "mla-deepseek2-F32.gguf"
+    entry = MODELS[name]
+    layers, heads, rank, rope = entry["layers"], entry["heads"], entry["kv_lora_rank"], entry["qk_rope_head_dim"]
+    runtime = generator(name).runtime
+    layout = runtime.layout
+    assert [(e.input, e.shape[1], e.shape[3]) for e in layout.self_entries] == [
+        (f"past_key_values.{i}.{kind}", 1, size)
+        for i in range(layers)
+        for kind, size in (("key", rank), ("value", rope))
+    ]
+    assert not runtime.shared_kv  # no GroupQueryAttention: the growing cache, position_ids fed per row
+    latent_bytes = (rank + rope) * layers * 4
+    expanded = heads * ((entry["qk_nope_head_dim"] + rope) + entry["v_head_dim"]) * layers * 4
+    assert layout.position_bytes == latent_bytes == 288 and expanded == 960
+    state = runtime.new_state(1, capacity=32)
+    case = entry["cases"][0]
+    state.prefill(np.array([case["prompt_ids"]]))
+    state.step(case["output_ids"][0])
+    tokens = len(case["prompt_ids"]) + 1
+    cache = state._past
+    assert cache is not None
+    assert [tuple(v.shape()) for v in cache] == [(1, 1, tokens, size) for _ in range(layers) for size in (rank, rope)]
+    assert sum(int(np.prod(v.shape())) for v in cache) * 4 == latent_bytes * tokens
+
+
+def test_the_up_projections_are_absorbed_and_no_head_keys_are_made(tmp_path):
+    """The query meets the latent through k_b, the latents' weighted sum goes through v_b: no [heads, nope]
+    key or [heads, v] value is computed from the cache."""
+    config = write_decoder(GGUFFile(GGUF_DIR / "mla-deepseek2-F32.gguf"), tmp_path, 32)
+    graph = onnx.load(str(tmp_path / "model.onnx"), load_external_data=False).graph
+    absorbed = [n for n in graph.node if n.op_type == "MatMul" and "q_absorbed" in n.name]
+    after = [n for n in graph.node if n.op_type == "MatMul" and "/v_b/" in n.name]
+    assert len(absorbed) == len(after) == 3
+    assert not any(n.op_type == "GroupQueryAttention" for n in graph.node)
+    scores = [n for n in graph.node if "scores_latent" in n.name]
+    assert all(n.input[1].endswith("/latent/T/output_0") for n in scores)
+    assert (config["kv_lora_rank"], config["qk_rope_head_dim"], config["routed_scaling_factor"]) == (16, 8, 2.5)
+    assert config["first_k_dense_replace"] == 1 and config["model_type"] == "deepseek_v2"
+
+
+def test_an_older_file_with_attn_kv_b_gives_the_same_ids(generator, tmp_path, monkeypatch):
+    """Files converted before llama.cpp split kv_b_proj hold attn_kv_b [heads x (nope + v), rank]."""
+    import tests.gguf.test_graph as graph_tests
+
+    name = "mla-deepseek2-lite-F32.gguf"
+    entry, source = MODELS[name], GGUFFile(GGUF_DIR / name)
+    heads, rank = entry["heads"], entry["kv_lora_rank"]
+    joined = {}
+    for i in range(entry["layers"]):
+        k_b = source.tensor(f"blk.{i}.attn_k_b.weight").transpose(0, 2, 1)  # [heads, nope, rank]
+        v_b = source.tensor(f"blk.{i}.attn_v_b.weight")  # [heads, v, rank]
+        joined[f"blk.{i}.attn_kv_b.weight"] = np.concatenate([k_b, v_b], axis=1).reshape(-1, rank)
+    drop = tuple(f"blk.{i}.attn_{w}_b.weight" for i in range(entry["layers"]) for w in "kv")
+    rewrite(name, tmp_path / name, drop=drop, tensors={k: v.astype(np.float32) for k, v in joined.items()})
+    assert GGUFFile(tmp_path / name).info("blk.0.attn_kv_b.weight").shape == (heads * 32, rank)
+    monkeypatch.setattr(graph_tests, "GGUF_DIR", tmp_path)
+    folder = write_folder(name, 32, tmp_path / "folder", entry)
+    gen = OnnxTextGenerator.builder().model_path(folder).build()
+    for case in entry["cases"]:
+        assert _greedy(gen, case) == case["output_ids"], case["name"]
+
+
+def test_yarn_scales_the_frequencies_and_the_attention_logits(generator, tmp_path, monkeypatch):
+    """The YaRN fixture's ids need both YaRN's blended frequencies and DeepSeek's mscale^2 on the logits
+    (transformers' class with DeepSeek's softmax scale, and llama.cpp, agree on them): without the scale
+    the long case goes elsewhere."""
+    from inference4py.gguf.mla import Yarn
+
+    name = "mla-deepseek2-yarn-F32.gguf"
+    entry = MODELS[name]
+    assert entry["rope_scaling"]["factor"] == 4.0 and entry["rope_scaling"]["original_max_position_embeddings"] == 16
+    (tmp_path / "graph").mkdir()
+    config = write_decoder(GGUFFile(GGUF_DIR / name), tmp_path / "graph", 32)
+    assert config["rope_scaling"]["rope_type"] == "yarn" and config["rope_scaling"]["mscale_all_dim"] == pytest.approx(
+        0.707
+    )
+    monkeypatch.setattr(Yarn, "mscale", property(lambda self: 1.0))
+    folder = write_folder(name, 32, tmp_path / "unscaled", entry)
+    case = entry["cases"][2]
+    assert _greedy(OnnxTextGenerator.builder().model_path(folder).build(), case) != case["output_ids"]
+
+
+@pytest.mark.parametrize("name,case", list(_cases(("F32", "Q8_0"))))
+def test_on_the_compiled_operators_greedy_ids_equal_transformers(compiled, name, case):  # noqa: F811
+    """The default conversion (gguf_folder): the latent attention's products on GgmlMatMul, the experts on
+    GgmlExpertMatMul, the file's bytes in place.  F32 files as converted, Q8_0 files with float32 activations
+    (their exact weights).  The folder stops at the file's end-of-generation tokens (as llama.cpp does), which
+    may end a case before transformers' reference, whose checkpoint has one eos."""
+    folder, exact = compiled(name)
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+    assert len([n for n in graph.node if n.op_type == "GgmlExpertMatMul"]) == 2 * 2  # gate+up and down, 2 layers
+    gen = OnnxTextGenerator.builder().model_path(folder if MODELS[name]["type"] == "F32" else exact).build()
+    got, want = _greedy(gen, case), _stable(case)
+    assert got[: len(want)] == want[: len(got)]
+    ends = json.loads((folder / "generation_config.json").read_text())["eos_token_id"]
+    assert len(got) >= len(want) or got[-1] in (ends if isinstance(ends, list) else [ends])
+
+
+def test_a_dense_deepseek2_file_runs_on_the_compiled_operators(tmp_path):
+    """Without experts (dense deepseek2 models exist), the file's matrices are used in place by the compiled
+    operators around the latent attention, with the float path's ids."""
+    from inference4py.engine.kernels import kernel_library
+    from inference4py.gguf.convert import convert_gguf
+
+    if not kernel_library().available:
+        pytest.skip("the compiled operators are not built here")
+    name = "mla-deepseek2-F32.gguf"
+    src = GGUFFile(GGUF_DIR / name)
+    drop = tuple(t.name for t in src.tensors() if "exps" in t.name or "shexp" in t.name or "gate_inp" in t.name)
+    dense_ffn = {
+        f"blk.{i}.ffn_{w}.weight": src.tensor(f"blk.0.ffn_{w}.weight") for i in (1, 2) for w in ("gate", "up", "down")
+    }
+    keys: dict[str, Any] = {k: None for k in src.metadata if ".expert_" in k}
+    dense = rewrite(
+        name,
+        tmp_path / "dense.gguf",
+        keys=keys | {"deepseek2.leading_dense_block_count": 3},
+        drop=drop,
+        tensors=dense_ffn,
+    )
+    prompt = MODELS[name]["cases"][2]["prompt_ids"]
+    ids = []
+    for bits in (None, 32):
+        folder = convert_gguf(dense, tmp_path / f"out-{bits}", bits=bits)
+        graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+        assert any(n.domain == "ai.inference4py" for n in graph.node) == (bits is None)
+        gen = OnnxTextGenerator.builder().model_path(folder).build()
+        ids.append(list(gen.generate(prompt, max_new_tokens=8, do_sample=False).token_ids))
+    assert ids[0] == ids[1]
+
+
+# ---------------------------------------------------------------------------------- bad files
+
+
+def _convert(path: Path, tmp_path: Path) -> None:
+    write_decoder(GGUFFile(path), tmp_path / "out", 32)
+
+
+def test_a_missing_kv_lora_rank_is_named(tmp_path):
+    bad = rewrite("mla-deepseek2-F32.gguf", tmp_path / "bad.gguf", keys={"deepseek2.attention.kv_lora_rank": None})
+    with pytest.raises(ModelLoadError, match=r"deepseek2\.attention\.kv_lora_rank"):
+        _convert(bad, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    ["blk.2.attn_kv_a_mqa.weight", "blk.1.attn_kv_a_norm.weight", "blk.0.attn_k_b.weight", "blk.2.attn_v_b.weight"],
+)
+def test_a_missing_latent_tensor_is_named(tmp_path, tensor):
+    bad = rewrite("mla-deepseek2-F32.gguf", tmp_path / "bad.gguf", drop=(tensor,))
+    with pytest.raises(ModelLoadError, match=f"no tensor {re.escape(repr(tensor))}.*latent attention"):
+        _convert(bad, tmp_path)
+
+
+def test_a_kv_lora_rank_that_disagrees_with_the_tensors_names_both(tmp_path):
+    bad = rewrite("mla-deepseek2-F32.gguf", tmp_path / "bad.gguf", keys={"deepseek2.attention.kv_lora_rank": 12})
+    with pytest.raises(
+        ModelLoadError, match=r"'blk\.0\.attn_kv_a_mqa\.weight' has shape \[24, 32\].*kv_lora_rank = 12"
+    ):
+        _convert(bad, tmp_path)
+
+
+def test_a_missing_q_projection_names_the_q_lora_key(tmp_path):
+    bad = rewrite("mla-deepseek2-lite-F32.gguf", tmp_path / "bad.gguf", drop=("blk.1.attn_q.weight",))
+    with pytest.raises(
+        ModelLoadError, match=r"no tensor 'blk\.1\.attn_q\.weight'.*no deepseek2\.attention\.q_lora_rank"
+    ):
+        _convert(bad, tmp_path)
+
+
+def test_the_v3_router_chooses_by_score_and_bias_among_the_best_group(tmp_path):
+    config = write_decoder(GGUFFile(GGUF_DIR / "mla-deepseek3-F32.gguf"), tmp_path, 32)
+    graph = onnx.load(str(tmp_path / "model.onnx"), load_external_data=False).graph
+    ops = {n.name.rsplit("/", 1)[-1]: n.op_type for n in graph.node if "/model.layers.1.mlp/router/" in n.name}
+    assert {ops["Sigmoid"], ops["bias"], ops["Where"], ops["weights"]} == {"Sigmoid", "Add", "Where", "GatherElements"}
+    assert config["num_experts"] == 8 and config["norm_topk_prob"] is True
+
+
+@pytest.mark.parametrize(
+    "keys,message",
+    [
+        ({"deepseek2.expert_group_count": 3}, r"expert_group_count = 3 and deepseek2\.expert_group_used_count = 1"),
+        ({"deepseek2.expert_gating_func": 4}, r"expert_gating_func = 4 asks for a sqrt-softplus router"),
+    ],
+)
+def test_a_v3_router_the_converter_cannot_build_is_refused_by_its_key(tmp_path, keys, message):
+    bad = rewrite("mla-deepseek3-F32.gguf", tmp_path / "bad.gguf", keys=keys)
+    with pytest.raises((ModelLoadError, UnsupportedModelError), match=message):
+        _convert(bad, tmp_path)
+
+
+def test_a_missing_shared_expert_names_the_count(tmp_path):
+    bad = rewrite("mla-deepseek2-F32.gguf", tmp_path / "bad.gguf", drop=("blk.1.ffn_up_shexp.weight",))
+    with pytest.raises(ModelLoadError, match=r"no tensor 'blk\.1\.ffn_up_shexp\.weight'.*expert_shared_count = 1"):
+        _convert(bad, tmp_path)
+
+
+def test_yarn_without_its_log_multiplier_is_refused_by_the_key(tmp_path):
+    bad = rewrite(
+        "mla-deepseek2-yarn-F32.gguf", tmp_path / "bad.gguf", keys={"deepseek2.rope.scaling.yarn_log_multiplier": None}
+    )
+    with pytest.raises(UnsupportedModelError, match=r"deepseek2\.rope\.scaling\.yarn_log_multiplier"):
+        _convert(bad, tmp_path)
