@@ -198,20 +198,10 @@ OrtStatus* experts_compute(void* kernel_ptr, OrtKernelContext* context) {
             for (int64_t first = 0; first < run.n; first += run.rows_per_task) run.tasks.emplace_back(e, first);
 
     std::vector<uint8_t> buffers[2];
-    if (!kernel.float_activations) {
-        const int64_t rows = per_slot ? tokens * slots : tokens;
-        for (int i = 0; i < kernel.weights; ++i) {
-            if (i == 1 && type_info(kernel.types[1])->act == type_info(kernel.types[0])->act) {
-                run.act[1] = run.act[0];
-                run.act_stride[1] = run.act_stride[0];
-                continue;
-            }
-            if (OrtStatus* s = round_activations(context, kernel.types[i], run.x, rows, kernel.k, &buffers[i],
-                                                 &run.act_stride[i]))
-                return s;
-            run.act[i] = buffers[i].data();
-        }
-    }
+    if (!kernel.float_activations)
+        if (OrtStatus* s = round_for_weights(context, kernel.types, kernel.weights, run.x,
+                                             per_slot ? tokens * slots : tokens, kernel.k, buffers, run.act, run.act_stride))
+            return s;
     return parallel(context, experts_task, run.tasks.size(), &run);
 }
 

@@ -95,6 +95,23 @@ OrtStatus* round_activations(OrtKernelContext* context, int type, const float* x
     return parallel(context, quantize_task, static_cast<size_t>(rows), &q);
 }
 
+OrtStatus* round_for_weights(OrtKernelContext* context, const int* types, int weights, const float* x, int64_t rows,
+                             int64_t k, std::vector<uint8_t>* buffers, const uint8_t** act, size_t* stride) {
+    for (int i = 0; i < weights; ++i) {
+        int same = -1;
+        for (int j = 0; j < i; ++j)
+            if (type_info(types[j])->act == type_info(types[i])->act) same = j;
+        if (same >= 0) {
+            act[i] = act[same];
+            stride[i] = stride[same];
+            continue;
+        }
+        if (OrtStatus* s = round_activations(context, types[i], x, rows, k, &buffers[i], &stride[i])) return s;
+        act[i] = buffers[i].data();
+    }
+    return nullptr;
+}
+
 bool gate_attribute(const OrtKernelInfo* info, const char* op, Gate* gate, OrtStatus** status) {
     const int64_t value = attribute(info, "gate", 0);
     if (value < 0 || value > 2) {

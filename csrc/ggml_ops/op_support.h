@@ -45,6 +45,11 @@ OrtStatus* parallel(OrtKernelContext* context, void (*fn)(void*, size_t), size_t
 OrtStatus* round_activations(OrtKernelContext* context, int type, const float* x, int64_t rows, int64_t k,
                              std::vector<uint8_t>* out, size_t* stride);
 
+// The input rows rounded for each of `weights` weights' types, once per distinct activation kind (weights
+// of the same kind share one buffer): act[i] and stride[i] for weight i, the bytes held in buffers[].
+OrtStatus* round_for_weights(OrtKernelContext* context, const int* types, int weights, const float* x, int64_t rows,
+                             int64_t k, std::vector<uint8_t>* buffers, const uint8_t** act, size_t* stride);
+
 // A gated activation of two weights' outputs (an MLP's gate and up): act(x @ W0.T) * (x @ W1.T)
 enum class Gate : int { None = 0, Silu = 1, GeluTanh = 2 };
 

@@ -182,22 +182,10 @@ OrtStatus* matmul_compute(void* kernel_ptr, OrtKernelContext* context) {
 
     // each weight's activation rows, rounded once per distinct activation kind
     std::vector<uint8_t> buffers[kMaxWeights];
-    if (!kernel.float_activations) {
-        for (int i = 0; i < kernel.weights; ++i) {
-            int same = -1;
-            for (int j = 0; j < i; ++j)
-                if (type_info(kernel.types[j])->act == type_info(kernel.types[i])->act) same = j;
-            if (same >= 0) {
-                run.act[i] = run.act[same];
-                run.act_stride[i] = run.act_stride[same];
-                continue;
-            }
-            if (OrtStatus* s = round_activations(context, kernel.types[i], run.x, run.m, kernel.k, &buffers[i],
-                                                 &run.act_stride[i]))
-                return s;
-            run.act[i] = buffers[i].data();
-        }
-    }
+    if (!kernel.float_activations)
+        if (OrtStatus* s = round_for_weights(context, kernel.types, kernel.weights, run.x, run.m, kernel.k, buffers,
+                                             run.act, run.act_stride))
+            return s;
     return parallel(context, matmul_task, run.tasks.size(), &run);
 }
 
