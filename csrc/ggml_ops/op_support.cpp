@@ -131,11 +131,13 @@ bool repack_enabled() {
 const uint8_t* packed_weight(PackedWeight& p, int type, int64_t k, const KernelTable& table, const uint8_t* w,
                              int64_t rows, size_t stride, OrtKernelContext* context, OrtStatus** status) {
     if (table.dot_packed[type] == nullptr || rows % kPackRows != 0) return nullptr;
+    if (p.refused.load(std::memory_order_acquire)) return nullptr;
     if (p.source.load(std::memory_order_acquire) == w) return p.data.get();
     std::lock_guard<std::mutex> lock(p.making);
+    if (p.refused.load(std::memory_order_relaxed)) return nullptr;
     if (p.source.load(std::memory_order_relaxed) == w) return p.data.get();
-    if (p.refused || p.data != nullptr) {  // a second pointer: not a constant weight, read it as it comes
-        p.refused = true;
+    if (p.data != nullptr) {  // a second pointer: not a constant weight; the copy is never served again
+        p.refused.store(true, std::memory_order_release);
         return nullptr;
     }
     const size_t group = packed_group_bytes(type, k);

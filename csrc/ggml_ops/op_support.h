@@ -75,7 +75,7 @@ struct PackedFree {
 struct PackedWeight {
     std::atomic<const uint8_t*> source{nullptr};  // set once the packed copy is complete
     std::unique_ptr<uint8_t, PackedFree> data;
-    bool refused = false;  // another pointer came later: this weight is not a constant, it is read as it comes
+    std::atomic<bool> refused{false};  // another pointer came: not a constant, always read as it comes from then on
     std::mutex making;
 };
 

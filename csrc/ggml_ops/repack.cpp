@@ -1,5 +1,6 @@
 // Weights rearranged eight rows at a time for the kernels that read them so (simd.inc), made once
 // when an operator first runs; and the file's own pages given back once a weight is repacked.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -146,6 +147,29 @@ void prefault(const void* p, size_t bytes) {
 #endif
 }
 
+#if defined(__linux__)
+namespace {
+// Whether no page of [lo, hi) is the process's own copy: a private mapping's written page (present and
+// not a file page, /proc/self/pagemap bits 63 and 61) would be lost by MADV_DONTNEED, the file's bytes
+// coming back in its place. Unreadable: false (nothing is released).
+bool all_file_pages(uintptr_t lo, uintptr_t hi, uintptr_t page) {
+    FILE* pagemap = std::fopen("/proc/self/pagemap", "rb");
+    if (pagemap == nullptr) return false;
+    bool ok = std::fseek(pagemap, static_cast<long>(lo / page * 8), SEEK_SET) == 0;
+    uint64_t entries[512];
+    for (uintptr_t at = lo; ok && at < hi;) {
+        const size_t want = std::min<size_t>(512, (hi - at) / page);
+        ok = std::fread(entries, 8, want, pagemap) == want;
+        for (size_t i = 0; ok && i < want; ++i)
+            if ((entries[i] >> 63 & 1) && !(entries[i] >> 61 & 1)) ok = false;
+        at += want * page;
+    }
+    std::fclose(pagemap);
+    return ok;
+}
+}  // namespace
+#endif
+
 void release_file_pages(const void* p, size_t bytes) {
 #if defined(__linux__)
     const auto start = reinterpret_cast<uintptr_t>(p);
@@ -171,7 +195,8 @@ void release_file_pages(const void* p, size_t bytes) {
     if (!file) return;
     const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
     const uintptr_t lo = (start + page - 1) / page * page, hi = end / page * page;  // whole pages inside only
-    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+    if (hi <= lo || !all_file_pages(lo, hi, page)) return;
+    madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 #else
     (void)p;
     (void)bytes;

@@ -41,3 +41,57 @@ def test_a_weight_of_rows_not_a_multiple_of_eight_is_read_as_stored(isa: str) ->
     x = rng.normal(0, 1, (1, 3, k)).astype(np.float32)
     y = matmul([("Q4_K", raw)], k).run(None, {"X": x})[0]
     assert (np.abs(y[0] - reference("Q4_K", raw, x[0])) / magnitude("Q4_K", raw, x[0])).max() < TOLERANCE
+
+
+def _input_weight_session(n: int, k: int):
+    """A GgmlMatMul whose Q4_K weight is a graph input (not a constant initializer)."""
+    from onnx import TensorProto, helper
+
+    from inference4py.engine import kernels
+    from tests.kernels.test_ggml_ops import _session
+
+    node = helper.make_node("GgmlMatMul", ["X", "W"], ["Y"], domain=kernels.DOMAIN, K=k, type=type_id("Q4_K"))
+    return _session(
+        [node],
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 1, k]),
+            helper.make_tensor_value_info("W", TensorProto.UINT8, [n, None]),
+        ],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        [],
+    )
+
+
+def _error(y: np.ndarray, raw: np.ndarray, x: np.ndarray) -> float:
+    return float((np.abs(y[0] - reference("Q4_K", raw, x[0])) / magnitude("Q4_K", raw, x[0])).max())
+
+
+def test_a_weight_that_moves_is_never_served_from_its_first_copy_again(isa: str) -> None:
+    """A second pointer means the weight is not a constant: from then on it is read as it comes, even when
+    the first pointer comes back holding other rows."""
+    rng = np.random.default_rng(1)
+    k, n = 256, 16
+    a, b, c = (random_rows("Q4_K", n, k, rng) for _ in range(3))
+    x = rng.normal(0, 1, (1, 1, k)).astype(np.float32)
+    session = _input_weight_session(n, k)
+    first = a.copy()
+    assert _error(session.run(None, {"X": x, "W": first})[0], a, x) < TOLERANCE
+    assert _error(session.run(None, {"X": x, "W": b})[0], b, x) < TOLERANCE
+    first[:] = c
+    assert _error(session.run(None, {"X": x, "W": first})[0], c, x) < TOLERANCE
+
+
+def test_pages_a_process_wrote_over_a_file_are_kept(tmp_path, isa: str) -> None:
+    """Only the file's own pages are given back after repacking: a private mapping's written pages are the
+    process's only copy of those bytes."""
+    rng = np.random.default_rng(2)
+    k, n = 256, 8 * 64
+    stored, written = random_rows("Q4_K", n, k, rng), random_rows("Q4_K", n, k, rng)
+    path = tmp_path / "weights.bin"
+    path.write_bytes(stored.tobytes())
+    mapped = np.memmap(path, dtype=np.uint8, mode="c", shape=stored.shape)  # private, file-backed
+    mapped[:] = written
+    x = rng.normal(0, 1, (1, 1, k)).astype(np.float32)
+    y = _input_weight_session(n, k).run(None, {"X": x, "W": np.asarray(mapped)})[0]
+    assert _error(y, written, x) < TOLERANCE
+    assert np.array_equal(np.asarray(mapped), written)
