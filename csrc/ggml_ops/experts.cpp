@@ -35,7 +35,6 @@ struct ExpertsRun {
     const uint8_t* w[2];
     size_t w_stride[2];
     const uint8_t* packed[2];
-    size_t group_bytes[2];
     const uint8_t* act[2];  // the input rows rounded for each weight's type
     size_t act_stride[2];
     // the (output row, input row) pairs grouped by expert: expert e's are pairs[start[e] .. start[e + 1])
@@ -49,17 +48,9 @@ struct ExpertsRun {
 // rows [first, first + rows) of expert e's matrix `which` against `cols` activation rows `act` (a tile)
 void dot(const ExpertsRun& run, int which, int64_t e, int64_t first, int rows, const uint8_t* act, size_t act_stride,
          int cols, float* out) {
-    const int type = run.kernel->types[which];
-    const int k = static_cast<int>(run.kernel->k);
-    const int64_t row = e * run.n + first;
-    if (run.packed[which] != nullptr) {
-        run.table->dot_packed[type](type, run.packed[which] + row / kPackRows * run.group_bytes[which], rows / kPackRows,
-                                    act, act_stride, cols, k, out, static_cast<size_t>(rows));
-        return;
-    }
-    DotTileFn fn = run.table->dot_tile[type] ? run.table->dot_tile[type] : scalar::dot_tile;
-    fn(type, run.w[which] + row * run.w_stride[which], run.w_stride[which], rows, act, act_stride, cols, k, out,
-       static_cast<size_t>(rows));
+    dot_weight_rows(*run.table, run.kernel->types[which], static_cast<int>(run.kernel->k), run.w[which],
+                    run.w_stride[which], run.packed[which], e * run.n + first, rows, act, act_stride, cols, out,
+                    static_cast<size_t>(rows));
 }
 
 void experts_task(void* data, size_t index) {
@@ -157,7 +148,6 @@ OrtStatus* experts_compute(void* kernel_ptr, OrtKernelContext* context) {
         if (OrtStatus* s = g_api->GetTensorData(wv, &wd)) return s;
         run.w[i] = static_cast<const uint8_t*>(wd);
         run.w_stride[i] = bytes;
-        run.group_bytes[i] = packed_group_bytes(kernel.types[i], kernel.k);
         OrtStatus* packing = nullptr;
         if (kernel.repack && !kernel.float_activations && n % kPackRows == 0)  // groups never straddle two experts
             run.packed[i] = packed_weight(kernel.packed[i], kernel.types[i], kernel.k, *run.table, run.w[i], total,

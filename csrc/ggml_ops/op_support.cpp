@@ -112,6 +112,18 @@ OrtStatus* round_for_weights(OrtKernelContext* context, const int* types, int we
     return nullptr;
 }
 
+void dot_weight_rows(const KernelTable& table, int type, int k, const uint8_t* w, size_t w_stride,
+                     const uint8_t* packed, int64_t first, int rows, const uint8_t* act, size_t act_stride, int cols,
+                     float* out, size_t out_stride) {
+    if (packed != nullptr) {
+        table.dot_packed[type](type, packed + first / kPackRows * packed_group_bytes(type, k), rows / kPackRows, act,
+                               act_stride, cols, k, out, out_stride);
+        return;
+    }
+    DotTileFn fn = table.dot_tile[type] ? table.dot_tile[type] : scalar::dot_tile;
+    fn(type, w + first * w_stride, w_stride, rows, act, act_stride, cols, k, out, out_stride);
+}
+
 bool gate_attribute(const OrtKernelInfo* info, const char* op, Gate* gate, OrtStatus** status) {
     const int64_t value = attribute(info, "gate", 0);
     if (value < 0 || value > 2) {

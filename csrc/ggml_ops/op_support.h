@@ -85,6 +85,13 @@ struct PackedWeight {
 const uint8_t* packed_weight(PackedWeight& p, int type, int64_t k, const KernelTable& table, const uint8_t* w,
                              int64_t rows, size_t stride, OrtKernelContext* context, OrtStatus** status);
 
+// Rows [first, first + rows) of a weight of `type` (its rows as stored, `w`, `w_stride` bytes apart, or their
+// eight-row repacking `packed`, null when there is none) against `cols` activation rows rounded for `type`:
+// out[c * out_stride + r], with the table's kernel (the scalar one where the table has none).
+void dot_weight_rows(const KernelTable& table, int type, int k, const uint8_t* w, size_t w_stride,
+                     const uint8_t* packed, int64_t first, int rows, const uint8_t* act, size_t act_stride, int cols,
+                     float* out, size_t out_stride);
+
 // ------------------------------------------------------------------ the OrtCustomOp table of an operator
 struct Op {
     ort::CustomOp base;

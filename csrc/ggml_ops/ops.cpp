@@ -43,7 +43,6 @@ struct MatMulRun {
     const uint8_t* act[kMaxWeights];
     size_t act_stride[kMaxWeights];
     const uint8_t* packed[kMaxWeights];  // the weight repacked eight rows at a time, or null
-    size_t group_bytes[kMaxWeights];
     int64_t rows_per_task[kMaxWeights];
     // tasks: (weight, first row)
     std::vector<std::pair<int, int64_t>> tasks;
@@ -53,17 +52,9 @@ struct MatMulRun {
 // rows [first, first + rows) of weight `which` against activation rows [i, i + cols)
 void dot_rows(const MatMulRun& run, int which, int64_t first, int rows, int64_t i, int cols, float* out,
               size_t out_stride) {
-    const int type = run.kernel->types[which];
-    const int k = static_cast<int>(run.kernel->k);
-    const uint8_t* act = run.act[which] + i * run.act_stride[which];
-    if (run.packed[which] != nullptr) {
-        run.table->dot_packed[type](type, run.packed[which] + first / kPackRows * run.group_bytes[which],
-                                    rows / kPackRows, act, run.act_stride[which], cols, k, out, out_stride);
-        return;
-    }
-    DotTileFn fn = run.table->dot_tile[type] ? run.table->dot_tile[type] : scalar::dot_tile;
-    fn(type, run.w[which] + first * run.w_stride[which], run.w_stride[which], rows, act, run.act_stride[which], cols, k,
-       out, out_stride);
+    dot_weight_rows(*run.table, run.kernel->types[which], static_cast<int>(run.kernel->k), run.w[which],
+                    run.w_stride[which], run.packed[which], first, rows, run.act[which] + i * run.act_stride[which],
+                    run.act_stride[which], cols, out, out_stride);
 }
 
 void gated_task(const MatMulRun& run, int64_t first) {
@@ -152,7 +143,6 @@ OrtStatus* matmul_compute(void* kernel_ptr, OrtKernelContext* context) {
             run.packed[i] = packed_weight(kernel.packed[i], kernel.types[i], kernel.k, *run.table, run.w[i], ws.dims[0],
                                           bytes, context, &packing);
         if (packing != nullptr) return packing;
-        run.group_bytes[i] = packed_group_bytes(kernel.types[i], kernel.k);
         run.n[i] = ws.dims[0];
         run.col[i] = run.n_total;
         run.n_total += ws.dims[0];

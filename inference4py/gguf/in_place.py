@@ -9,10 +9,9 @@ holds a matrix is decided there.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
-
-import numpy as np
 
 from inference4py.engine.kernels import DOMAIN
 from inference4py.gguf.reader import GGUFFile, require_gguf
@@ -46,8 +45,9 @@ class InPlace:
 
     def tensor(self, tensor: str, rows: Rows = None) -> str:
         """Rows of ``tensor`` as an initializer that is the file's bytes in place: ``[rows, row bytes]`` uint8
-        whose external data is the file at the rows' offset. A tied head and the embedding share one."""
-        total = self.gguf.info(tensor).shape[0]
+        whose external data is the file at the rows' offset (a 3-D expert tensor's rows are every expert's,
+        one after another). A tied head and the embedding share one."""
+        total = math.prod(self.gguf.info(tensor).shape[:-1])
         window = range(total)[rows] if rows is not None else range(total)
         key = (tensor, window.start, window.stop)
         if key not in self._tensors:
@@ -63,9 +63,7 @@ class InPlace:
         """``x @ W.T`` for up to three tensors' rows side by side, on their blocks as stored (activations
         rounded per block as llama.cpp rounds them for each type).  With ``gate`` (``silu`` or
         ``gelu_tanh``) and two parts (an MLP's gate and up): ``gate(x @ W0.T) * (x @ W1.T)``."""
-        attrs = {("type" if i == 0 else f"type{i}"): self.type_id(tensor) for i, (tensor, _) in enumerate(parts)}
-        if gate is not None:
-            attrs["gate"] = _GATES[gate]
+        attrs = self._types([tensor for tensor, _ in parts], gate)
         cols = self.gguf.info(parts[0][0]).shape[-1]
         weights = [self.tensor(tensor, rows) for tensor, rows in parts]
         return self.node("GgmlMatMul", [x, *weights], f"{name}/GgmlMatMul", domain=DOMAIN, K=cols, **attrs)
@@ -76,10 +74,8 @@ class InPlace:
         ``x`` is ``[..., in]`` (shared by the k chosen experts) or ``[..., k, in]``; ``ids`` ``[..., k]``.  Only the
         chosen experts' blocks are read."""
         experts, _, cols = self.gguf.info(tensors[0]).shape
-        attrs = {("type" if i == 0 else f"type{i}"): self.type_id(tensor) for i, tensor in enumerate(tensors)}
-        if gate is not None:
-            attrs["gate"] = _GATES[gate]
-        weights = [self._rows(tensor) for tensor in tensors]
+        attrs = self._types(tensors, gate)
+        weights = [self.tensor(tensor) for tensor in tensors]
         return self.node(
             "GgmlExpertMatMul",
             [x, ids, *weights],
@@ -90,15 +86,12 @@ class InPlace:
             **attrs,
         )
 
-    def _rows(self, tensor: str) -> str:
-        """A 3-D tensor's rows, every expert's one after another, in place: ``[experts x out, row bytes]``."""
-        if (tensor, 0, -1) not in self._tensors:
-            offset, length = self.gguf.span(tensor)
-            shape = self.gguf.info(tensor).shape
-            rows = int(np.prod(shape[:-1]))
-            self.initializers.append(self.store.in_file(tensor, self.gguf.path.name, offset, (rows, length // rows)))
-            self._tensors[(tensor, 0, -1)] = tensor
-        return self._tensors[(tensor, 0, -1)]
+    def _types(self, tensors: list[str], gate: str | None) -> dict[str, int]:
+        """The product operators' type attributes (``type``, ``type1``, ...) and ``gate``."""
+        attrs = {("type" if i == 0 else f"type{i}"): self.type_id(tensor) for i, tensor in enumerate(tensors)}
+        if gate is not None:
+            attrs["gate"] = _GATES[gate]
+        return attrs
 
     def embedding(self, tensor: str, ids: str, name: str) -> str:
         """Rows ``ids`` of the table, dequantized from the file's blocks exactly as gguf dequantizes them."""
