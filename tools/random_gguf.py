@@ -37,6 +37,15 @@ Shapes (``SHAPES``), from the published config.json files:
   151936, a separate output.weight, rope base 1e6, rms eps 1e-6, context 40960, ``feed_forward_length``
   6144 (config.json's intermediate_size, which no layer uses); tokenizer.ggml.pre ``qwen2``, Qwen2.5's
   specials then ``<tool_response>``, ``</tool_response>``, ``<think>``, ``</think>``, ChatML template.
+- ``deepseek-v2-lite``: architecture deepseek2 (multi-head latent attention), 27 layers, hidden 2048,
+  16 heads whose queries and keys are 128 + 64 (rotary) wide and values 128, a 512-wide latent
+  (``kv_lora_rank``; no query LoRA), ``attn_k_b`` / ``attn_v_b`` as llama.cpp's converter splits
+  ``kv_b_proj``, one dense first layer (intermediate 10944), then 64 experts of 1408 rows, 6 chosen per
+  token (softmax, not renormalised, scale 1.0) beside 2 shared experts, vocabulary 102400 (100000
+  regular tokens here), YaRN (factor 40 over 4096 positions, ``mscale_all_dim`` 0.707), rms eps 1e-6,
+  context 163840; tokenizer.ggml.pre ``deepseek-llm``, BOS added, no chat template.
+- ``tiny-mla``: deepseek-v2-lite's layout at test size (2 layers, hidden 256, 4 heads of 64 + 32, a
+  128-wide latent, 4 experts of 256 rows).
 - ``tiny`` (qwen2 layout: tied, biases) and ``tiny-llama`` (llama layout: untied): 2 layers, hidden 256,
   intermediate 512, 4 heads / 2 kv heads of 64, vocabulary 1024, for tests.  Hidden 256 (not smaller)
   keeps every matrix row a whole number of 256-value K-quant blocks, so the tiny files hold the same
@@ -138,7 +147,7 @@ import heapq
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -267,6 +276,13 @@ class Shape:
     expert_ff: int = 0  # rows of one expert's gate and up matrices
     expert_ff_key: bool = True  # <arch>.expert_feed_forward_length written (olmoe reads feed_forward_length)
     qk_norm: str = ""  # "heads": q/k RMS norms over all heads at once; "head": per head; "": none
+    # multi-head latent attention (deepseek2; kv_lora > 0): head_dim is the query/key head (nope + rope)
+    kv_lora: int = 0  # the cached latent's width
+    rope_dim: int = 0  # the decoupled rotary part of each query/key head
+    v_dim: int = 0  # each head's value width
+    leading_dense: int = 0  # first layers with a dense MLP (intermediate), the rest experts
+    shared_experts: int = 0  # ungated shared experts (expert_ff rows each) beside the routed ones
+    yarn: tuple[float, int, float] | None = None  # (factor, original context, yarn_log_multiplier)
 
 
 _QWEN25_1_5B = Shape(
@@ -381,6 +397,42 @@ _QWEN3_30B_A3B = Shape(
     expert_ff=768,
     qk_norm="head",
 )
+_DEEPSEEK_V2_LITE = Shape(
+    name="deepseek-v2-lite",
+    arch="deepseek2",
+    layers=27,
+    hidden=2048,
+    intermediate=10944,  # the first layer's dense MLP
+    heads=16,
+    kv_heads=1,  # llama.cpp's converter writes MLA as one shared key/value head (the latent)
+    head_dim=192,  # qk_nope_head_dim 128 + qk_rope_head_dim 64
+    vocab=102400,
+    regular=100000,
+    specials=(
+        ("<｜begin▁of▁sentence｜>", _CONTROL),
+        ("<｜end▁of▁sentence｜>", _CONTROL),
+    ),
+    context=163840,
+    rope_base=10_000.0,
+    eps=1e-6,
+    tied=False,
+    qkv_bias=False,
+    pre="deepseek-llm",
+    bos="<｜begin▁of▁sentence｜>",
+    eos="<｜end▁of▁sentence｜>",
+    pad="<｜end▁of▁sentence｜>",
+    add_bos=True,
+    chat_template="",
+    experts=64,
+    experts_used=6,
+    expert_ff=1408,
+    kv_lora=512,
+    rope_dim=64,
+    v_dim=128,
+    leading_dense=1,
+    shared_experts=2,
+    yarn=(40.0, 4096, 0.0707),  # mscale_all_dim 0.707
+)
 # the tiny shapes: the same tokenizer layout and constants at test size
 _TINY = {"layers": 2, "hidden": 256, "intermediate": 512, "heads": 4, "kv_heads": 2, "head_dim": 64, "vocab": 1024}
 
@@ -391,6 +443,7 @@ SHAPES: dict[str, Shape] = {
         _LLAMA3_8B,
         _OLMOE_1B_7B,
         _QWEN3_30B_A3B,
+        _DEEPSEEK_V2_LITE,
         replace(_QWEN25_1_5B, name="tiny", regular=1000, specials=_QWEN_SPECIALS[:3], context=4096, **_TINY),
         replace(_LLAMA3_8B, name="tiny-llama", regular=1014, specials=_llama3_specials(10), context=4096, **_TINY),
         replace(
@@ -403,6 +456,19 @@ SHAPES: dict[str, Shape] = {
             experts_used=2,
             expert_ff=256,
             **_TINY,
+        ),
+        replace(
+            _DEEPSEEK_V2_LITE,
+            name="tiny-mla",
+            regular=1000,
+            context=4096,
+            **{**_TINY, "kv_heads": 1, "head_dim": 96},
+            experts=4,
+            experts_used=2,
+            expert_ff=256,
+            kv_lora=128,
+            rope_dim=32,
+            v_dim=64,
         ),
     )
 }
@@ -483,6 +549,10 @@ def tensor_plan(shape: Shape, mix: str) -> list[TensorPlan]:
     for i in range(shape.layers):
         p = f"blk.{i}."
         add(p + "attn_norm.weight", (h,))
+        if shape.kv_lora:
+            _latent_attention(shape, p, i, add)
+            _latent_ffn(shape, p, i, add)
+            continue
         for part, rows in (("q", q), ("k", kv), ("v", kv)):
             add(f"{p}attn_{part}.weight", (rows, h), i)
             if shape.qkv_bias:
@@ -507,6 +577,36 @@ def tensor_plan(shape: Shape, mix: str) -> list[TensorPlan]:
     if not shape.tied:
         add("output.weight", (shape.vocab, h))
     return plan
+
+
+def _latent_attention(shape: Shape, p: str, i: int, add: Callable[..., None]) -> None:
+    """deepseek2's attention tensors as llama.cpp's converter writes them (no q LoRA: V2-Lite)."""
+    nope, h = shape.head_dim - shape.rope_dim, shape.hidden
+    add(p + "attn_q.weight", (shape.heads * shape.head_dim, h), i)
+    add(p + "attn_kv_a_mqa.weight", (shape.kv_lora + shape.rope_dim, h), i)
+    add(p + "attn_kv_a_norm.weight", (shape.kv_lora,))
+    add(p + "attn_k_b.weight", (shape.heads, shape.kv_lora, nope), i)
+    add(p + "attn_v_b.weight", (shape.heads, shape.v_dim, shape.kv_lora), i)
+    add(p + "attn_output.weight", (h, shape.heads * shape.v_dim), i)
+    add(p + "ffn_norm.weight", (h,))
+
+
+def _latent_ffn(shape: Shape, p: str, i: int, add: Callable[..., None]) -> None:
+    """A dense MLP in the leading layers, then routed experts beside ungated shared ones."""
+    h = shape.hidden
+    if i < shape.leading_dense:
+        add(p + "ffn_gate.weight", (shape.intermediate, h), i)
+        add(p + "ffn_up.weight", (shape.intermediate, h), i)
+        add(p + "ffn_down.weight", (h, shape.intermediate), i)
+        return
+    e, ff, shared = shape.experts, shape.expert_ff, shape.shared_experts * shape.expert_ff
+    add(p + "ffn_gate_inp.weight", (e, h), i)
+    add(p + "ffn_gate_exps.weight", (e, ff, h), i)
+    add(p + "ffn_up_exps.weight", (e, ff, h), i)
+    add(p + "ffn_down_exps.weight", (e, h, ff), i)
+    add(p + "ffn_gate_shexp.weight", (shared, h), i)
+    add(p + "ffn_up_shexp.weight", (shared, h), i)
+    add(p + "ffn_down_shexp.weight", (h, shared), i)
 
 
 # --------------------------------------------------------------------------- random blocks
@@ -721,8 +821,11 @@ def _metadata(writer: Any, shape: Shape, mix: str, seed: int) -> None:
     writer.add_head_count_kv(shape.kv_heads)
     writer.add_rope_freq_base(shape.rope_base)
     writer.add_layer_norm_rms_eps(shape.eps)
-    writer.add_rope_dimension_count(shape.head_dim)
-    if shape.head_dim != shape.hidden // shape.heads:
+    if shape.kv_lora:
+        _latent_metadata(writer, shape)
+    else:
+        writer.add_rope_dimension_count(shape.head_dim)
+    if not shape.kv_lora and shape.head_dim != shape.hidden // shape.heads:
         writer.add_key_length(shape.head_dim)
         writer.add_value_length(shape.head_dim)
     writer.add_vocab_size(shape.vocab)
@@ -741,6 +844,26 @@ def _metadata(writer: Any, shape: Shape, mix: str, seed: int) -> None:
     writer.add_add_bos_token(shape.add_bos)
     if shape.chat_template:
         writer.add_chat_template(shape.chat_template)
+
+
+def _latent_metadata(writer: Any, shape: Shape) -> None:
+    """deepseek2's keys: the latent's widths, the dense first layers, the shared experts, YaRN."""
+    writer.add_rope_dimension_count(shape.rope_dim)
+    writer.add_kv_lora_rank(shape.kv_lora)
+    writer.add_key_length(shape.kv_lora + shape.rope_dim)  # the cached key: latent + rope key (MQA form)
+    writer.add_value_length(shape.kv_lora)
+    writer.add_key_length_mla(shape.head_dim)
+    writer.add_value_length_mla(shape.v_dim)
+    writer.add_leading_dense_block_count(shape.leading_dense)
+    writer.add_expert_shared_count(shape.shared_experts)
+    writer.add_expert_weights_scale(1.0)
+    if shape.yarn is not None:
+        gguf = _gguf()
+        factor, original, log_mul = shape.yarn
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(factor)
+        writer.add_rope_scaling_orig_ctx_len(original)
+        writer.add_rope_scaling_yarn_log_mul(log_mul)
 
 
 def _pad(out: BinaryIO, alignment: int) -> None:

@@ -46,7 +46,7 @@ from inference4py.errors import UnsupportedModelError
 from inference4py.gguf.ffn import GraphBuilder
 from inference4py.gguf.hyper import MAX_ROPE_POSITIONS, Hyper, rope_caches
 from inference4py.gguf.parts import Part
-from inference4py.gguf.reader import GGUFFile
+from inference4py.gguf.reader import FLOAT_TYPES, GGUFFile
 
 __all__ = ["MlaAttention", "MlaShape", "mla_config", "read_mla"]
 
@@ -236,6 +236,7 @@ class MlaAttention:
 
     def __init__(self, b: GraphBuilder, hp: Hyper, shape: MlaShape) -> None:
         self.b, self.hp, self.shape = b, hp, shape
+        self._ids: str | None = None
         if shape.yarn is not None:
             cos, sin = shape.yarn.caches(shape.rope, hp.rope_base, min(hp.context, MAX_ROPE_POSITIONS))
         else:
@@ -272,7 +273,14 @@ class MlaAttention:
             [b.one("Cast", ["attention_mask"], f"{n}/mask/Cast", to=9), b.ints([1, 2])],
             f"{n}/mask/real",
         )  # [batch, 1, 1, total] bool
-        self.allowed = b.one("And", [causal, real], f"{n}/mask/allowed")  # [batch, 1, seq, total]
+        allowed = b.one("And", [causal, real], f"{n}/mask/allowed")  # [batch, 1, seq, total]
+        # the heads' queries are laid out token-major ([batch, seq, heads, ...]): the mask and the query's
+        # rotary tables broadcast over heads on axis 2
+        self.allowed = b.one("Transpose", [allowed], f"{n}/mask/by_token", perm=[0, 2, 1, 3])  # [batch, seq, 1, total]
+        self.cos_q, self.sin_q = (
+            b.one("Transpose", [table], f"{n}/{which}/by_token", perm=[0, 2, 1, 3])
+            for which, table in (("cos", self.cos), ("sin", self.sin))
+        )  # [batch, seq, 1, rope / 2]
         self.masked = b.initializer(np.array(_NEG, np.float32), f"{n}/masked")
 
     def _scalar_at(self, vector: str, index: int, name: str) -> str:
@@ -280,14 +288,15 @@ class MlaAttention:
             "Gather", [vector, self.b.initializer(np.array(index, np.int64), f"{name}/index")], f"{name}/Gather", axis=0
         )
 
-    def _rotate(self, x: str, name: str) -> str:
-        """``x`` ``[batch, heads, seq, rope]`` with each adjacent pair rotated by its position's angle."""
+    def _rotate(self, x: str, name: str, by_token: bool = False) -> str:
+        """``x`` ``[batch, heads, seq, rope]`` (``by_token``: ``[batch, seq, heads, rope]``) with each adjacent
+        pair rotated by its position's angle."""
         b, half = self.b, self.shape.rope // 2
         pairs = b.one("Reshape", [x, b.ints([0, 0, 0, half, 2])], f"{name}/pairs")
         x0, x1 = b.node("Split", [pairs, b.ints([1, 1])], f"{name}/Split", outputs=2, axis=-1)
         x0 = b.one("Squeeze", [x0, b.ints([-1])], f"{name}/x0")
         x1 = b.one("Squeeze", [x1, b.ints([-1])], f"{name}/x1")
-        cos, sin = self.cos, self.sin
+        cos, sin = (self.cos_q, self.sin_q) if by_token else (self.cos, self.sin)
         r0 = b.one(
             "Sub",
             [b.one("Mul", [x0, cos], f"{name}/x0cos"), b.one("Mul", [x1, sin], f"{name}/x1sin")],
@@ -306,22 +315,46 @@ class MlaAttention:
         )
         return b.one("Reshape", [both, b.ints([0, 0, 0, 2 * half])], f"{name}/rotated")
 
-    def _up_projections(self, prefix: str, name: str) -> tuple[str, str]:
-        """``[heads, nope, kv_lora_rank]`` (absorbed into the query) and ``[heads, kv_lora_rank, v]`` (after
-        the attention), float32."""
-        s, gguf = self.shape, self.b.gguf
+    def _rows_by_cache(self, x: str, cache: str, name: str, **attrs: Any) -> str:
+        """``x`` ``[batch, seq, heads, d]`` folded to ``[batch, 1, seq x heads, d]`` times ``cache``
+        ``[batch, 1, total, d']`` (``transB``: its transpose) with com.microsoft's FusedMatMul."""
+        b = self.b
+        rows = b.one("Reshape", [x, b.ints([0, 1, -1, 0])], f"{name}/rows")
+        return b.one("FusedMatMul", [rows, cache], f"{name}/FusedMatMul", domain="com.microsoft", **attrs)
+
+    def _head_ids(self) -> str:
+        """``[batch, seq, heads]`` int64 ``0 .. heads - 1``: each head's up-projection as an "expert"."""
+        if self._ids is None:
+            b, n = self.b, "/model/mla/heads"
+            heads = b.initializer(np.arange(self.shape.heads, dtype=np.int64), f"{n}/range")
+            dims = b.one(
+                "Concat", [b.one("Shape", ["input_ids"], f"{n}/Shape"), b.ints([self.shape.heads])], f"{n}/dims", axis=0
+            )
+            self._ids = b.one("Expand", [heads, dims], f"{n}/Expand")
+        return self._ids
+
+    def _per_head(self, x: str, which: str, prefix: str, name: str) -> str:
+        """Each head's up-projection of ``x`` ``[batch, seq, heads, in]``: ``k`` (``attn_k_b``: nope -> rank,
+        absorbed into the query) or ``v`` (``attn_v_b``: rank -> v, after the attention).  On the compiled
+        operators the file's blocks are read in place (``GgmlExpertMatMul``, the heads as experts, activations
+        rounded as llama.cpp rounds them for its products); otherwise float32, dequantized exactly."""
+        s, b = self.shape, self.b
+        tensor = f"{prefix}attn_{which}_b.weight"
+        if b.ggml and not s.split_kv_b and b.gguf.info(tensor).type not in FLOAT_TYPES:
+            return b.in_place.experts(x, [tensor], self._head_ids(), f"/{name}/{which}_b")
         if s.split_kv_b:
-            kv_b = gguf.tensor(f"{prefix}attn_kv_b.weight").reshape(s.heads, s.nope + s.v, s.kv_lora_rank)
-            k_b, v_b = kv_b[:, : s.nope, :], kv_b[:, s.nope :, :]  # [heads, nope, rank], [heads, v, rank]
+            kv_b = b.gguf.tensor(f"{prefix}attn_kv_b.weight").reshape(s.heads, s.nope + s.v, s.kv_lora_rank)
+            rows = kv_b[:, : s.nope, :] if which == "k" else kv_b[:, s.nope :, :]  # [heads, out | in, rank]
+            matrix = rows if which == "k" else rows.transpose(0, 2, 1)  # [heads, in, out]
         else:
-            k_b = gguf.tensor(f"{prefix}attn_k_b.weight").transpose(
-                0, 2, 1
-            )  # [heads, rank, nope] -> [heads, nope, rank]
-            v_b = gguf.tensor(f"{prefix}attn_v_b.weight")  # [heads, v, rank]
-        return (
-            self.b.initializer(np.ascontiguousarray(k_b, np.float32), f"{name}.k_b.weight"),
-            self.b.initializer(np.ascontiguousarray(v_b.transpose(0, 2, 1), np.float32), f"{name}.v_b.weight"),
-        )
+            matrix = b.gguf.tensor(tensor).transpose(0, 2, 1)  # [heads, out, in] -> [heads, in, out]
+        weight = b.initializer(np.ascontiguousarray(matrix, np.float32), f"{name}.{which}_b.weight")
+        y = b.one(
+            "MatMul",
+            [b.one("Unsqueeze", [x, b.ints([-2])], f"/{name}/{which}_b/Unsqueeze"), weight],
+            f"/{name}/{which}_b/MatMul",
+        )  # [batch, seq, heads, 1, out]
+        return b.one("Squeeze", [y, b.ints([-2])], f"/{name}/{which}_b/Squeeze")
 
     def layer(self, x: str, layer: int) -> str:
         """Layer ``layer``'s attention output ``[batch, seq, hidden]`` for ``x`` (the normed hidden state);
@@ -336,12 +369,7 @@ class MlaAttention:
             q = b.linear(q, [Part(f"{p}attn_q_b.weight")], f"{name}.q_b_proj")
         else:
             q = b.linear(x, [Part(f"{p}attn_q.weight")], f"{name}.q_proj")
-        q = b.one(
-            "Transpose",
-            [b.one("Reshape", [q, b.ints([0, 0, s.heads, s.nope + s.rope])], f"{path}/q/Reshape")],
-            f"{path}/q/Transpose",
-            perm=[0, 2, 1, 3],
-        )  # [batch, heads, seq, nope + rope]
+        q = b.one("Reshape", [q, b.ints([0, 0, s.heads, s.nope + s.rope])], f"{path}/q/Reshape")
         q_nope, q_pe = b.node("Split", [q, b.ints([s.nope, s.rope])], f"{path}/q/Split", outputs=2, axis=-1)
         kv = b.linear(x, [Part(f"{p}attn_kv_a_mqa.weight")], f"{name}.kv_a_proj_with_mqa")  # [batch, seq, rank + rope]
         latent, k_pe = b.node("Split", [kv, b.ints([s.kv_lora_rank, s.rope])], f"{path}/kv/Split", outputs=2, axis=-1)
@@ -354,33 +382,28 @@ class MlaAttention:
             b.nodes[-1].output[0] = f"present.{layer}.{kind}"
             caches.append(f"present.{layer}.{kind}")
         latents, rope_keys = caches
-        k_b, v_b = self._up_projections(p, name)
-        q_latent = b.one("MatMul", [q_nope, k_b], f"{path}/q_absorbed/MatMul")  # [batch, heads, seq, rank]
-        q_pe = self._rotate(q_pe, f"{path}/q_pe/rope")
+        q_latent = self._per_head(q_nope, "k", p, name)  # [batch, seq, heads, rank]
+        q_pe = self._rotate(q_pe, f"{path}/q_pe/rope", by_token=True)  # [batch, seq, heads, rope]
+        # every token's heads as rows of one product with the one latent per token (MQA form): the cache is
+        # read once for all heads, and transB reads it as it is stored (no transposed copy each step)
         scores = b.one(
             "Add",
             [
-                b.one(
-                    "MatMul",
-                    [q_latent, b.one("Transpose", [latents], f"{path}/latent/T", perm=[0, 1, 3, 2])],
-                    f"{path}/scores_latent/MatMul",
-                ),
-                b.one(
-                    "MatMul",
-                    [q_pe, b.one("Transpose", [rope_keys], f"{path}/k_pe/T", perm=[0, 1, 3, 2])],
-                    f"{path}/scores_rope/MatMul",
-                ),
+                self._rows_by_cache(q_latent, latents, f"{path}/scores_latent", transB=1, alpha=s.scale),
+                self._rows_by_cache(q_pe, rope_keys, f"{path}/scores_rope", transB=1, alpha=s.scale),
             ],
             f"{path}/scores/Add",
-        )  # [batch, heads, seq, past + seq]
-        scores = b.one("Mul", [scores, b.initializer(np.array(s.scale, np.float32), f"{name}.scale")], f"{path}/Mul")
+        )
+        scores = b.one(
+            "Reshape", [scores, b.ints([0, -1, s.heads, 0])], f"{path}/scores/Reshape"
+        )  # [batch, seq, heads, past + seq]
         scores = b.one("Where", [self.allowed, scores, self.masked], f"{path}/mask/Where")
         probs = b.one("Softmax", [scores], f"{path}/Softmax", axis=-1)
-        context = b.one("MatMul", [probs, latents], f"{path}/context/MatMul")  # [batch, heads, seq, rank]
-        values = b.one("MatMul", [context, v_b], f"{path}/v_b/MatMul")  # [batch, heads, seq, v]
-        merged = b.one(
+        context = b.one(
             "Reshape",
-            [b.one("Transpose", [values], f"{path}/out/Transpose", perm=[0, 2, 1, 3]), b.ints([0, 0, s.heads * s.v])],
-            f"{path}/out/Reshape",
-        )
+            [self._rows_by_cache(probs, latents, f"{path}/context"), b.ints([0, -1, s.heads, s.kv_lora_rank])],
+            f"{path}/context/Reshape",
+        )  # [batch, seq, heads, rank]
+        values = self._per_head(context, "v", p, name)  # [batch, seq, heads, v]
+        merged = b.one("Reshape", [values, b.ints([0, 0, s.heads * s.v])], f"{path}/out/Reshape")
         return b.linear(merged, [Part(f"{p}attn_output.weight")], f"{name}.o_proj")
