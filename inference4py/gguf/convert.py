@@ -36,7 +36,7 @@ __all__ = ["BITS", "convert_gguf", "file_digest", "gguf_folder", "width_name"]
 _log = logging.getLogger("inference4py.gguf")
 
 BITS = (4, 8, 16, 32)
-CONVERTER_VERSION = 6  # bump when the folders it writes change: old cache entries are then rebuilt
+CONVERTER_VERSION = 7  # bump when the folders it writes change: old cache entries are then rebuilt
 _MARKER = "inference4py-gguf.json"
 _SPARE_DISK = 64 << 20  # bytes kept free beyond the estimated folder size
 
