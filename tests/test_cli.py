@@ -113,7 +113,9 @@ class FakeGenerator:
         self.log = log
         self.reply = reply
 
-    def generate(self, prompt, on_token=None):
+    def generate(self, prompt, on_token=None, *, options=None):
+        if options is not None:
+            self.log.setdefault("options", []).append(options)
         self.log["prompts"].append(prompt)
         for piece in self.reply:
             if piece is KeyboardInterrupt:
@@ -121,10 +123,6 @@ class FakeGenerator:
             if on_token is not None:
                 on_token(piece)
         return object()
-
-    def generate_request(self, prompt, options, *, on_token=None):
-        self.log.setdefault("options", []).append(options)
-        return self.generate(prompt, on_token=on_token)
 
     def chat_session(self):
         return FakeSession(self)

@@ -185,7 +185,7 @@ def _run_generate(args: argparse.Namespace) -> int:
             from inference4py.generation.speculative import DraftModel
 
             options = options.replace(speculative=DraftModel(draft))
-        result = generator.generate_request(request, options, on_token=echo)
+        result = generator.generate(request, echo, options=options)
     echo.end_line()
     cut = _cut_constraint(options, result)
     if cut is not None:

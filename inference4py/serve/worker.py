@@ -319,7 +319,7 @@ class ModelWorker:
         """A model without a scheduler: its stream runs on the model's thread, one request at a time."""
         self._admit()
         stop = threading.Event()
-        model = self.model
+        model, vision = self.model, self._vision
 
         def produce() -> None:
             self._move(waiting=-1, running=1)
@@ -327,7 +327,8 @@ class ModelWorker:
             try:
                 if stop.is_set():
                     return
-                chunks = model.request_chunks(prompt, options)
+                # a prepared VisionRequest carries its options; an encoder-decoder's ids take them
+                chunks = model.stream_chunks(None, prompt) if vision else model.stream_chunks(prompt, options=options)
                 for chunk in chunks:
                     deliver(chunk)
                     if stop.is_set():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -38,6 +39,8 @@ class ModelSourceBuilder:
 
     Each setter validates its value and returns the builder.
     """
+
+    _task: Any = None  # the task class build() makes (set by the class, or by its preset table)
 
     def __init__(self, *, preset: str | None = None, model_id: str | None = None) -> None:
         self._preset = preset
@@ -141,8 +144,6 @@ class GenerationBuilder(ModelSourceBuilder, Generic[T]):
     Subclasses set ``_task`` (the class ``build()`` creates) and may add
     options of their own.  Each setter returns the builder.
     """
-
-    _task: Any = None
 
     def __init__(self, *, preset: str | None = None, model_id: str | None = None, **preset_fields: Any) -> None:
         super().__init__(preset=preset, model_id=model_id)
@@ -382,6 +383,11 @@ class CallPlanner:
                 f"Lower max_new_tokens to at most {self.context - prompt_len} or shorten the prompt."
             )
         return config
+
+
+def renamed(old: str, new: str) -> None:
+    """Warn that the method ``old`` is a deprecated name of ``new`` (called from the old method)."""
+    warnings.warn(f"{old} is deprecated: call {new} instead.", DeprecationWarning, stacklevel=3)
 
 
 _Task = TypeVar("_Task", bound="ClosableTask")

@@ -25,6 +25,7 @@ from inference4py.generation.generate import collect
 from inference4py.generation.memory import MemoryBudget
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.generation.scheduler import Deliver, Scheduler, SchedulerStats, Ticket
+from inference4py.tasks.base import renamed
 from inference4py.tasks.options import RequestOptions
 from inference4py.tasks.request import PreparedRequest
 
@@ -194,32 +195,38 @@ class BatchedTextGenerator:
         submission = self.submit(prompt, items.put, options)
         return submission, _chunks(items, submission)
 
-    def stream_chunks(self, prompt: Prompt, **overrides: Any) -> Iterator[GenerationChunk]:
+    def stream_chunks(
+        self, prompt: Prompt, *, options: RequestOptions | None = None, **overrides: Any
+    ) -> Iterator[GenerationChunk]:
         """The request's chunks as they come; closing the iterator early cancels the request."""
-        return self.open(prompt, RequestOptions.from_keywords(overrides))[1]
+        return self.open(prompt, RequestOptions.of_call(options, overrides))[1]
 
     def generate(
-        self, prompt: Prompt, on_token: Callable[[str], None] | None = None, **overrides: Any
+        self,
+        prompt: Prompt,
+        on_token: Callable[[str], None] | None = None,
+        *,
+        options: RequestOptions | None = None,
+        **overrides: Any,
     ) -> GenerationResult:
         """As the model's ``generate()``, run in the shared batch (blocks this thread until done)."""
         started = time.perf_counter()
-        submission, chunks = self.open(prompt, RequestOptions.from_keywords(overrides))
+        submission, chunks = self.open(prompt, RequestOptions.of_call(options, overrides))
         result = collect(chunks, prompt_tokens=submission.prompt_tokens, started=started, on_token=on_token)
         return submission.finish(result)
 
-    def generate_batch(self, prompts: Sequence[Prompt], **overrides: Any) -> list[GenerationResult]:
-        """Every prompt submitted at once, one result per prompt in order."""
-        return self.generate_batch_request(prompts, RequestOptions.from_keywords(overrides))
-
-    def generate_batch_request(self, prompts: Sequence[Prompt], options: RequestOptions) -> list[GenerationResult]:
-        """:meth:`generate_batch` with typed options: every prompt is checked and submitted before any is read."""
+    def generate_batch(
+        self, prompts: Sequence[Prompt], *, options: RequestOptions | None = None, **overrides: Any
+    ) -> list[GenerationResult]:
+        """Every prompt submitted at once, one result per prompt in order (each checked before any is read)."""
+        request = RequestOptions.of_call(options, overrides)
         if not isinstance(prompts, (list, tuple)) or not prompts:
             raise InvalidInputError("generate_batch needs a non-empty list of prompts.")
         started = time.perf_counter()
         pending: list[tuple[Submission, Iterator[GenerationChunk]]] = []
         try:
             for prompt in prompts:
-                pending.append(self.open(prompt, options))
+                pending.append(self.open(prompt, request))
         except BaseException:
             for submission, _ in pending:
                 submission.cancel()
@@ -228,6 +235,11 @@ class BatchedTextGenerator:
             submission.finish(collect(chunks, prompt_tokens=submission.prompt_tokens, started=started))
             for submission, chunks in pending
         ]
+
+    def generate_batch_request(self, prompts: Sequence[Prompt], options: RequestOptions) -> list[GenerationResult]:
+        """Deprecated: ``generate_batch(prompts, options=options)``."""
+        renamed("generate_batch_request(prompts, options)", "generate_batch(prompts, options=options)")
+        return self.generate_batch(prompts, options=options)
 
 
 def _chunks(

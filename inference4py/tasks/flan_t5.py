@@ -6,9 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 from inference4py.tasks.languages import Language
+from inference4py.tasks.presets import Preset, PresetTable
 from inference4py.tasks.seq2seq_base import Seq2SeqBuilder, Seq2SeqTask, TextOutput
 
-__all__ = ["FlanT5TextGenerator", "flan_t5_prompt"]
+__all__ = ["FLAN_T5_PRESETS", "FlanT5TextGenerator", "flan_t5_prompt"]
 
 
 def flan_t5_prompt(text: str, *, task: str, source: Language | None = None, target: Language | None = None) -> str:
@@ -22,6 +23,19 @@ def flan_t5_prompt(text: str, *, task: str, source: Language | None = None, targ
     return text
 
 
+_FLAN = {"prompt_formatter": flan_t5_prompt}
+
+#: FlanT5TextGenerator's presets: the method name (inference4j's), the Hub repo, the builder's defaults.
+FLAN_T5_PRESETS = PresetTable(
+    Seq2SeqBuilder,
+    [
+        Preset("flanT5Small", "inference4j/flan-t5-small", "Flan-T5 small (77M), inference4j/flan-t5-small.", _FLAN),
+        Preset("flanT5Base", "inference4j/flan-t5-base", "Flan-T5 base (248M), inference4j/flan-t5-base.", _FLAN),
+        Preset("flanT5Large", "inference4j/flan-t5-large", "Flan-T5 large (783M), inference4j/flan-t5-large.", _FLAN),
+    ],
+)
+
+
 class FlanT5TextGenerator(Seq2SeqTask):
     """Flan-T5 (inference4j/flan-t5-*): one model, several instruction-shaped tasks.
 
@@ -30,17 +44,9 @@ class FlanT5TextGenerator(Seq2SeqTask):
         ...     print(t5.translate("Hello", Language.EN, Language.FR))
     """
 
-    @classmethod
-    def flanT5Small(cls) -> Seq2SeqBuilder:
-        return cls._preset("flanT5Small", "inference4j/flan-t5-small", prompt_formatter=flan_t5_prompt)
-
-    @classmethod
-    def flanT5Base(cls) -> Seq2SeqBuilder:
-        return cls._preset("flanT5Base", "inference4j/flan-t5-base", prompt_formatter=flan_t5_prompt)
-
-    @classmethod
-    def flanT5Large(cls) -> Seq2SeqBuilder:
-        return cls._preset("flanT5Large", "inference4j/flan-t5-large", prompt_formatter=flan_t5_prompt)
+    flanT5Small = FLAN_T5_PRESETS.method("flanT5Small")  # inference4j's names
+    flanT5Base = FLAN_T5_PRESETS.method("flanT5Base")
+    flanT5Large = FLAN_T5_PRESETS.method("flanT5Large")
 
     def summarize(self, text: str, on_token: Callable[[str], None] | None = None, **overrides: Any) -> TextOutput:
         """Summarize ``text`` ("summarize: ..." prompt)."""

@@ -8,11 +8,28 @@ from typing import Any
 
 from inference4py.errors import ConfigurationError, UnsupportedModelError
 from inference4py.tasks.languages import Language
+from inference4py.tasks.presets import Preset, PresetTable
 from inference4py.tasks.seq2seq_base import Seq2SeqBuilder, Seq2SeqTask, TextOutput
 
-__all__ = ["MarianTranslator"]
+__all__ = ["MARIAN_PRESETS", "MarianTranslator"]
 
 _TARGET_TOKEN = re.compile(r"^>>([A-Za-z_]+)<<$")
+
+
+def _pair(name: str, source: Language, target: Language) -> Preset:
+    repo = f"inference4j/opus-mt-{source.iso_code}-{target.iso_code}"
+    return Preset(name, repo, f"opus-mt {source} to {target}, {repo}.", {"source": source, "target": target})
+
+
+#: MarianTranslator's presets: the method name (inference4j's), the Hub repo, the language pair.
+MARIAN_PRESETS = PresetTable(
+    Seq2SeqBuilder,
+    [
+        _pair("opusMtEnDe", Language.EN, Language.DE),
+        _pair("opusMtEnFr", Language.EN, Language.FR),
+        _pair("opusMtEnEs", Language.EN, Language.ES),
+    ],
+)
 
 
 class MarianTranslator(Seq2SeqTask):
@@ -27,17 +44,9 @@ class MarianTranslator(Seq2SeqTask):
         ...     print(mt.translate("How are you?"))
     """
 
-    @classmethod
-    def opusMtEnDe(cls) -> Seq2SeqBuilder:
-        return cls._preset("opusMtEnDe", "inference4j/opus-mt-en-de", source=Language.EN, target=Language.DE)
-
-    @classmethod
-    def opusMtEnFr(cls) -> Seq2SeqBuilder:
-        return cls._preset("opusMtEnFr", "inference4j/opus-mt-en-fr", source=Language.EN, target=Language.FR)
-
-    @classmethod
-    def opusMtEnEs(cls) -> Seq2SeqBuilder:
-        return cls._preset("opusMtEnEs", "inference4j/opus-mt-en-es", source=Language.EN, target=Language.ES)
+    opusMtEnDe = MARIAN_PRESETS.method("opusMtEnDe")  # inference4j's names
+    opusMtEnFr = MARIAN_PRESETS.method("opusMtEnFr")
+    opusMtEnEs = MARIAN_PRESETS.method("opusMtEnEs")
 
     @property
     def target_languages(self) -> tuple[str, ...]:

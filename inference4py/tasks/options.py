@@ -1,8 +1,8 @@
 """RequestOptions: one request's options, typed and checked once, where the request enters.
 
 Every edge builds one: the server from its protocol models, the CLI from its arguments, a task's
-``generate(prompt, **options)`` from its keywords (:meth:`RequestOptions.from_keywords`), the
-batch runner from its job.  Below that, the frozen object is passed down as it is: the task turns
+``generate(prompt, **options)`` from its keywords, or from ``options=`` and keywords together
+(:meth:`RequestOptions.from_keywords`, :meth:`RequestOptions.of_call`), the batch runner from its job.  Below that, the frozen object is passed down as it is: the task turns
 it into the call's :class:`~inference4py.generation.config.GenerationConfig`
 (:meth:`RequestOptions.apply`, where greedy or sampling is decided by
 :meth:`GenerationConfig.with_request`), its output control (the constraint compiled once) and
@@ -142,6 +142,30 @@ class RequestOptions:
             elif value is not None:
                 values[name] = value
         return cls(**values)
+
+    @classmethod
+    def of_call(cls, options: RequestOptions | None, keywords: Mapping[str, Any]) -> RequestOptions:
+        """The edge of a task method that takes typed ``options=``, keywords, or both.
+
+        With both, the keywords a call sets replace those fields of ``options``
+        (``generate(prompt, options=opts, max_new_tokens=8)``).
+
+        Raises:
+            ConfigurationError: ``options`` is not a RequestOptions, an unknown keyword, or a bad value.
+        """
+        if options is None:
+            return cls.from_keywords(keywords)
+        if not isinstance(options, RequestOptions):
+            raise ConfigurationError(
+                f"options takes a RequestOptions, got {type(options).__name__}: pass generation options as "
+                "keywords (max_new_tokens=20) or as options=RequestOptions(max_new_tokens=20)."
+            )
+        if not keywords:
+            return options
+        given = cls.from_keywords(keywords)
+        return options.replace(
+            **{f.name: getattr(given, f.name) for f in fields(cls) if getattr(given, f.name) is not None}
+        )
 
     def replace(self, **changes: Any) -> RequestOptions:
         """A copy with some fields changed (checked again)."""

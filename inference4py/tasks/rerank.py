@@ -23,8 +23,9 @@ from inference4py.engine.sessions import create_session, graph_inputs, graph_out
 from inference4py.errors import ConfigurationError, InvalidInputError, ModelFilesMissingError, UnsupportedModelError
 from inference4py.tasks.base import ClosableTask, ModelSourceBuilder
 from inference4py.tasks.encoder import ENCODER_INPUTS, encoder_graph, fast_tokenizer, padded_feeds
+from inference4py.tasks.presets import Preset, PresetTable
 
-__all__ = ["OnnxReranker", "RankedDocument", "RerankerBuilder", "is_reranker_model"]
+__all__ = ["RERANKER_PRESETS", "OnnxReranker", "RankedDocument", "RerankerBuilder", "is_reranker_model"]
 
 _DEFAULT_BATCH = 32
 _SCORE_OUTPUT = "logits"
@@ -97,6 +98,24 @@ class RerankerBuilder(ModelSourceBuilder):
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
+#: OnnxReranker's presets: the method name, the Hub repo.
+RERANKER_PRESETS = PresetTable(
+    RerankerBuilder,
+    [
+        Preset(
+            "bgeRerankerBase",
+            "BAAI/bge-reranker-base",
+            "BAAI/bge-reranker-base: an XLM-RoBERTa cross-encoder, multilingual, 512 tokens (its onnx/model.onnx).",
+        ),
+        Preset(
+            "msMarcoMiniLML6V2",
+            "cross-encoder/ms-marco-MiniLM-L-6-v2",
+            "cross-encoder/ms-marco-MiniLM-L-6-v2: a 6-layer MiniLM trained on MS MARCO passages (its onnx/model.onnx).",
+        ),
+    ],
+)
+
+
 class OnnxReranker(ClosableTask):
     """Relevance of documents to a query, from an ONNX cross-encoder (one-label sequence classifier).
 
@@ -129,20 +148,9 @@ class OnnxReranker(ClosableTask):
         self._backend = backend
 
     # ------------------------------------------------------------------ presets
-    @classmethod
-    def builder(cls) -> RerankerBuilder:
-        """A builder with no model chosen: call ``.model_path(...)`` or ``.model_id(...)``."""
-        return RerankerBuilder()
-
-    @classmethod
-    def bgeRerankerBase(cls) -> RerankerBuilder:
-        """BAAI/bge-reranker-base: an XLM-RoBERTa cross-encoder, multilingual, 512 tokens (its onnx/model.onnx)."""
-        return RerankerBuilder(preset="bgeRerankerBase", model_id="BAAI/bge-reranker-base")
-
-    @classmethod
-    def msMarcoMiniLML6V2(cls) -> RerankerBuilder:
-        """cross-encoder/ms-marco-MiniLM-L-6-v2: a 6-layer MiniLM trained on MS MARCO passages (its onnx/model.onnx)."""
-        return RerankerBuilder(preset="msMarcoMiniLML6V2", model_id="cross-encoder/ms-marco-MiniLM-L-6-v2")
+    builder = RERANKER_PRESETS.blank()
+    bgeRerankerBase = RERANKER_PRESETS.method("bgeRerankerBase")
+    msMarcoMiniLML6V2 = RERANKER_PRESETS.method("msMarcoMiniLML6V2")
 
     @classmethod
     def _from_builder(cls, builder: RerankerBuilder) -> OnnxReranker:

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from inference4py.engine.pipeline import load_pipeline, read_model_config
+from inference4py.engine.pipeline import PipelineSpec
 from inference4py.engine.seq2seq import Seq2SeqRuntime
+from inference4py.engine.sessions import SessionOptions
 from inference4py.errors import ConfigurationError, InvalidInputError
 from inference4py.generation.batch import check_batchable, right_pad, row_results, run_rows
 from inference4py.generation.config import GenerationConfig
@@ -22,10 +23,11 @@ from inference4py.generation.generate import collect, generate_chunks
 from inference4py.generation.processors import make_logits_processors
 from inference4py.generation.result import Candidate, GenerationChunk, GenerationResult
 from inference4py.generation.search import new_chooser
-from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
+from inference4py.tasks.base import GenerationBuilder, renamed
+from inference4py.tasks.loader import GenerativeTask
 from inference4py.tasks.options import RequestOptions
 from inference4py.tasks.output_control import OutputControl, output_control
-from inference4py.tokenization import Tokenizer, load_tokenizer
+from inference4py.tasks.presets import Preset, PresetTable, preset_builder
 
 __all__ = ["Seq2SeqBuilder", "Seq2SeqTask", "TextOutput"]
 
@@ -105,74 +107,52 @@ class Seq2SeqBuilder(GenerationBuilder[Any]):
         return self
 
 
-class Seq2SeqTask(ClosableTask):
-    """Generic encoder-decoder generation; subclasses add task-shaped methods."""
+#: A builder of an encoder-decoder task with no model chosen (each class's presets are its own table).
+SEQ2SEQ_BLANK = PresetTable(Seq2SeqBuilder, ())
 
-    _builder_cls = Seq2SeqBuilder
 
-    @classmethod
-    def builder(cls) -> Seq2SeqBuilder:
-        """A builder with no model chosen: call ``model_id`` or ``model_path``."""
-        b = cls._builder_cls()
-        b._task = cls
-        return b
+class Seq2SeqTask(GenerativeTask[Seq2SeqRuntime]):
+    """Generic encoder-decoder generation; subclasses add task-shaped methods and a table of presets."""
+
+    Builder = Seq2SeqBuilder
+    builder = SEQ2SEQ_BLANK.blank()
+    _total_counts_prompt = False  # the folder's max_length counts the output only
 
     @classmethod
     def _preset(cls, name: str, model_id: str | None, **fields: Any) -> Seq2SeqBuilder:
-        b = cls._builder_cls(preset=name, model_id=model_id, **fields)
-        b._task = cls
-        return b
-
-    @classmethod
-    def _from_builder(cls, b: Seq2SeqBuilder) -> Seq2SeqTask:
-        return cls(b.resolve_folder(), b)
+        """A preset made on the spot (a Marian language pair: the CLI's and ``translate()``'s)."""
+        return preset_builder(Seq2SeqBuilder, cls, Preset(name, model_id, "", fields))
 
     def __init__(self, folder: Path, builder: Seq2SeqBuilder) -> None:
-        self.folder = Path(folder)
-        self._builder_repr = repr(builder)
-        spec = load_pipeline(self.folder)
-        config = read_model_config(self.folder)
-        self._runtime = Seq2SeqRuntime(spec, config, builder.session_options())
-        self.tokenizer: Tokenizer = load_tokenizer(self.folder)
-        defaults, totals = resolve_generation_defaults(self.folder, spec)
-        if defaults.decoder_start_token_id is None:
-            start = config.get("decoder_start_token_id", defaults.pad_token_id)
-            if start is None:
-                raise ConfigurationError(
-                    f"{self.folder} does not say which token starts the decoder (decoder_start_token_id in "
-                    "config.json / generation_config.json). Add it to generation_config.json."
-                )
-            defaults = defaults.replace(decoder_start_token_id=start)
-        if not defaults.eos_token_id and self.tokenizer.eos_token_id is not None:
-            defaults = defaults.replace(eos_token_id=(self.tokenizer.eos_token_id,))
-        self._planner = CallPlanner(
-            defaults,
-            totals,
-            builder.generation_overrides(),
-            extra_eos=builder._eos,
-            context=self._runtime.max_target_positions,
-            total_counts_prompt=False,
-        )
-        self._processors = tuple(builder._processors)
+        super().__init__(folder, builder)  # the loader's steps (tasks/loader.py)
         self._truncate = builder._truncate
         self._formatter = builder._prompt_formatter
         self._preset_fields = dict(builder._preset_fields)
 
-    @property
-    def generation_config(self) -> GenerationConfig:
-        return self._planner.base
+    def _open_runtime(
+        self, spec: PipelineSpec | None, config: dict[str, Any], options: SessionOptions
+    ) -> Seq2SeqRuntime:
+        return Seq2SeqRuntime(self._described(spec), config, options)
+
+    def _adjust_defaults(self, defaults: GenerationConfig, config: dict[str, Any]) -> GenerationConfig:
+        if defaults.decoder_start_token_id is not None:
+            return defaults
+        start = config.get("decoder_start_token_id", defaults.pad_token_id)
+        if start is None:
+            raise ConfigurationError(
+                f"{self.folder} does not say which token starts the decoder (decoder_start_token_id in "
+                "config.json / generation_config.json). Add it to generation_config.json."
+            )
+        return defaults.replace(decoder_start_token_id=start)
+
+    def _context(self, config: dict[str, Any]) -> int | None:
+        return self._runtime.max_target_positions
 
     @property
     def max_source_tokens(self) -> int | None:
         """The most source tokens the encoder accepts (None when the folder does not say)."""
         limit = self._runtime.max_source_positions
         return int(limit) if limit else None
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(folder={str(self.folder)!r}, builder={self._builder_repr})"
-
-    def _release(self) -> None:
-        self._runtime = None  # type: ignore[assignment]  # closed: every call checks _check_open() first
 
     # ------------------------------------------------------------------ inputs
     def encode_source(self, source: Source) -> list[int]:
@@ -227,14 +207,16 @@ class Seq2SeqTask(ClosableTask):
         extra = control.processors(self.tokenizer, config.eos_token_id, self._processors)
         return generate_chunks(state, start, config, self.tokenizer, extra_processors=extra)
 
-    def generate_batch(self, sources: Sequence[Source], **overrides: Any) -> list[GenerationResult]:
+    def generate_batch(
+        self, sources: Sequence[Source], *, options: RequestOptions | None = None, **overrides: Any
+    ) -> list[GenerationResult]:
         """Run several raw inputs at once (encoder inputs padded with a mask, one decoder pass per step)."""
         started = time.perf_counter()
         self._check_open()
         if not isinstance(sources, (list, tuple)) or not sources:
             raise InvalidInputError("generate_batch needs a non-empty list of inputs.")
         rows = [self.encode_source(s) for s in sources]
-        config, control = self._config_and_control(RequestOptions.from_keywords(overrides))
+        config, control = self._config_and_control(RequestOptions.of_call(options, overrides))
         check_batchable(config)
         pad = next(int(c) for c in (config.pad_token_id, self.tokenizer.pad_token_id, 0) if c is not None)
         enc_ids, enc_mask = right_pad(rows, pad)
@@ -257,25 +239,36 @@ class Seq2SeqTask(ClosableTask):
         results = row_results(choosers, self.tokenizer, config, prompt_tokens=[len(r) for r in rows], started=started)
         return [control.finish(r) for r in results]
 
-    def stream_chunks(self, source: Source, **overrides: Any) -> Iterator[GenerationChunk]:
-        """Chunks (text, token id, finish reason) for a raw model input."""
-        return self.request_chunks(source, RequestOptions.from_keywords(overrides))
-
-    def request_chunks(self, source: Source, options: RequestOptions) -> Iterator[GenerationChunk]:
-        """:meth:`stream_chunks` with typed options (the server's entry)."""
+    def stream_chunks(
+        self, source: Source, *, options: RequestOptions | None = None, **overrides: Any
+    ) -> Iterator[GenerationChunk]:
+        """Chunks (text, token id, finish reason) for a raw model input; options as :meth:`generate`'s."""
         self._check_open()
+        request = RequestOptions.of_call(options, overrides)
         ids = self.encode_source(source)
-        config, control = self._config_and_control(options)
+        config, control = self._config_and_control(request)
         return self._chunks(ids, config, control)
 
+    def request_chunks(self, source: Source, options: RequestOptions) -> Iterator[GenerationChunk]:
+        """Deprecated: ``stream_chunks(source, options=options)``."""
+        renamed("request_chunks(source, options)", "stream_chunks(source, options=options)")
+        return self.stream_chunks(source, options=options)
+
     def generate(
-        self, source: Source, on_token: Callable[[str], None] | None = None, **overrides: Any
+        self,
+        source: Source,
+        on_token: Callable[[str], None] | None = None,
+        *,
+        options: RequestOptions | None = None,
+        **overrides: Any,
     ) -> GenerationResult:
         """Run the model on a raw input (no prompt format is added) or on encoder token ids.
 
         Args:
             source: the exact encoder input text, or a list of encoder token ids used as-is.
             on_token: called with each piece of output text as soon as it is final.
+            options: the call's options as one typed :class:`~inference4py.tasks.options.RequestOptions`;
+                keywords given too replace its fields.
             **overrides: generation options for this call only.
 
         Raises:
@@ -285,13 +278,13 @@ class Seq2SeqTask(ClosableTask):
         started = time.perf_counter()
         self._check_open()
         ids = self.encode_source(source)
-        config, control = self._config_and_control(RequestOptions.from_keywords(overrides))
+        config, control = self._config_and_control(RequestOptions.of_call(options, overrides))
         chunks = self._chunks(ids, config, control)
         return collect(chunks, prompt_tokens=len(ids), started=started, on_token=on_token)
 
-    def stream(self, source: Source, **overrides: Any) -> Iterator[str]:
+    def stream(self, source: Source, *, options: RequestOptions | None = None, **overrides: Any) -> Iterator[str]:
         """Yield the output text piece by piece."""
-        for chunk in self.stream_chunks(source, **overrides):
+        for chunk in self.stream_chunks(source, options=options, **overrides):
             if chunk.text:
                 yield chunk.text
 

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inference4py.engine.decoder import DecoderRuntime
-from inference4py.engine.pipeline import load_pipeline, read_model_config
+from inference4py.engine.pipeline import PipelineSpec, load_pipeline
+from inference4py.engine.sessions import SessionOptions
 from inference4py.errors import ConfigurationError, InvalidInputError
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.generate import collect, generate_chunks, stream_generate
@@ -16,17 +17,18 @@ from inference4py.generation.generator import Generator
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.generation.speculative import DraftModel, Speculation, check_same_vocabulary, resolve_speculative
 from inference4py.tasks import chat_templates
-from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
+from inference4py.tasks.base import GenerationBuilder, renamed
+from inference4py.tasks.loader import GenerativeTask
 from inference4py.tasks.options import RequestOptions
 from inference4py.tasks.output_control import OutputControl, output_control
+from inference4py.tasks.presets import Preset, PresetTable
 from inference4py.tasks.prompts import ChatOptions, Prompt, PromptEncoder
 from inference4py.tasks.request import PreparedRequest
-from inference4py.tokenization import Tokenizer, load_tokenizer
 
 if TYPE_CHECKING:
     from inference4py.tasks.batched import BatchedTextGenerator
 
-__all__ = ["GENERATE_BATCH_ROWS", "OnnxTextGenerator", "TextGeneratorBuilder", "Prompt"]
+__all__ = ["GENERATE_BATCH_ROWS", "OnnxTextGenerator", "TextGeneratorBuilder", "TEXT_PRESETS", "Prompt"]
 
 #: Rows ``generate_batch`` decodes together at most (the rest wait for a free row).
 GENERATE_BATCH_ROWS = 16
@@ -159,7 +161,50 @@ class TextGeneratorBuilder(ChatOptions, GenerationBuilder["OnnxTextGenerator"]):
         return self
 
 
-class OnnxTextGenerator(ClosableTask):
+def _chat(template: str) -> dict[str, Any]:
+    return {"chat_template": template, "use_chat_template": True}
+
+
+#: OnnxTextGenerator's presets: the method name (inference4j's), the Hub repo, the builder's defaults.
+TEXT_PRESETS = PresetTable(
+    TextGeneratorBuilder,
+    [
+        Preset("gpt2", "inference4j/gpt2", "GPT-2 (124M), inference4j/gpt2."),
+        Preset(
+            "smolLM2",
+            "inference4j/smollm2-360m-instruct",
+            "SmolLM2-360M-Instruct, inference4j/smollm2-360m-instruct (chat template on).",
+            _chat(chat_templates.CHATML_SMOL),
+        ),
+        Preset(
+            "smolLM2_1_7B",
+            "inference4j/smollm2-1.7b-instruct",
+            "SmolLM2-1.7B-Instruct, inference4j/smollm2-1.7b-instruct (chat template on).",
+            _chat(chat_templates.CHATML_SMOL),
+        ),
+        Preset(
+            "qwen2",
+            "inference4j/qwen2.5-1.5b-instruct",
+            "Qwen2.5-1.5B-Instruct, inference4j/qwen2.5-1.5b-instruct (chat template on).",
+            _chat(chat_templates.CHATML_QWEN),
+        ),
+        Preset(
+            "tinyLlama",
+            "inference4j/tinyllama-1.1b-chat",
+            "TinyLlama-1.1B-Chat, inference4j/tinyllama-1.1b-chat (chat template on).",
+            _chat(chat_templates.ZEPHYR),
+        ),
+        Preset(
+            "gemma2",
+            None,
+            "Gemma 2 instruct. Gated on the Hub: set ``.model_id(...)`` (and a token) or ``.model_path(...)``.",
+            _chat(chat_templates.GEMMA),
+        ),
+    ],
+)
+
+
+class OnnxTextGenerator(GenerativeTask[DecoderRuntime]):
     """Generate text with a decoder-only ONNX model (GPT-2, SmolLM2, Qwen2.5, Llama, ...).
 
     Example:
@@ -169,63 +214,14 @@ class OnnxTextGenerator(ClosableTask):
 
     Builder = TextGeneratorBuilder
 
-    # ------------------------------------------------------------------ presets
-    @classmethod
-    def builder(cls) -> TextGeneratorBuilder:
-        """A builder with no model chosen: call ``model_id`` or ``model_path``."""
-        return TextGeneratorBuilder()
-
-    @classmethod
-    def gpt2(cls) -> TextGeneratorBuilder:
-        """GPT-2 (124M), inference4j/gpt2."""
-        return TextGeneratorBuilder(preset="gpt2", model_id="inference4j/gpt2")
-
-    @classmethod
-    def smolLM2(cls) -> TextGeneratorBuilder:  # inference4j's name
-        """SmolLM2-360M-Instruct, inference4j/smollm2-360m-instruct (chat template on)."""
-        return TextGeneratorBuilder(
-            preset="smolLM2",
-            model_id="inference4j/smollm2-360m-instruct",
-            chat_template=chat_templates.CHATML_SMOL,
-            use_chat_template=True,
-        )
-
-    @classmethod
-    def smolLM2_1_7B(cls) -> TextGeneratorBuilder:
-        """SmolLM2-1.7B-Instruct, inference4j/smollm2-1.7b-instruct (chat template on)."""
-        return TextGeneratorBuilder(
-            preset="smolLM2_1_7B",
-            model_id="inference4j/smollm2-1.7b-instruct",
-            chat_template=chat_templates.CHATML_SMOL,
-            use_chat_template=True,
-        )
-
-    @classmethod
-    def qwen2(cls) -> TextGeneratorBuilder:
-        """Qwen2.5-1.5B-Instruct, inference4j/qwen2.5-1.5b-instruct (chat template on)."""
-        return TextGeneratorBuilder(
-            preset="qwen2",
-            model_id="inference4j/qwen2.5-1.5b-instruct",
-            chat_template=chat_templates.CHATML_QWEN,
-            use_chat_template=True,
-        )
-
-    @classmethod
-    def tinyLlama(cls) -> TextGeneratorBuilder:
-        """TinyLlama-1.1B-Chat, inference4j/tinyllama-1.1b-chat (chat template on)."""
-        return TextGeneratorBuilder(
-            preset="tinyLlama",
-            model_id="inference4j/tinyllama-1.1b-chat",
-            chat_template=chat_templates.ZEPHYR,
-            use_chat_template=True,
-        )
-
-    @classmethod
-    def gemma2(cls) -> TextGeneratorBuilder:
-        """Gemma 2 instruct. Gated on the Hub: set ``.model_id(...)`` (and a token) or ``.model_path(...)``."""
-        return TextGeneratorBuilder(
-            preset="gemma2", model_id=None, chat_template=chat_templates.GEMMA, use_chat_template=True
-        )
+    # ------------------------------------------------------------------ presets (TEXT_PRESETS)
+    builder = TEXT_PRESETS.blank()
+    gpt2 = TEXT_PRESETS.method("gpt2")
+    smolLM2 = TEXT_PRESETS.method("smolLM2")  # inference4j's names
+    smolLM2_1_7B = TEXT_PRESETS.method("smolLM2_1_7B")
+    qwen2 = TEXT_PRESETS.method("qwen2")
+    tinyLlama = TEXT_PRESETS.method("tinyLlama")
+    gemma2 = TEXT_PRESETS.method("gemma2")
 
     @classmethod
     def from_pretrained(cls, model: str, **options: Any) -> OnnxTextGenerator:
@@ -276,33 +272,19 @@ class OnnxTextGenerator(ClosableTask):
         return cls(folder, b)
 
     def __init__(self, folder: Path, builder: TextGeneratorBuilder) -> None:
-        self.folder = Path(folder)
-        self._builder_repr = repr(builder)
-        spec = load_pipeline(self.folder)
-        config = read_model_config(self.folder)
-        self.tokenizer: Tokenizer = load_tokenizer(self.folder)
-        self._runtime = DecoderRuntime(spec, config, builder.session_options())
-        defaults, totals = resolve_generation_defaults(self.folder, spec)
-        if not defaults.eos_token_id and self.tokenizer.eos_token_id is not None:
-            defaults = defaults.replace(eos_token_id=(self.tokenizer.eos_token_id,))
-        self._planner = CallPlanner(
-            defaults,
-            totals,
-            builder.generation_overrides(),
-            extra_eos=builder._eos,
-            context=self._runtime.max_positions,
-            total_counts_prompt=True,
-        )
-        self._processors = tuple(builder._processors)
+        super().__init__(folder, builder)  # the loader's steps (tasks/loader.py)
         self._speculative = builder._speculative
         self._prompts = PromptEncoder(
             self.tokenizer, self.folder, builder, self._runtime.vocab_size, context=self._runtime.max_positions
         )
 
-    @property
-    def generation_config(self) -> GenerationConfig:
-        """The defaults every call starts from (folder + builder options)."""
-        return self._planner.base
+    def _open_runtime(
+        self, spec: PipelineSpec | None, config: dict[str, Any], options: SessionOptions
+    ) -> DecoderRuntime:
+        return DecoderRuntime(self._described(spec), config, options)
+
+    def _context(self, config: dict[str, Any]) -> int | None:
+        return self._runtime.max_positions
 
     def call_settings(self, prompt_tokens: int, **overrides: Any) -> GenerationConfig:
         """The settings a call with a prompt of ``prompt_tokens`` tokens runs with.
@@ -312,12 +294,6 @@ class OnnxTextGenerator(ClosableTask):
         :class:`~inference4py.errors.ConfigurationError` for an unknown option — before any model work.
         """
         return self._planner.for_call(prompt_tokens, overrides)
-
-    def __repr__(self) -> str:
-        return f"OnnxTextGenerator(folder={str(self.folder)!r}, builder={self._builder_repr})"
-
-    def _release(self) -> None:
-        self._runtime = None  # type: ignore[assignment]  # closed: every call checks _check_open() first
 
     # ------------------------------------------------------------------ prompts
     def encode_prompt(self, prompt: Prompt) -> list[int]:
@@ -360,19 +336,23 @@ class OnnxTextGenerator(ClosableTask):
             return OutputControl()
         return output_control(given, template=self._prompts.tool_template, token_to_id=self.tokenizer.token_to_id)
 
-    def stream_chunks(self, prompt: Prompt, **overrides: Any) -> Iterator[GenerationChunk]:
+    def stream_chunks(
+        self, prompt: Prompt, *, options: RequestOptions | None = None, **overrides: Any
+    ) -> Iterator[GenerationChunk]:
         """The middle tier: :class:`GenerationChunk` objects with token ids and a finish reason.
 
         Takes the same options as :meth:`generate`; with ``tools`` the chunks carry the raw
         text (tool-call markup included): parse it with ``tools.parse_tool_calls`` or use generate().
         With ``speculative``, the last chunk carries the draft counts (``chunk.summary``).
         """
-        return self.request_chunks(prompt, RequestOptions.from_keywords(overrides))
+        request = RequestOptions.of_call(options, overrides)
+        prepared = self.prepare(prompt, request)
+        return self._chunks(prepared, request.speculation(self._speculative))
 
     def request_chunks(self, prompt: Prompt, options: RequestOptions) -> Iterator[GenerationChunk]:
-        """:meth:`stream_chunks` with typed options (the server's and the CLI's entry)."""
-        prepared = self.prepare(prompt, options)
-        return self._chunks(prepared, options.speculation(self._speculative))
+        """Deprecated: ``stream_chunks(prompt, options=options)``."""
+        renamed("request_chunks(prompt, options)", "stream_chunks(prompt, options=options)")
+        return self.stream_chunks(prompt, options=options)
 
     def _chunks(self, prepared: PreparedRequest, speculation: Speculation | None) -> Iterator[GenerationChunk]:
         ids, config = prepared.ids, prepared.config
@@ -405,13 +385,20 @@ class OnnxTextGenerator(ClosableTask):
         )
 
     def generate(
-        self, prompt: Prompt, on_token: Callable[[str], None] | None = None, **overrides: Any
+        self,
+        prompt: Prompt,
+        on_token: Callable[[str], None] | None = None,
+        *,
+        options: RequestOptions | None = None,
+        **overrides: Any,
     ) -> GenerationResult:
         """Generate a completion.
 
         Args:
             prompt: text, chat messages (``[{"role": "user", "content": ...}]``) or token ids.
             on_token: called with each piece of text as soon as it is final.
+            options: the call's options as one typed :class:`~inference4py.tasks.options.RequestOptions`
+                (what the server and the CLI pass); keywords given too replace its fields.
             **overrides: generation options for this call only (``max_new_tokens=20``, ``temperature=0.7``,
                 ``logprobs=True``...), and what the output may be (docs/structured-output.md):
                 ``json_schema``, ``response_format``, ``regex``, ``grammar``, ``choices`` (one of them), and
@@ -431,35 +418,39 @@ class OnnxTextGenerator(ClosableTask):
             ConfigurationError: invalid option values, a bad schema / regex / grammar.
             UnsupportedModelError: tools for a model whose chat template cannot render them.
         """
-        return self.generate_request(prompt, RequestOptions.from_keywords(overrides), on_token=on_token)
+        started = time.perf_counter()
+        request = RequestOptions.of_call(options, overrides)
+        prepared = self.prepare(prompt, request)
+        chunks = self._chunks(prepared, request.speculation(self._speculative))
+        result = collect(chunks, prompt_tokens=len(prepared.ids), started=started, on_token=on_token)
+        return prepared.finish(result)
 
     def generate_request(
         self, prompt: Prompt, options: RequestOptions, *, on_token: Callable[[str], None] | None = None
     ) -> GenerationResult:
-        """:meth:`generate` with typed options."""
-        started = time.perf_counter()
-        prepared = self.prepare(prompt, options)
-        chunks = self._chunks(prepared, options.speculation(self._speculative))
-        result = collect(chunks, prompt_tokens=len(prepared.ids), started=started, on_token=on_token)
-        return prepared.finish(result)
+        """Deprecated: ``generate(prompt, on_token, options=options)``."""
+        renamed("generate_request(prompt, options)", "generate(prompt, options=options)")
+        return self.generate(prompt, on_token, options=options)
 
-    def generate_batch(self, prompts: Sequence[Prompt], **overrides: Any) -> list[GenerationResult]:
+    def generate_batch(
+        self, prompts: Sequence[Prompt], *, options: RequestOptions | None = None, **overrides: Any
+    ) -> list[GenerationResult]:
         """Generate for several prompts at once: one forward pass per step for the rows running together.
 
         The prompts run on the continuous-batching scheduler (:meth:`batched`), up to
         ``GENERATE_BATCH_ROWS`` at a time: each row has its own processors, sampler and seed, so
         each result is what ``generate()`` gives for that prompt alone (a seeded sampled one too).
-        Returns one result per prompt, in order.
+        Returns one result per prompt, in order.  Takes the options of :meth:`generate` (but speculative).
         """
         self._check_open()
         if not isinstance(prompts, (list, tuple)) or not prompts:
             raise InvalidInputError("generate_batch needs a non-empty list of prompts.")
-        options = RequestOptions.from_keywords(overrides)
-        options.refuse_speculation("generate_batch")
+        request = RequestOptions.of_call(options, overrides)
+        request.refuse_speculation("generate_batch")
         self._refuse_final_phase("generate_batch")
         rows = min(len(prompts), GENERATE_BATCH_ROWS)
         with self.batched(max_concurrent=rows, max_waiting=len(prompts), prefix_cache_mb=0, name="generate_batch") as b:
-            return b.generate_batch_request(prompts, options.replace(speculative="off"))
+            return b.generate_batch(prompts, options=request.replace(speculative="off"))
 
     def generator(self, **overrides: Any) -> Generator:
         """A step-level :class:`~inference4py.generation.generator.Generator` over this model.
@@ -496,9 +487,9 @@ class OnnxTextGenerator(ClosableTask):
         self._check_open()
         return ChatSession(self, system_prompt=system_prompt, overrides=overrides)
 
-    def stream(self, prompt: Prompt, **overrides: Any) -> Iterator[str]:
+    def stream(self, prompt: Prompt, *, options: RequestOptions | None = None, **overrides: Any) -> Iterator[str]:
         """Yield the completion's text piece by piece (complete UTF-8, no stop sequences)."""
-        for chunk in self.stream_chunks(prompt, **overrides):
+        for chunk in self.stream_chunks(prompt, options=options, **overrides):
             if chunk.text:
                 yield chunk.text
 

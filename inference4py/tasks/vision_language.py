@@ -21,18 +21,21 @@ from typing import Any
 
 import numpy as np
 
+from inference4py.engine.pipeline import PipelineSpec
+from inference4py.engine.sessions import SessionOptions
 from inference4py.errors import ConfigurationError, InvalidInputError, PromptTooLongError
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.generate import collect, generate_chunks
 from inference4py.generation.result import GenerationChunk, GenerationResult
-from inference4py.tasks.base import CallPlanner, ClosableTask, GenerationBuilder, resolve_generation_defaults
+from inference4py.tasks.base import GenerationBuilder, renamed
+from inference4py.tasks.loader import GenerativeTask
 from inference4py.tasks.options import RequestOptions
+from inference4py.tasks.presets import Preset, PresetTable
 from inference4py.tasks.prompts import ChatOptions, PromptEncoder
-from inference4py.tokenization import Tokenizer, load_tokenizer
 from inference4py.vision import ImageBatch, ImageInput, load_image, load_image_processor
 from inference4py.vision.runtime import VisionPipeline, find_layout, read_json
 
-__all__ = ["VisionLanguageModel", "VisionLanguageBuilder", "VisionPrompt", "VisionRequest"]
+__all__ = ["VISION_PRESETS", "VisionLanguageModel", "VisionLanguageBuilder", "VisionPrompt", "VisionRequest"]
 
 Message = Mapping[str, Any]
 VisionPrompt = str | Sequence[Message]
@@ -44,7 +47,7 @@ class VisionRequest:
     """One request prepared (images decoded and preprocessed, prompt expanded, config decided), not yet run.
 
     :meth:`VisionLanguageModel.prepare` makes it wherever the request arrives (a server's handler
-    thread); :meth:`VisionLanguageModel.request_chunks` runs it (the vision encoder, then the token loop).
+    thread); :meth:`VisionLanguageModel.stream_chunks` runs it (the vision encoder, then the token loop).
     """
 
     ids: list[int]  # the prompt as the token loop holds it (image positions as the image token id)
@@ -75,7 +78,20 @@ class VisionLanguageBuilder(ChatOptions, GenerationBuilder["VisionLanguageModel"
         self._init_chat(chat_template, use_chat_template)
 
 
-class VisionLanguageModel(ClosableTask):
+#: VisionLanguageModel's presets: the method name (inference4j's), the Hub repo (the chat template is the folder's).
+VISION_PRESETS = PresetTable(
+    VisionLanguageBuilder,
+    [
+        Preset(
+            "phi3Vision",
+            "inference4j/phi-3.5-vision-instruct",
+            "Phi-3.5 Vision Instruct (4.2B), inference4j/phi-3.5-vision-instruct (an onnxruntime-genai folder).",
+        ),
+    ],
+)
+
+
+class VisionLanguageModel(GenerativeTask[VisionPipeline]):
     """Answer prompts about images with an ONNX vision-language model, on inference4py's own loop.
 
     Example:
@@ -87,65 +103,54 @@ class VisionLanguageModel(ClosableTask):
     """
 
     Builder = VisionLanguageBuilder
-
-    @classmethod
-    def builder(cls) -> VisionLanguageBuilder:
-        """A builder with no model chosen: call ``model_id`` or ``model_path``."""
-        return VisionLanguageBuilder()
-
-    @classmethod
-    def phi3Vision(cls) -> VisionLanguageBuilder:  # inference4j's name
-        """Phi-3.5 Vision Instruct (4.2B), inference4j/phi-3.5-vision-instruct (an onnxruntime-genai folder)."""
-        return VisionLanguageBuilder(preset="phi3Vision", model_id="inference4j/phi-3.5-vision-instruct")
-
-    @classmethod
-    def _from_builder(cls, b: VisionLanguageBuilder) -> VisionLanguageModel:
-        return cls(b.resolve_folder(), b)
+    builder = VISION_PRESETS.blank()
+    phi3Vision = VISION_PRESETS.method("phi3Vision")  # inference4j's name
 
     def __init__(self, folder: Path, builder: VisionLanguageBuilder) -> None:
-        self.folder = Path(folder)
-        self._builder_repr = repr(builder)
-        self.tokenizer: Tokenizer = load_tokenizer(self.folder)
-        self._layout = find_layout(self.folder, self.tokenizer)
-        self.image_processor = load_image_processor(self.folder)
-        config = read_json(self.folder / "config.json") if (self.folder / "config.json").is_file() else {}
-        nested = config.get("text_config")
-        text_config: dict[str, Any] = nested if isinstance(nested, dict) else {}
-        self._runtime = VisionPipeline(self._layout, self.folder, {**config, **text_config}, builder.session_options())
-        defaults, totals = resolve_generation_defaults(self.folder)
-        genai = {k: v for k, v in self._layout.defaults.items() if k.endswith("token_id")}
-        if genai:
-            eos = genai.get("eos_token_id")
-            genai["eos_token_id"] = tuple(eos) if isinstance(eos, list) else eos
-            defaults = defaults.replace(**genai)
-        if not defaults.eos_token_id and self.tokenizer.eos_token_id is not None:
-            defaults = defaults.replace(eos_token_id=(self.tokenizer.eos_token_id,))
-        context = self._layout.defaults.get("context") or next(
-            (c.get("max_position_embeddings") for c in (text_config, config) if c.get("max_position_embeddings")),
-            None,
-        )
-        self._planner = CallPlanner(
-            defaults, totals, builder.generation_overrides(), extra_eos=builder._eos, context=context
-        )
-        self._processors = tuple(builder._processors)
+        super().__init__(folder, builder)  # the loader's steps (tasks/loader.py)
         self._prompts = PromptEncoder(self.tokenizer, self.folder, builder, self._runtime.vocab_size)
         self._list_content = self._template_takes_parts()
 
-    @property
-    def generation_config(self) -> GenerationConfig:
-        """The defaults every call starts from (folder + builder options)."""
-        return self._planner.base
+    # ------------------------------------------------------------------ what the loader asks
+    def _load_pipeline(self) -> PipelineSpec | None:
+        return None  # the layout is found from the files (find_layout), with the tokenizer
+
+    def _model_config(self) -> dict[str, Any]:
+        return read_json(self.folder / "config.json") if (self.folder / "config.json").is_file() else {}
+
+    def _open_runtime(
+        self, spec: PipelineSpec | None, config: dict[str, Any], options: SessionOptions
+    ) -> VisionPipeline:
+        self._layout = find_layout(self.folder, self.tokenizer)
+        self.image_processor = load_image_processor(self.folder)
+        return VisionPipeline(self._layout, self.folder, {**config, **_text_config(config)}, options)
+
+    def _adjust_defaults(self, defaults: GenerationConfig, config: dict[str, Any]) -> GenerationConfig:
+        genai = {k: v for k, v in self._layout.defaults.items() if k.endswith("token_id")}
+        if not genai:
+            return defaults
+        eos = genai.get("eos_token_id")
+        genai["eos_token_id"] = tuple(eos) if isinstance(eos, list) else eos
+        return defaults.replace(**genai)
+
+    def _context(self, config: dict[str, Any]) -> int | None:
+        context: int | None = self._layout.defaults.get("context") or next(
+            (
+                c.get("max_position_embeddings")
+                for c in (_text_config(config), config)
+                if c.get("max_position_embeddings")
+            ),
+            None,
+        )
+        return context
 
     @property
     def layout(self) -> str:
         """``"genai"`` or ``"optimum"``: which folder layout was found."""
         return self._layout.kind
 
-    def __repr__(self) -> str:
-        return f"VisionLanguageModel(folder={str(self.folder)!r}, layout={self.layout!r}, builder={self._builder_repr})"
-
-    def _release(self) -> None:
-        self._runtime = None  # type: ignore[assignment]  # closed: every call checks _check_open() first
+    def _repr_fields(self) -> str:
+        return f"layout={self.layout!r}, "
 
     # ------------------------------------------------------------------ prompts
     def _template_takes_parts(self) -> bool:
@@ -357,26 +362,48 @@ class VisionLanguageModel(ClosableTask):
         visible = np.where(mask, self._layout.image_token_id or 0, model_ids[0])  # genai's negative ids hidden
         return VisionRequest([int(i) for i in visible], model_ids, mask, batch, config)
 
-    def request_chunks(
-        self, prompt: VisionRequest | VisionPrompt, options: RequestOptions
+    def stream_chunks(
+        self,
+        images: Images,
+        prompt: VisionPrompt | VisionRequest,
+        *,
+        options: RequestOptions | None = None,
+        **overrides: Any,
     ) -> Iterator[GenerationChunk]:
-        """:meth:`stream_chunks` with typed options, or of a request :meth:`prepare` made (the server's entry)."""
-        request = prompt if isinstance(prompt, VisionRequest) else self.prepare(prompt, options)
+        """The middle tier: :class:`GenerationChunk` objects with token ids and a finish reason.
+
+        ``prompt`` may also be a request :meth:`prepare` made (its images and config decided; the
+        server's entry): ``stream_chunks(None, request)``.  Options as :meth:`generate`'s.
+        """
+        if isinstance(prompt, VisionRequest):
+            if images is not None or options is not None or overrides:
+                raise ConfigurationError(
+                    "A prepared VisionRequest carries its images and options: call stream_chunks(None, request)."
+                )
+            request = prompt
+        else:
+            request = self.prepare(prompt, RequestOptions.of_call(options, overrides), images)
         self._check_open()
         capacity = request.prompt_tokens + request.config.max_new_tokens
         state = self._runtime.new_state(request.model_ids, request.image_mask, request.images, capacity=capacity)
         return generate_chunks(state, request.ids, request.config, self.tokenizer, extra_processors=self._processors)
 
-    def stream_chunks(self, images: Images, prompt: VisionPrompt, **overrides: Any) -> Iterator[GenerationChunk]:
-        """The middle tier: :class:`GenerationChunk` objects with token ids and a finish reason."""
-        options = RequestOptions.from_keywords(overrides)
-        return self.request_chunks(self.prepare(prompt, options, images), options)
+    def request_chunks(
+        self, prompt: VisionRequest | VisionPrompt, options: RequestOptions
+    ) -> Iterator[GenerationChunk]:
+        """Deprecated: ``stream_chunks(None, request)`` or ``stream_chunks(images, prompt, options=options)``."""
+        renamed("request_chunks(prompt, options)", "stream_chunks(None, prompt, options=options)")
+        if isinstance(prompt, VisionRequest):
+            return self.stream_chunks(None, prompt)
+        return self.stream_chunks(None, prompt, options=options)
 
     def generate(
         self,
         images: Images,
         prompt: VisionPrompt,
         on_token: Callable[[str], None] | None = None,
+        *,
+        options: RequestOptions | None = None,
         **overrides: Any,
     ) -> GenerationResult:
         """Generate text about ``images``.
@@ -387,6 +414,8 @@ class VisionLanguageModel(ClosableTask):
             prompt: the question, or chat messages whose content may hold
                 ``{"type": "image", "image": path | PIL.Image}`` and ``{"type": "text", "text": ...}`` parts.
             on_token: called with each piece of text as soon as it is final.
+            options: the call's options as one typed :class:`~inference4py.tasks.options.RequestOptions`;
+                keywords given too replace its fields.
             **overrides: generation options for this call only (``max_new_tokens``, ``temperature``, ...).
 
         Returns:
@@ -398,16 +427,23 @@ class VisionLanguageModel(ClosableTask):
             ConfigurationError: invalid options.
         """
         started = time.perf_counter()
-        options = RequestOptions.from_keywords(overrides)
-        request = self.prepare(prompt, options, images)
-        chunks = self.request_chunks(request, options)
+        request = self.prepare(prompt, RequestOptions.of_call(options, overrides), images)
+        chunks = self.stream_chunks(None, request)
         return collect(chunks, prompt_tokens=request.prompt_tokens, started=started, on_token=on_token)
 
-    def stream(self, images: Images, prompt: VisionPrompt, **overrides: Any) -> Iterator[str]:
+    def stream(
+        self, images: Images, prompt: VisionPrompt, *, options: RequestOptions | None = None, **overrides: Any
+    ) -> Iterator[str]:
         """Yield the answer piece by piece (complete UTF-8, stop sequences cut)."""
-        for chunk in self.stream_chunks(images, prompt, **overrides):
+        for chunk in self.stream_chunks(images, prompt, options=options, **overrides):
             if chunk.text:
                 yield chunk.text
+
+
+def _text_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A vision-language config.json's ``text_config`` (the decoder's; empty when flat)."""
+    nested = config.get("text_config")
+    return nested if isinstance(nested, dict) else {}
 
 
 VisionLanguageBuilder._task = VisionLanguageModel

@@ -21,8 +21,9 @@ from inference4py.tasks.embedding.folder import (
 )
 from inference4py.tasks.embedding.pooling import check_modes, l2_normalize, pool
 from inference4py.tasks.encoder import ENCODER_INPUTS, fast_tokenizer, padded_feeds
+from inference4py.tasks.presets import Preset, PresetTable
 
-__all__ = ["EmbedderBuilder", "OnnxEmbedder"]
+__all__ = ["EMBEDDER_PRESETS", "EmbedderBuilder", "OnnxEmbedder"]
 
 _log = logging.getLogger("inference4py.embedding")
 
@@ -95,6 +96,24 @@ class EmbedderBuilder(ModelSourceBuilder):
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
+#: OnnxEmbedder's presets: the method name, the Hub repo (pooling and normalization are the folder's).
+EMBEDDER_PRESETS = PresetTable(
+    EmbedderBuilder,
+    [
+        Preset(
+            "allMiniLML6V2",
+            "sentence-transformers/all-MiniLM-L6-v2",
+            "sentence-transformers/all-MiniLM-L6-v2: 384 dimensions, mean pooling, normalized (its onnx/model.onnx).",
+        ),
+        Preset(
+            "bgeSmallEnV15",
+            "BAAI/bge-small-en-v1.5",
+            "BAAI/bge-small-en-v1.5: 384 dimensions, CLS pooling, normalized (its onnx/model.onnx).",
+        ),
+    ],
+)
+
+
 class OnnxEmbedder(ClosableTask):
     """Sentence embeddings from an ONNX sentence encoder (sentence-transformers layout).
 
@@ -152,20 +171,9 @@ class OnnxEmbedder(ClosableTask):
             self._dimension *= len(pooling)
 
     # ------------------------------------------------------------------ presets
-    @classmethod
-    def builder(cls) -> EmbedderBuilder:
-        """A builder with no model chosen: call ``.model_path(...)`` or ``.model_id(...)``."""
-        return EmbedderBuilder()
-
-    @classmethod
-    def allMiniLML6V2(cls) -> EmbedderBuilder:
-        """sentence-transformers/all-MiniLM-L6-v2: 384 dimensions, mean pooling, normalized (its onnx/model.onnx)."""
-        return EmbedderBuilder(preset="allMiniLML6V2", model_id="sentence-transformers/all-MiniLM-L6-v2")
-
-    @classmethod
-    def bgeSmallEnV15(cls) -> EmbedderBuilder:
-        """BAAI/bge-small-en-v1.5: 384 dimensions, CLS pooling, normalized (its onnx/model.onnx)."""
-        return EmbedderBuilder(preset="bgeSmallEnV15", model_id="BAAI/bge-small-en-v1.5")
+    builder = EMBEDDER_PRESETS.blank()
+    allMiniLML6V2 = EMBEDDER_PRESETS.method("allMiniLML6V2")
+    bgeSmallEnV15 = EMBEDDER_PRESETS.method("bgeSmallEnV15")
 
     @classmethod
     def _from_builder(cls, builder: EmbedderBuilder) -> OnnxEmbedder:
