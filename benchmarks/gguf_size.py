@@ -161,6 +161,8 @@ def llama_bench(binary: Path, gguf: Path) -> dict[str, Any]:
 
 def kv_bytes(folder: Path, positions: int) -> int:
     config = json.loads((folder / "config.json").read_text())
+    if config.get("kv_lora_rank"):  # latent attention: the latent and the rope key per token and layer
+        return int((config["kv_lora_rank"] + config["qk_rope_head_dim"]) * config["num_hidden_layers"] * 4 * positions)
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     return int(2 * config["num_hidden_layers"] * config["num_key_value_heads"] * head_dim * 4 * positions)
 
