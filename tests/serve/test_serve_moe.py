@@ -1,8 +1,9 @@
 """Mixture-of-experts and latent-attention GGUF models through every server path (issue 47).
 
-Two tiny random GGUF fixtures, served by a real server (uvicorn on 127.0.0.1) as the CLI serves a file:
-Qwen3-MoE (8 experts, top-2 renormalised; tests/gguf/test_moe.py) and DeepSeek-V2 (latent attention with
-its experts and shared expert, in the growing-cache layout; tests/gguf/test_mla.py).  Each is converted
+Three tiny random GGUF fixtures, served by a real server (uvicorn on 127.0.0.1) as the CLI serves a file:
+Qwen3-MoE (8 experts, top-2 renormalised; tests/gguf/test_moe.py), DeepSeek-V2 (latent attention with
+its experts and shared expert, in the growing-cache layout; tests/gguf/test_mla.py) and GraniteMoe's
+Q8_0 copy (its experts' blocks in place, activations rounded to 8 bits; tests/gguf/test_granite.py).  Each is converted
 once, as ``serve --model x.gguf`` converts it (the compiled operators where they are built), with a small
 chat template given at start (the files carry none).  On each:
 
@@ -36,7 +37,11 @@ from inference4py.serve import ServerSettings, create_app, load_models  # noqa: 
 from tests.conftest import FIXTURES  # noqa: E402
 from tests.serve.support import metrics, running  # noqa: E402
 
-FILES = {"qwen3moe": "moe-qwen3moe-F32.gguf", "deepseek2": "mla-deepseek2-F32.gguf"}
+FILES = {
+    "qwen3moe": "moe-qwen3moe-F32.gguf",
+    "deepseek2": "mla-deepseek2-F32.gguf",
+    "granitemoe": "moe-granitemoe-Q8_0.gguf",  # Q8_0 experts, activations rounded per row as llama.cpp's
+}
 TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
