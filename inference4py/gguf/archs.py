@@ -115,9 +115,10 @@ _ENTRIES = (
     Architecture("olmoe", "olmoe", "OlmoeForCausalLM"),  # q/k norms over all heads at once: read from the file
     # DeepSeek-V2 / V2-Lite: latent attention (inference4py.gguf.mla), dense first layers, then experts
     Architecture("deepseek2", "deepseek_v2", "DeepseekV2ForCausalLM", experts_from_file=True, mla=True),
-    # IBM Granite 3.x: llama with four scalars; granitemoe routes by a softmax of the top-k logits, and a
-    # file with expert_shared_feed_forward_length (GraniteMoeShared) adds an ungated shared expert
-    Architecture("granite", "granite", "GraniteForCausalLM", permuted_qk=True, granite_scales=True),
+    # IBM Granite 3.x: llama with four scalars; experts route by a softmax of the top-k logits (llama.cpp's
+    # granite graph has the same MoE branch as granitemoe's), and a file with expert_shared_feed_forward_length
+    # (GraniteMoeShared) adds an ungated shared expert
+    Architecture("granite", "granite", "GraniteForCausalLM", permuted_qk=True, granite_scales=True, topk_softmax=True),
     Architecture(
         "granitemoe", "granitemoe", "GraniteMoeForCausalLM", permuted_qk=True, granite_scales=True, topk_softmax=True
     ),

@@ -135,7 +135,19 @@ def _responses(url: str, name: str, messages, stream: bool = False) -> tuple[str
     return text, events[-1].response.usage.output_tokens
 
 
+def _json_chat(url: str, name: str, messages, stream: bool = False) -> tuple[str, int]:
+    """chat/completions with SCHEMA as its response_format (``FORMAT``)."""
+    client = _openai(url)
+    kwargs = {"model": name, "messages": messages, "max_tokens": 40, "temperature": 0, "response_format": FORMAT}
+    if not stream:
+        r = client.chat.completions.create(**kwargs)
+        return r.choices[0].message.content or "", r.usage.completion_tokens
+    chunks = list(client.chat.completions.create(**kwargs, stream=True, stream_options={"include_usage": True}))
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices), chunks[-1].usage.completion_tokens
+
+
 APIS = {"chat": _chat, "messages": _messages, "responses": _responses}
+FORMAT = {"type": "json_schema", "json_schema": {"name": "thing", "schema": SCHEMA}}
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
@@ -148,22 +160,26 @@ def test_each_api_answers_as_the_library(served, api, stream):
 
 
 def test_requests_sent_together_share_steps_and_each_answers_as_alone(served):
+    """Nine requests of the three APIs and a streamed JSON-schema one, sent at once on four rows."""
+    pytest.importorskip("llguidance")
     name, library, url = served
-    wanted = [(_alone(library, m).text, _alone(library, m).generated_tokens) for m in ASKS]
-    jobs = [(api, messages) for api in APIS for messages in ASKS]  # nine requests at once, on four rows
+    wanted = [(r.text, r.generated_tokens) for r in (_alone(library, m) for m in ASKS)]
+    structured = library.generate(ASKS[1], max_new_tokens=40, do_sample=False, response_format=FORMAT)
+    jobs = [(api, messages) for api in APIS for messages in ASKS] + [("json", ASKS[1])]
     start = threading.Barrier(len(jobs))
 
     def ask(job):
         api, messages = job
         start.wait()
-        return APIS[api](url, name, messages, stream=api == "messages")
+        return (APIS | {"json": _json_chat})[api](url, name, messages, stream=api in ("messages", "json"))
 
     key = f'{{model="{name}"}}'
     before = metrics(url)
     with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
         got = list(pool.map(ask, jobs))
     after = metrics(url)
-    assert got == [wanted[ASKS.index(messages)] for _, messages in jobs]
+    assert got[:-1] == [wanted[ASKS.index(messages)] for _, messages in jobs[:-1]]
+    assert got[-1] == (structured.text, structured.generated_tokens)
     steps = after[f"inference4py_decode_steps_total{key}"] - before[f"inference4py_decode_steps_total{key}"]
     rows = after[f"inference4py_decode_step_rows_total{key}"] - before[f"inference4py_decode_step_rows_total{key}"]
     assert rows > steps, "the requests never shared a decode step"
@@ -173,11 +189,10 @@ def test_a_json_schema_format_gives_json_of_the_schema_in_each_api(served):
     pytest.importorskip("llguidance")
     name, library, url = served
     ask = ASKS[0]
-    fmt = {"type": "json_schema", "json_schema": {"name": "thing", "schema": SCHEMA}}
-    want = library.generate(ask, max_new_tokens=40, do_sample=False, response_format=fmt).text
+    want = library.generate(ask, max_new_tokens=40, do_sample=False, response_format=FORMAT).text
     jsonschema.validate(json.loads(want), SCHEMA)
     chat = _openai(url).chat.completions.create(
-        model=name, messages=ask, max_tokens=40, temperature=0, response_format=fmt
+        model=name, messages=ask, max_tokens=40, temperature=0, response_format=FORMAT
     )
     message = _anthropic(url).messages.create(
         model=name,
@@ -193,5 +208,6 @@ def test_a_json_schema_format_gives_json_of_the_schema_in_each_api(served):
         temperature=0,
         text={"format": {"type": "json_schema", "name": "thing", "schema": SCHEMA, "strict": True}},
     )
-    answers = [chat.choices[0].message.content, message.content[0].text, response.output_text]
-    assert answers == [want] * 3
+    streamed = _json_chat(url, name, ask, stream=True)[0]
+    answers = [chat.choices[0].message.content, message.content[0].text, response.output_text, streamed]
+    assert answers == [want] * 4
