@@ -55,6 +55,12 @@ class Architecture:
             scaling factor), ``leading_dense_block_count`` (dense first layers) and
             ``expert_shared_count`` (shared experts, ungated).
         mla: multi-head latent attention (:mod:`inference4py.gguf.mla`) instead of grouped-query attention.
+        granite_scales: Granite's four scalars, read from the file (:class:`~inference4py.gguf.hyper.Hyper`):
+            ``embedding_scale`` (the embeddings multiplied by it), ``residual_scale`` (each block's attention
+            and MLP output multiplied by it before the residual add), ``attention.scale`` (the attention
+            scale) and ``logit_scale`` (the logits divided by it).
+        topk_softmax: the routing weights are the softmax of the k chosen router logits (GraniteMoe's
+            ``GraniteMoeTopKGating``; the same numbers as a renormalised top-k of the softmax).
     """
 
     name: str
@@ -71,6 +77,8 @@ class Architecture:
     shared_expert_gate: bool = False
     experts_from_file: bool = False
     mla: bool = False
+    granite_scales: bool = False
+    topk_softmax: bool = False
 
 
 _ENTRIES = (
@@ -107,6 +115,13 @@ _ENTRIES = (
     Architecture("olmoe", "olmoe", "OlmoeForCausalLM"),  # q/k norms over all heads at once: read from the file
     # DeepSeek-V2 / V2-Lite: latent attention (inference4py.gguf.mla), dense first layers, then experts
     Architecture("deepseek2", "deepseek_v2", "DeepseekV2ForCausalLM", experts_from_file=True, mla=True),
+    # IBM Granite 3.x: llama with four scalars; experts route by a softmax of the top-k logits (llama.cpp's
+    # granite graph has the same MoE branch as granitemoe's), and a file with expert_shared_feed_forward_length
+    # (GraniteMoeShared) adds an ungated shared expert
+    Architecture("granite", "granite", "GraniteForCausalLM", permuted_qk=True, granite_scales=True, topk_softmax=True),
+    Architecture(
+        "granitemoe", "granitemoe", "GraniteMoeForCausalLM", permuted_qk=True, granite_scales=True, topk_softmax=True
+    ),
 )
 ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in _ENTRIES}
 

