@@ -55,6 +55,13 @@ class Architecture:
             scaling factor), ``leading_dense_block_count`` (dense first layers) and
             ``expert_shared_count`` (shared experts, ungated).
         mla: multi-head latent attention (:mod:`inference4py.gguf.mla`) instead of grouped-query attention.
+        ffn_norm: the name of the norm before the feed-forward part (``blk.N.<ffn_norm>.weight``): gpt-oss's is
+            ``post_attention_norm``, which on Gemma is the attention output's own norm.
+        oai_experts: gpt-oss's experts (:mod:`inference4py.gguf.gptoss`): a router with a bias whose top-k
+            logits are softmaxed, experts with biases, the clamped SwiGLU.
+        yarn: the file's YaRN rotary scaling is read (``rope.scaling.type`` yarn), on the rotary tables.
+        yarn_truncate: YaRN's ramp ends are rounded down and up.  GGUF has no key for it: gpt-oss's config
+            (and OpenAI's reference code) leave them as computed; llama.cpp always rounds them.
     """
 
     name: str
@@ -71,6 +78,10 @@ class Architecture:
     shared_expert_gate: bool = False
     experts_from_file: bool = False
     mla: bool = False
+    ffn_norm: str = "ffn_norm"
+    oai_experts: bool = False
+    yarn: bool = False
+    yarn_truncate: bool = True
 
 
 _ENTRIES = (
@@ -107,6 +118,18 @@ _ENTRIES = (
     Architecture("olmoe", "olmoe", "OlmoeForCausalLM"),  # q/k norms over all heads at once: read from the file
     # DeepSeek-V2 / V2-Lite: latent attention (inference4py.gguf.mla), dense first layers, then experts
     Architecture("deepseek2", "deepseek_v2", "DeepseekV2ForCausalLM", experts_from_file=True, mla=True),
+    # gpt-oss: sliding window on even layers, attention sinks and q/k/v/o biases (read from the file), YaRN;
+    # the norm before the experts is named post_attention_norm
+    Architecture(
+        "gpt-oss",
+        "gpt_oss",
+        "GptOssForCausalLM",
+        sliding=_even_layers,
+        ffn_norm="post_attention_norm",
+        oai_experts=True,
+        yarn=True,
+        yarn_truncate=False,
+    ),
 )
 ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in _ENTRIES}
 
