@@ -7,6 +7,7 @@ measures them without downloading the model::
     python tools/random_gguf.py --shape qwen2.5-1.5b --mix q4_k_m OUT.gguf
     python tools/random_gguf.py --shape llama3-8b --mix q8_0 OUT.gguf
     python tools/random_gguf.py --shape olmoe-1b-7b --mix q4_k_m OUT.gguf   # mixture of experts
+    python tools/random_gguf.py --shape gpt-oss-20b --mix mxfp4_moe OUT.gguf  # 11.3 GiB, as ggml-org's file
     python tools/random_gguf.py --shape tiny --mix Q2_K OUT.gguf   # every matrix in one ggml type
     python tools/random_gguf.py --list                     # the shapes and mixes
 
@@ -46,6 +47,19 @@ Shapes (``SHAPES``), from the published config.json files:
   context 163840; tokenizer.ggml.pre ``deepseek-llm``, BOS added, no chat template.
 - ``tiny-mla``: deepseek-v2-lite's layout at test size (2 layers, hidden 256, 4 heads of 64 + 32, a
   128-wide latent, 4 experts of 256 rows).
+- ``gpt-oss-20b``: architecture gpt-oss, 24 layers, hidden 2880, 32 experts of 2880 rows, 4 chosen per
+  token, 64 heads / 8 kv heads of 64 (``key_length`` / ``value_length`` 64), q/k/v/o biases, one attention
+  sink per head (``attn_sinks``), a router bias and per-expert biases (``ffn_gate_inp.bias``,
+  ``ffn_{gate,up,down}_exps.bias``), the norm before the experts named ``post_attention_norm`` (no
+  ``ffn_norm``), a sliding window of 128 (llama.cpp: on even layers), YaRN (factor 32 from 4096 positions,
+  beta 32 / 1), rope base 150000, rms eps 1e-5, context 131072, vocabulary 201088, a separate output.weight;
+  tokenizer.ggml.pre ``gpt-4o`` (o200k), the harmony specials at their ids (``<|startoftext|>`` 199998 bos,
+  ``<|endoftext|>`` 199999 padding, ``<|return|>`` 200002 eos, ``<|constrain|>``, ``<|channel|>``,
+  ``<|start|>``, ``<|end|>``, ``<|message|>``, ``<|call|>`` 200012, ``<|endofprompt|>`` 200018, the
+  reserved ones between), ``[PAD<i>]`` where the real vocabulary has its other reserved tokens, and a
+  shortened harmony chat template.  With the ``mxfp4_moe`` mix it is the layout of ggml-org's
+  gpt-oss-20b GGUF (experts MXFP4, every other matrix Q8_0; 12.1 GB).  ``tiny-gpt-oss``: the same layout
+  at the tiny sizes, 4 experts of 256 rows, 2 chosen.
 - ``tiny`` (qwen2 layout: tied, biases) and ``tiny-llama`` (llama layout: untied): 2 layers, hidden 256,
   intermediate 512, 4 heads / 2 kv heads of 64, vocabulary 1024, for tests.  Hidden 256 (not smaller)
   keeps every matrix row a whole number of 256-value K-quant blocks, so the tiny files hold the same
@@ -76,6 +90,8 @@ Mixes (``MIXES``):
   0-5, 8, 11, ..., 41, 42-47 (24 of 48).  Not reproduced: the rules for 70B models, for exactly 8
   experts (Mixtral: attn_v and attn_k Q8_0, attn_output Q5_K; no shape here has 8 experts) and
   ``attn_qkv`` (no fused layouts here).
+- ``mxfp4_moe``: llama-quantize's MXFP4_MOE: the 3-D expert tensors MXFP4, every other matrix (token
+  embedding and output included) Q8_0.
 - one ggml type's name (``SINGLE_TYPES``: ``Q4_0``, ``Q4_1``, ``Q5_0``, ``Q5_1``, ``Q8_0``, ``Q2_K``,
   ``Q3_K``, ``Q4_K``, ``Q5_K``, ``Q6_K``, ``IQ4_NL``, ``IQ4_XS``, ``MXFP4``: the block types the
   converter keeps as stored): every matrix (token embedding, attention, MLP or experts, output) in
@@ -182,7 +198,7 @@ SINGLE_TYPES = (
     "IQ4_XS",
     "MXFP4",
 )
-MIXES = ("q8_0", "q4_k_m", *SINGLE_TYPES)
+MIXES = ("q8_0", "q4_k_m", "mxfp4_moe", *SINGLE_TYPES)
 QK_K = 256  # values per K-quant super-block
 TARGET_STD = 0.02  # standard deviation of the dequantized random weights (about that of trained matrices)
 
@@ -282,7 +298,9 @@ class Shape:
     v_dim: int = 0  # each head's value width
     leading_dense: int = 0  # first layers with a dense MLP (intermediate), the rest experts
     shared_experts: int = 0  # ungated shared experts (expert_ff rows each) beside the routed ones
-    yarn: tuple[float, int, float] | None = None  # (factor, original context, yarn_log_multiplier)
+    gpt_oss: bool = False  # o/router/expert biases, attention sinks, post_attention_norm in place of ffn_norm
+    sliding_window: int = 0  # <arch>.attention.sliding_window (0: none)
+    yarn: tuple[float, int, float] | None = None  # YaRN: (factor, original context, yarn_log_multiplier or 0)
 
 
 _QWEN25_1_5B = Shape(
@@ -433,6 +451,53 @@ _DEEPSEEK_V2_LITE = Shape(
     shared_experts=2,
     yarn=(40.0, 4096, 0.0707),  # mscale_all_dim 0.707
 )
+_HARMONY_TEMPLATE = (  # gpt-oss's harmony format, shortened (the real template also renders tools and reasoning)
+    "{% for message in messages %}{{ '<|start|>' + message['role'] + '<|message|>' + message['content'] + '<|end|>' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|start|>assistant<|channel|>final<|message|>' }}{% endif %}"
+)
+_HARMONY_NAMED = {
+    199998: "<|startoftext|>",
+    199999: "<|endoftext|>",
+    200002: "<|return|>",
+    200003: "<|constrain|>",
+    200005: "<|channel|>",
+    200006: "<|start|>",
+    200007: "<|end|>",
+    200008: "<|message|>",
+    200012: "<|call|>",
+    200018: "<|endofprompt|>",
+}
+_HARMONY_SPECIALS = tuple((_HARMONY_NAMED.get(i, f"<|reserved_{i}|>"), _CONTROL) for i in range(199998, 200019))
+_GPT_OSS_20B = Shape(
+    name="gpt-oss-20b",
+    arch="gpt-oss",
+    layers=24,
+    hidden=2880,
+    intermediate=2880,  # feed_forward_length: config.json's intermediate_size, the experts' rows
+    heads=64,
+    kv_heads=8,
+    head_dim=64,
+    vocab=201088,
+    regular=199998,
+    specials=_HARMONY_SPECIALS,
+    context=131072,
+    rope_base=150_000.0,
+    eps=1e-5,
+    tied=False,
+    qkv_bias=True,
+    pre="gpt-4o",
+    bos="<|startoftext|>",
+    eos="<|return|>",
+    pad="<|endoftext|>",
+    add_bos=False,
+    chat_template=_HARMONY_TEMPLATE,
+    experts=32,
+    experts_used=4,
+    expert_ff=2880,
+    gpt_oss=True,
+    sliding_window=128,
+    yarn=(32.0, 4096, 0.0),
+)
 # the tiny shapes: the same tokenizer layout and constants at test size
 _TINY = {"layers": 2, "hidden": 256, "intermediate": 512, "heads": 4, "kv_heads": 2, "head_dim": 64, "vocab": 1024}
 
@@ -444,6 +509,7 @@ SHAPES: dict[str, Shape] = {
         _OLMOE_1B_7B,
         _QWEN3_30B_A3B,
         _DEEPSEEK_V2_LITE,
+        _GPT_OSS_20B,
         replace(_QWEN25_1_5B, name="tiny", regular=1000, specials=_QWEN_SPECIALS[:3], context=4096, **_TINY),
         replace(_LLAMA3_8B, name="tiny-llama", regular=1014, specials=_llama3_specials(10), context=4096, **_TINY),
         replace(
@@ -469,6 +535,18 @@ SHAPES: dict[str, Shape] = {
             kv_lora=128,
             rope_dim=32,
             v_dim=64,
+        ),
+        replace(
+            _GPT_OSS_20B,
+            name="tiny-gpt-oss",
+            regular=1000,
+            specials=tuple((_HARMONY_NAMED.get(199998 + i, f"<|reserved_{i}|>"), _CONTROL) for i in range(21)),
+            context=4096,
+            experts=4,
+            experts_used=2,
+            expert_ff=256,
+            sliding_window=16,
+            **{**_TINY, "intermediate": 256},
         ),
     )
 }
@@ -507,6 +585,8 @@ def _matrix_type(shape: Shape, mix: str, name: str, cols: int, layer: int | None
         return _fallback("Q8_0", cols)
     if mix in SINGLE_TYPES:
         return _fallback(mix, cols)
+    if mix == "mxfp4_moe":  # llama-quantize: 3-D expert tensors MXFP4, every other matrix Q8_0
+        return _fallback("MXFP4" if name.endswith("_exps.weight") else "Q8_0", cols)
     if mix != "q4_k_m":
         raise ValueError(f"unknown mix {mix!r}: use one of {', '.join(MIXES)}")
     if name == "output.weight" or (shape.tied and name == "token_embd.weight"):
@@ -538,8 +618,8 @@ def tensor_plan(shape: Shape, mix: str) -> list[TensorPlan]:
     plan: list[TensorPlan] = []
 
     def add(name: str, dims: tuple[int, ...], layer: int | None = None) -> None:
-        # llama-quantize keeps the router (ffn_gate_inp) as the converter wrote it: F32
-        if len(dims) == 1 or name.endswith(".ffn_gate_inp.weight"):
+        # llama-quantize keeps the router (ffn_gate_inp) as the converter wrote it (F32), and every bias
+        if len(dims) == 1 or name.endswith((".ffn_gate_inp.weight", ".bias")):
             kind = "F32"
         else:
             kind = _matrix_type(shape, mix, name, dims[-1], layer)
@@ -562,13 +642,21 @@ def tensor_plan(shape: Shape, mix: str) -> list[TensorPlan]:
             add(p + "attn_q_norm.weight", (shape.head_dim if per_head else q,))
             add(p + "attn_k_norm.weight", (shape.head_dim if per_head else kv,))
         add(p + "attn_output.weight", (h, q), i)
-        add(p + "ffn_norm.weight", (h,))
+        if shape.gpt_oss:
+            add(p + "attn_output.bias", (h,))
+            add(p + "attn_sinks.weight", (shape.heads,))
+        add(p + ("post_attention_norm.weight" if shape.gpt_oss else "ffn_norm.weight"), (h,))
         if shape.experts:
             e, ff = shape.experts, shape.expert_ff
             add(p + "ffn_gate_inp.weight", (e, h), i)
             add(p + "ffn_gate_exps.weight", (e, ff, h), i)
             add(p + "ffn_up_exps.weight", (e, ff, h), i)
             add(p + "ffn_down_exps.weight", (e, h, ff), i)
+            if shape.gpt_oss:
+                add(p + "ffn_gate_inp.bias", (e,))
+                add(p + "ffn_gate_exps.bias", (e, ff))
+                add(p + "ffn_up_exps.bias", (e, ff))
+                add(p + "ffn_down_exps.bias", (e, h))
         else:
             add(p + "ffn_gate.weight", (shape.intermediate, h), i)
             add(p + "ffn_up.weight", (shape.intermediate, h), i)
@@ -795,7 +883,13 @@ def vocabulary(shape: Shape) -> tuple[list[str], list[int], list[str]]:
 
 
 # general.file_type: llama.cpp's name for the file type whose default tensor type a mix is (K types: the _S file)
-_FILE_TYPES = {"Q3_K": "MOSTLY_Q3_K_S", "Q4_K": "MOSTLY_Q4_K_S", "Q5_K": "MOSTLY_Q5_K_S", "MXFP4": "MOSTLY_MXFP4_MOE"}
+_FILE_TYPES = {
+    "Q3_K": "MOSTLY_Q3_K_S",
+    "Q4_K": "MOSTLY_Q4_K_S",
+    "Q5_K": "MOSTLY_Q5_K_S",
+    "MXFP4": "MOSTLY_MXFP4_MOE",
+    "MXFP4_MOE": "MOSTLY_MXFP4_MOE",
+}
 
 
 def _metadata(writer: Any, shape: Shape, mix: str, seed: int) -> None:
@@ -829,6 +923,16 @@ def _metadata(writer: Any, shape: Shape, mix: str, seed: int) -> None:
         writer.add_key_length(shape.head_dim)
         writer.add_value_length(shape.head_dim)
     writer.add_vocab_size(shape.vocab)
+    if shape.sliding_window:
+        writer.add_sliding_window(shape.sliding_window)
+    if shape.yarn is not None:
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(shape.yarn[0])
+        writer.add_rope_scaling_orig_ctx_len(shape.yarn[1])
+        writer.add_rope_scaling_yarn_beta_fast(32.0)
+        writer.add_rope_scaling_yarn_beta_slow(1.0)
+        if shape.yarn[2]:
+            writer.add_rope_scaling_yarn_log_mul(shape.yarn[2])
 
     tokens, types, merges = vocabulary(shape)
     ids = {t: i for i, t in enumerate(tokens)}
@@ -847,7 +951,7 @@ def _metadata(writer: Any, shape: Shape, mix: str, seed: int) -> None:
 
 
 def _latent_metadata(writer: Any, shape: Shape) -> None:
-    """deepseek2's keys: the latent's widths, the dense first layers, the shared experts, YaRN."""
+    """deepseek2's keys: the latent's widths, the dense first layers, the shared experts."""
     writer.add_rope_dimension_count(shape.rope_dim)
     writer.add_kv_lora_rank(shape.kv_lora)
     writer.add_key_length(shape.kv_lora + shape.rope_dim)  # the cached key: latent + rope key (MQA form)
@@ -857,13 +961,6 @@ def _latent_metadata(writer: Any, shape: Shape) -> None:
     writer.add_leading_dense_block_count(shape.leading_dense)
     writer.add_expert_shared_count(shape.shared_experts)
     writer.add_expert_weights_scale(1.0)
-    if shape.yarn is not None:
-        gguf = _gguf()
-        factor, original, log_mul = shape.yarn
-        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
-        writer.add_rope_scaling_factor(factor)
-        writer.add_rope_scaling_orig_ctx_len(original)
-        writer.add_rope_scaling_yarn_log_mul(log_mul)
 
 
 def _pad(out: BinaryIO, alignment: int) -> None:
@@ -886,8 +983,9 @@ def write_random_gguf(
     Args:
         path: The ``.gguf`` file to create (written as ``<path>.partial``, then renamed).
         shape: A name of ``SHAPES`` (``"qwen2.5-1.5b"``, ``"llama3-8b"``, ``"olmoe-1b-7b"``,
-            ``"qwen3-30b-a3b"``, ``"tiny"``, ``"tiny-llama"``, ``"tiny-moe"``) or a :class:`Shape`.
-        mix: ``"q8_0"``, ``"q4_k_m"`` or one ggml type of ``SINGLE_TYPES`` such as ``"Q2_K"`` (see the
+            ``"qwen3-30b-a3b"``, ``"gpt-oss-20b"``, ``"tiny"``, ``"tiny-llama"``, ``"tiny-moe"``,
+            ``"tiny-gpt-oss"``) or a :class:`Shape`.
+        mix: ``"q8_0"``, ``"q4_k_m"``, ``"mxfp4_moe"`` or one ggml type of ``SINGLE_TYPES`` such as ``"Q2_K"`` (see the
             module docstring for the rules).
         seed: Seeds the weights; the same seed writes the same bytes.
         chunk_bytes: At most about this many bytes of weights are held at once.

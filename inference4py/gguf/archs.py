@@ -61,6 +61,13 @@ class Architecture:
             scale) and ``logit_scale`` (the logits divided by it).
         topk_softmax: the routing weights are the softmax of the k chosen router logits (GraniteMoe's
             ``GraniteMoeTopKGating``; the same numbers as a renormalised top-k of the softmax).
+        ffn_norm: the name of the norm before the feed-forward part (``blk.N.<ffn_norm>.weight``): gpt-oss's is
+            ``post_attention_norm``, which on Gemma is the attention output's own norm.
+        oai_experts: gpt-oss's experts (:mod:`inference4py.gguf.gptoss`): a router with a bias whose top-k
+            logits are softmaxed, experts with biases, the clamped SwiGLU.
+        yarn: the file's YaRN rotary scaling is read (``rope.scaling.type`` yarn), on the rotary tables.
+        yarn_truncate: YaRN's ramp ends are rounded down and up.  GGUF has no key for it: gpt-oss's config
+            (and OpenAI's reference code) leave them as computed; llama.cpp always rounds them.
     """
 
     name: str
@@ -79,6 +86,10 @@ class Architecture:
     mla: bool = False
     granite_scales: bool = False
     topk_softmax: bool = False
+    ffn_norm: str = "ffn_norm"
+    oai_experts: bool = False
+    yarn: bool = False
+    yarn_truncate: bool = True
 
 
 _ENTRIES = (
@@ -121,6 +132,18 @@ _ENTRIES = (
     Architecture("granite", "granite", "GraniteForCausalLM", permuted_qk=True, granite_scales=True, topk_softmax=True),
     Architecture(
         "granitemoe", "granitemoe", "GraniteMoeForCausalLM", permuted_qk=True, granite_scales=True, topk_softmax=True
+    ),
+    # gpt-oss: sliding window on even layers, attention sinks and q/k/v/o biases (read from the file), YaRN;
+    # the norm before the experts is named post_attention_norm
+    Architecture(
+        "gpt-oss",
+        "gpt_oss",
+        "GptOssForCausalLM",
+        sliding=_even_layers,
+        ffn_norm="post_attention_norm",
+        oai_experts=True,
+        yarn=True,
+        yarn_truncate=False,
     ),
 )
 ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in _ENTRIES}

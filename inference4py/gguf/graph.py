@@ -41,6 +41,7 @@ from inference4py.engine.kernels import DOMAIN
 from inference4py.errors import ConfigurationError, UnsupportedModelError
 from inference4py.gguf.blocks import LAYOUTS, Layout, unpack
 from inference4py.gguf.ffn import gated_mlp
+from inference4py.gguf.gptoss import GptOssExperts
 from inference4py.gguf.hyper import Hyper, hf_config, read_hyper, rope_caches
 from inference4py.gguf.in_place import InPlace
 from inference4py.gguf.mla import MlaAttention, MlaShape, mla_config, read_mla
@@ -453,7 +454,8 @@ def write_decoder(gguf: GGUFFile, folder: Path, bits: int | None = None, *, ggml
     store = ExternalData(folder, inline=in_place)
     try:
         b = _Builder(gguf, bits, store, ggml=in_place)
-        model = _build(b, hp, None if shape is None else Experts(b, hp, shape), mla, TensorProto, helper)
+        experts = None if shape is None else (GptOssExperts if hp.arch.oai_experts else Experts)(b, hp, shape)
+        model = _build(b, hp, experts, mla, TensorProto, helper)
     finally:
         store.close()
     if in_place:
@@ -501,12 +503,12 @@ def _build(
         p, n = f"blk.{i}.", f"model.layers.{i}"
         # DeepSeek-V2: the latent and the rope key cached, the up-projections absorbed (gguf/mla.py)
         a = latent.layer(h, i) if latent is not None else _gqa_attention(b, hp, h, i, caches, seqlens, total)
-        if f"{p}post_attention_norm.weight" in gguf:  # Gemma: norm of the attention output
+        if hp.arch.ffn_norm == "ffn_norm" and f"{p}post_attention_norm.weight" in gguf:  # Gemma: the attention's
             a = b.rms_norm(a, gguf.tensor(f"{p}post_attention_norm.weight"), f"{n}.post_attention_layernorm", hp.eps)
         if hp.residual_scale != 1.0:  # Granite: residual + a * residual_multiplier (the MLP's below too)
             a = b.one("Mul", [a, b.scalar(hp.residual_scale)], f"/{n}/attn/residual_scale")
         h, residual = b.skip_rms_norm(
-            residual, a, gguf.tensor(f"{p}ffn_norm.weight"), f"{n}.pre_feedforward_layernorm", hp.eps
+            residual, a, gguf.tensor(f"{p}{hp.arch.ffn_norm}.weight"), f"{n}.pre_feedforward_layernorm", hp.eps
         )
         down, act = Part(f"{p}ffn_down.weight"), hp.arch.activation
 
@@ -663,9 +665,11 @@ def _gqa_attention(
         attn_in = [qkv, "", ""]
     sliding = hp.is_sliding(i)
     cos_name, sin_name = caches.get(sliding, caches[False])
+    sinks = f"{p}attn_sinks.weight"  # gpt-oss: one more logit per head in the softmax (GQA's head_sink)
+    sink = [] if sinks not in gguf else ["", "", b.initializer(gguf.tensor(sinks).reshape(-1), f"{n}.attn.sinks")]
     attn = b.node(
         "GroupQueryAttention",
-        [*attn_in, f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens, total, cos_name, sin_name],
+        [*attn_in, f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens, total, cos_name, sin_name, *sink],
         f"/{n}/attn/GroupQueryAttention",
         outputs=3,
         domain="com.microsoft",
@@ -680,5 +684,5 @@ def _gqa_attention(
     )
     b.nodes[-1].output[1] = f"present.{i}.key"
     b.nodes[-1].output[2] = f"present.{i}.value"
-    a = b.linear(attn[0], [Part(f"{p}attn_output.weight")], f"{n}.attn.o_proj")
-    return a
+    o_bias = gguf.tensor(f"{p}attn_output.bias") if f"{p}attn_output.bias" in gguf else None  # gpt-oss
+    return b.linear(attn[0], [Part(f"{p}attn_output.weight")], f"{n}.attn.o_proj", o_bias)

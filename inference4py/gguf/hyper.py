@@ -17,9 +17,85 @@ from inference4py.errors import ModelLoadError, UnsupportedModelError
 from inference4py.gguf.archs import ARCHITECTURES, Architecture, supported_architectures
 from inference4py.gguf.reader import GGUFFile
 
-__all__ = ["MAX_ROPE_POSITIONS", "Hyper", "hf_config", "read_hyper", "rope_caches"]
+__all__ = ["MAX_ROPE_POSITIONS", "Hyper", "Yarn", "hf_config", "read_hyper", "read_yarn", "rope_caches"]
 
 MAX_ROPE_POSITIONS = 131_072  # cos/sin caches beyond this would only cost memory
+
+
+@dataclass(frozen=True)
+class Yarn:
+    """YaRN rotary scaling, from the file's ``rope.scaling.*`` keys (llama.cpp's names).
+
+    DeepSeek-V2 files carry ``yarn_log_multiplier`` (``0.1 x mscale_all_dim``): their attention logits are
+    multiplied by ``mscale^2`` (:attr:`mscale`, applied by :mod:`inference4py.gguf.mla`) and the rotary tables
+    are not scaled.  Without it (gpt-oss) the tables are multiplied by ``0.1 x ln(factor) + 1``
+    (:attr:`attention_factor`), as transformers' ``_compute_yarn_parameters`` and llama.cpp's rope compute it,
+    which scales the logits by its square.  ``truncate`` rounds the ramp's ends down and up (llama.cpp always,
+    transformers unless the config says ``truncate: false``, as gpt-oss's does)."""
+
+    factor: float
+    original: int  # original_context_length: positions the model was trained on before scaling
+    mscale_all_dim: float | None  # yarn_log_multiplier / 0.1 (llama.cpp's converter writes 0.1 x mscale_all_dim)
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    ext_factor: float = 1.0
+    truncate: bool = True
+
+    @property
+    def mscale(self) -> float:
+        """DeepSeek's: the attention logits' factor is its square (``softmax_scale *= mscale * mscale``)."""
+        return 1.0 + 0.1 * (self.mscale_all_dim or 0.0) * math.log(self.factor)
+
+    @property
+    def attention_factor(self) -> float:
+        """What cos and sin are multiplied by: 1 with DeepSeek's ``mscale_all_dim``, else ``0.1 ln(factor) + 1``."""
+        if self.mscale_all_dim is not None or self.factor <= 1.0:
+            return 1.0
+        return 0.1 * math.log(self.factor) + 1.0
+
+    def caches(self, rope: int, base: float, positions: int) -> tuple[np.ndarray, np.ndarray]:
+        """cos and sin ``[positions, rope / 2]``: each pair's frequency blended between the original
+        (extrapolated) and the one divided by ``factor`` (interpolated) by YaRN's ramp, as llama.cpp's
+        ``rope_yarn`` and transformers' ``_compute_yarn_parameters`` compute it (in float32, as transformers)."""
+
+        def corr_dim(rotations: float) -> float:
+            return rope * math.log(self.original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+        low, high = corr_dim(self.beta_fast), corr_dim(self.beta_slow)
+        if self.truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(0.0, low), min(rope - 1.0, high)
+        powers = (np.float32(base) ** (np.arange(0, rope, 2).astype(np.float32) / np.float32(rope))).astype(np.float32)
+        extrapolated = (1.0 / powers).astype(np.float32)
+        interpolated = (1.0 / (np.float32(self.factor) * powers)).astype(np.float32)
+        ramp = np.clip((np.arange(rope // 2, dtype=np.float32) - low) / max(high - low, 0.001), 0, 1)
+        keep = ((1 - ramp) * self.ext_factor).astype(np.float32)  # 1: the original frequency, 0: interpolated
+        inv_freq = (interpolated * (1 - keep) + extrapolated * keep).astype(np.float32)
+        freqs = np.outer(np.arange(positions, dtype=np.float32), inv_freq).astype(np.float32)
+        factor = np.float32(self.attention_factor)
+        return (np.cos(freqs) * factor).astype(np.float32), (np.sin(freqs) * factor).astype(np.float32)
+
+
+def read_yarn(gguf: GGUFFile, *, truncate: bool = True) -> Yarn | None:
+    """The file's YaRN scaling (None without one); UnsupportedModelError for an ``attn_factor`` other than 1."""
+    if gguf.get(".rope.scaling.type") != "yarn":
+        return None
+    for key in (".rope.scaling.attn_factor", ".rope.scaling.yarn_attn_factor"):
+        attn_factor = float(gguf.get(key, 1.0) or 1.0)
+        if attn_factor != 1.0:
+            raise UnsupportedModelError(
+                f"{gguf.path}: {gguf.architecture}{key} = {attn_factor}; the converter's YaRN takes 1."
+            )
+    log_mul = gguf.get(".rope.scaling.yarn_log_multiplier")
+    return Yarn(
+        factor=float(gguf.require(".rope.scaling.factor")),
+        original=int(gguf.require(".rope.scaling.original_context_length")),
+        mscale_all_dim=float(log_mul) / 0.1 if log_mul else None,
+        beta_fast=float(gguf.get(".rope.scaling.yarn_beta_fast", 32.0) or 32.0),
+        beta_slow=float(gguf.get(".rope.scaling.yarn_beta_slow", 1.0) or 1.0),
+        ext_factor=float(gguf.get(".rope.scaling.yarn_ext_factor", 1.0) or 1.0),
+        truncate=truncate,
+    )
 
 
 @dataclass(frozen=True)
@@ -47,6 +123,7 @@ class Hyper:
     embedding_scale: float = 1.0  # Granite: the embeddings times it
     residual_scale: float = 1.0  # Granite: each block's attention and MLP outputs times it, before the residual add
     logit_scale: float = 1.0  # Granite: the logits divided by it
+    yarn: Yarn | None = None  # YaRN on the grouped-query attention's rotary tables (gpt-oss; MLA reads its own)
 
     def is_sliding(self, layer: int) -> bool:
         return self.sliding_window is not None and self.arch.sliding(layer)
@@ -89,12 +166,13 @@ def read_hyper(gguf: GGUFFile) -> Hyper:
     embed = gguf.info("token_embd.weight")
     scaling = gguf.get(".rope.scaling.type")
     factor = float(gguf.get(".rope.scaling.factor", 1.0) or 1.0)
-    if scaling in (None, "none", "") or (scaling == "yarn" and arch.mla):  # MLA: gguf/mla.py reads YaRN's keys
+    if scaling in (None, "none", "") or (scaling == "yarn" and (arch.mla or arch.yarn)):  # read as YaRN below
         factor = 1.0
     elif scaling != "linear":
         raise UnsupportedModelError(
             f"{gguf.path} uses {scaling!r} rotary scaling; the converter supports none and linear "
-            "(Llama 3's frequency factors come from the rope_freqs tensor and are supported)."
+            "(Llama 3's frequency factors come from the rope_freqs tensor and are supported)"
+            + (", and YaRN on deepseek2 and gpt-oss." if scaling == "yarn" else ".")
         )
     if "rope_factors_long.weight" in gguf:
         raise UnsupportedModelError(
@@ -136,6 +214,7 @@ def read_hyper(gguf: GGUFFile) -> Hyper:
         scale=granite.pop("scale", 1.0 / math.sqrt(scale_dim)),
         tied="output.weight" not in gguf,
         **granite,
+        yarn=read_yarn(gguf, truncate=arch.yarn_truncate) if arch.yarn else None,
     )
 
 
@@ -190,6 +269,15 @@ def hf_config(hp: Hyper, gguf: GGUFFile) -> dict[str, Any]:
     }
     if hp.rope_linear_factor != 1.0:
         config["rope_scaling"] = {"rope_type": "linear", "factor": hp.rope_linear_factor}
+    if hp.yarn is not None:
+        config["rope_scaling"] = {
+            "rope_type": "yarn",
+            "factor": hp.yarn.factor,
+            "original_max_position_embeddings": hp.yarn.original,
+            "beta_fast": hp.yarn.beta_fast,
+            "beta_slow": hp.yarn.beta_slow,
+            "truncate": hp.yarn.truncate,
+        }
     if hp.arch.local_rope_base is not None:
         config["rope_local_base_freq"] = hp.arch.local_rope_base
     if hp.sliding_window is not None:
@@ -220,8 +308,11 @@ def hf_config(hp: Hyper, gguf: GGUFFile) -> dict[str, Any]:
 def rope_caches(
     hp: Hyper, base: float, linear_factor: float, factors: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin ``[positions, rotary_dim / 2]`` in float32, computed as transformers does."""
+    """cos and sin ``[positions, rotary_dim / 2]`` in float32, computed as transformers does (YaRN's where the
+    file scales so, :class:`Yarn`)."""
     dim = hp.rotary_dim
+    if hp.yarn is not None:
+        return hp.yarn.caches(dim, base, min(hp.context, MAX_ROPE_POSITIONS))
     inv_freq = 1.0 / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)))
     inv_freq = inv_freq.astype(np.float32)
     if factors is not None:  # Llama 3's rope_freqs: llama.cpp divides each frequency by its factor

@@ -24,9 +24,9 @@ the new tokens concatenated, ``position_ids`` fed per row, ``attention_mask`` ov
 left-padded batches masked), since onnxruntime's GroupQueryAttention needs keys and values of one size.
 
 YaRN (DeepSeek-V2 and V2-Lite scale their rotary positions so): each rope pair's frequency is blended
-between the original and the interpolated one by YaRN's ramp (:class:`Yarn`), and the attention logits are
-multiplied by ``mscale^2`` (``mscale = 0.1 x mscale_all_dim x ln(factor) + 1``), as DeepSeek's modeling code
-and llama.cpp compute it (``rope.scaling.yarn_log_multiplier`` holds ``0.1 x mscale_all_dim``).
+between the original and the interpolated one by YaRN's ramp (:class:`~inference4py.gguf.hyper.Yarn`), and
+the attention logits are multiplied by ``mscale^2`` (``mscale = 0.1 x mscale_all_dim x ln(factor) + 1``), as
+DeepSeek's modeling code and llama.cpp compute it (``rope.scaling.yarn_log_multiplier`` holds ``0.1 x mscale_all_dim``).
 
 ``attn_k_b`` ``[heads, kv_lora_rank, nope]`` and ``attn_v_b`` ``[heads, v, kv_lora_rank]`` are what
 llama.cpp's converter writes today; files converted before it split them hold ``attn_kv_b``
@@ -44,7 +44,7 @@ import numpy as np
 
 from inference4py.errors import UnsupportedModelError
 from inference4py.gguf.ffn import GraphBuilder
-from inference4py.gguf.hyper import MAX_ROPE_POSITIONS, Hyper, rope_caches
+from inference4py.gguf.hyper import MAX_ROPE_POSITIONS, Hyper, Yarn, read_yarn, rope_caches
 from inference4py.gguf.parts import Part
 from inference4py.gguf.reader import FLOAT_TYPES, GGUFFile
 
@@ -53,64 +53,14 @@ __all__ = ["MlaAttention", "MlaShape", "mla_config", "read_mla"]
 _NEG = float(np.finfo(np.float32).min)  # a masked score, as transformers' eager attention masks
 
 
-@dataclass(frozen=True)
-class Yarn:
-    """DeepSeek-V2's YaRN rotary scaling, from the file's ``rope.scaling.*`` keys (llama.cpp's names)."""
-
-    factor: float
-    original: int  # original_context_length: positions the model was trained on before scaling
-    mscale_all_dim: float  # yarn_log_multiplier / 0.1 (llama.cpp's converter writes 0.1 x mscale_all_dim)
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
-    ext_factor: float = 1.0
-
-    @property
-    def mscale(self) -> float:
-        """The attention logits' factor is its square (DeepSeek's ``softmax_scale *= mscale * mscale``)."""
-        return 1.0 + 0.1 * self.mscale_all_dim * math.log(self.factor)
-
-    def caches(self, rope: int, base: float, positions: int) -> tuple[np.ndarray, np.ndarray]:
-        """cos and sin ``[positions, rope / 2]``: each pair's frequency blended between the original
-        (extrapolated) and the one divided by ``factor`` (interpolated) by YaRN's ramp, as llama.cpp's
-        ``rope_yarn`` and transformers' ``_compute_yarn_parameters`` compute it (in float32, as transformers)."""
-
-        def corr_dim(rotations: float) -> float:
-            return rope * math.log(self.original / (rotations * 2 * math.pi)) / (2 * math.log(base))
-
-        low = max(0.0, math.floor(corr_dim(self.beta_fast)))
-        high = min(rope - 1.0, math.ceil(corr_dim(self.beta_slow)))
-        powers = (np.float32(base) ** (np.arange(0, rope, 2).astype(np.float32) / np.float32(rope))).astype(np.float32)
-        extrapolated = (1.0 / powers).astype(np.float32)
-        interpolated = (1.0 / (np.float32(self.factor) * powers)).astype(np.float32)
-        ramp = np.clip((np.arange(rope // 2, dtype=np.float32) - low) / max(high - low, 0.001), 0, 1)
-        keep = ((1 - ramp) * self.ext_factor).astype(np.float32)  # 1: the original frequency, 0: interpolated
-        inv_freq = (interpolated * (1 - keep) + extrapolated * keep).astype(np.float32)
-        freqs = np.outer(np.arange(positions, dtype=np.float32), inv_freq).astype(np.float32)
-        return np.cos(freqs).astype(np.float32), np.sin(freqs).astype(np.float32)
-
-
 def _read_yarn(gguf: GGUFFile) -> Yarn | None:
-    if gguf.get(".rope.scaling.type") != "yarn":
-        return None
-    log_mul = gguf.get(".rope.scaling.yarn_log_multiplier")
-    if log_mul is None or float(log_mul) == 0.0:
+    yarn = read_yarn(gguf)
+    if yarn is not None and yarn.mscale_all_dim is None:
         raise UnsupportedModelError(
             f"{gguf.path} scales its rotary positions by YaRN without {_key(gguf, '.rope.scaling.yarn_log_multiplier')} "
             "(DeepSeek's mscale_all_dim); the converter builds DeepSeek-V2's YaRN, which has it."
         )
-    attn_factor = float(gguf.get(".rope.scaling.attn_factor", 1.0) or 1.0)
-    if attn_factor != 1.0:
-        raise UnsupportedModelError(
-            f"{gguf.path}: {_key(gguf, '.rope.scaling.attn_factor')} = {attn_factor}; the converter's YaRN takes 1."
-        )
-    return Yarn(
-        factor=float(gguf.require(".rope.scaling.factor")),
-        original=int(gguf.require(".rope.scaling.original_context_length")),
-        mscale_all_dim=float(log_mul) / 0.1,
-        beta_fast=float(gguf.get(".rope.scaling.yarn_beta_fast", 32.0) or 32.0),
-        beta_slow=float(gguf.get(".rope.scaling.yarn_beta_slow", 1.0) or 1.0),
-        ext_factor=float(gguf.get(".rope.scaling.yarn_ext_factor", 1.0) or 1.0),
-    )
+    return yarn
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,8 @@ def read_experts(gguf: GGUFFile, hp: Hyper) -> ExpertShape | None:
             ``expert_weights_scale`` other than 1 where the architecture does not read it.
     """
     if not is_moe(gguf):
+        if hp.arch.oai_experts:  # gpt-oss has no dense layers
+            raise ModelLoadError(f"{gguf.path} has no tensor 'blk.0.ffn_gate_inp.weight': its gpt-oss layers route.")
         return None
     count = int(gguf.require(".expert_count"))
     used = int(gguf.require(".expert_used_count"))

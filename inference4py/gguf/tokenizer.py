@@ -446,7 +446,9 @@ def generation_defaults(metadata: Mapping[str, Any]) -> dict[str, Any]:
 
     ``eos_token_id`` is a list: the file's eos, eot and eom tokens, then the control tokens llama.cpp
     also ends generation on (``<|im_end|>``, ``<end_of_turn>``, ``<|eot_id|>``, ``<|endoftext|>``...),
-    each once.  Absent ids are left out (``pad_token_id`` may then be missing).
+    each once; ``<|end|>`` is left out beside ``<|return|>`` and ``<|call|>`` (gpt-oss's harmony format,
+    where it ends every message), as llama.cpp leaves it out.  Absent ids are left out (``pad_token_id`` may
+    then be missing).
 
     Args:
         metadata: The GGUF metadata (see :func:`tokenizer_files`).
@@ -466,6 +468,13 @@ def generation_defaults(metadata: Mapping[str, Any]) -> dict[str, Any]:
     for i, (text, kind) in enumerate(zip(vocab.tokens, vocab.types)):
         if kind in (_CONTROL, _USER_DEFINED) and text in _EOG_TEXTS and i not in eos:
             eos.append(i)
+    # gpt-oss's harmony format (o200k_harmony) ends each message with <|end|>, the reply with <|return|> or
+    # <|call|>: where those are there, llama.cpp leaves <|end|> out of the stop tokens, and so does this
+    texts = {vocab.tokens[i]: i for i in eos}
+    if "<|end|>" in texts and (
+        {"<|return|>", "<|call|>"} <= texts.keys() or {"<|calls|>", "<|flush|>"} <= texts.keys()
+    ):
+        eos.remove(texts["<|end|>"])
     out: dict[str, Any] = {}
     bos = vocab.token_id("bos_token_id")
     if bos is not None:

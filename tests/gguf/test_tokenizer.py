@@ -121,6 +121,18 @@ def test_generation_defaults() -> None:
     }
 
 
+def test_gpt_oss_harmony_end_of_message_is_not_a_stop_token() -> None:
+    """<|end|> ends every harmony message (the analysis before the answer too): beside <|return|> and <|call|>
+    llama.cpp does not stop on it, and neither do the generation defaults; alone it still stops."""
+    meta = metadata("tokenizer-qwen2.gguf")
+    tokens = [*meta["tokenizer.ggml.tokens"], "<|return|>", "<|call|>", "<|end|>"]
+    types = [*meta["tokenizer.ggml.token_type"], 3, 3, 3]
+    harmony = {**meta, "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types}
+    assert generation_defaults(harmony)["eos_token_id"] == [1002, 1000, 1003, 1004]
+    alone = {**harmony, "tokenizer.ggml.tokens": [*tokens[:1003], "<|x|>", "<|y|>", "<|end|>"]}
+    assert generation_defaults(alone)["eos_token_id"] == [1002, 1000, 1005]
+
+
 def test_eot_token_id_joins_eos() -> None:
     meta = {**metadata("tokenizer-llama.gguf"), "tokenizer.ggml.eot_token_id": 0}
     assert generation_defaults(meta)["eos_token_id"] == [2, 0]

@@ -246,3 +246,44 @@ def test_tiny_moe_converts_and_generates(tmp_path: Path) -> None:
         result = generator.generate([823, 629, 441, 514, 266, 496, 379, 247], max_new_tokens=8, do_sample=False)
     ids = [int(t) for t in result.token_ids]
     assert len(ids) == 8 and all(0 <= t < 1024 for t in ids)
+
+
+def test_the_gpt_oss_20b_shape_is_ggml_org_s_file_layout() -> None:
+    """``--list``: gpt-oss-20b in mxfp4_moe is 72 MXFP4 expert tensors (3 of 24 layers), 98 Q8_0 matrices (4
+    attention matrices a layer, token_embd, output) and 289 F32 tensors (per layer two norms, four attention
+    biases, the sinks, the router and its bias, three expert biases; output_norm): 11,536 MiB, the 12.1 GB of
+    ggml-org's gpt-oss-20b GGUF."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--list"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.split()[:2] == ["gpt-oss-20b", "mxfp4_moe"])
+    assert ast.literal_eval(line.split("MiB of tensors")[1].strip()) == {"Q8_0": 98, "F32": 289, "MXFP4": 72}
+    assert 11_500 < float(line.split()[2]) < 11_600
+
+
+def test_tiny_gpt_oss_converts_and_generates(tmp_path: Path) -> None:
+    """The gpt-oss layout (biases, sinks, post_attention_norm, YaRN, a window) as llama-quantize's MXFP4_MOE
+    writes it converts and generates; the harmony <|end|> is not a stop token, <|return|> and <|call|> are."""
+    pytest.importorskip("onnxruntime")
+    from inference4py import OnnxTextGenerator
+    from inference4py.gguf.convert import convert_gguf
+
+    source = tmp_path / "tiny-gpt-oss.gguf"
+    _write(source, "mxfp4_moe", shape="tiny-gpt-oss")
+    reader = gguf.GGUFReader(str(source))
+    types = {t.name: t.tensor_type.name for t in reader.tensors}
+    assert types["blk.1.ffn_down_exps.weight"] == "MXFP4" and types["blk.1.attn_q.weight"] == "Q8_0"
+    assert types["blk.1.ffn_down_exps.bias"] == types["blk.0.attn_sinks.weight"] == "F32"
+    assert reader.fields["gpt-oss.rope.scaling.factor"].contents() == 32.0
+    folder = convert_gguf(source, tmp_path / "converted")
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == "gpt_oss" and config["rope_scaling"]["original_max_position_embeddings"] == 4096
+    assert config["layer_types"] == ["sliding_attention", "full_attention"] and config["sliding_window"] == 16
+    eos = json.loads((folder / "generation_config.json").read_text())["eos_token_id"]
+    # ids 1000 + (real id - 199998): <|return|> (eos), <|endoftext|>, <|call|>; not <|end|> (1009)
+    assert eos == [1004, 1001, 1014]
+    with OnnxTextGenerator.builder().model_path(folder).build() as generator:
+        result = generator.generate([823, 629, 441, 514, 266, 496, 379, 247], max_new_tokens=8, do_sample=False)
+    ids = [int(t) for t in result.token_ids]
+    assert 0 < len(ids) <= 8 and all(0 <= t < 1024 for t in ids)
