@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from inference4py.errors import UnsupportedModelError
 from inference4py.gguf.ffn import GraphBuilder
 from inference4py.gguf.hyper import Hyper
 from inference4py.gguf.moe import Experts, ExpertShape
@@ -48,6 +49,9 @@ class GptOssExperts(Experts):
     Raises:
         ModelLoadError: a layer lacks a tensor gpt-oss has (the router's or an expert's bias, the attention
             sinks, a q/k/v/o bias, ``post_attention_norm``), or holds one of another shape; the tensor is named.
+        UnsupportedModelError: ``attention.sliding_window_pattern`` puts the window on other layers than the
+            even ones, or ``rope.freq_base_swa`` gives the sliding layers their own rotary base (llama.cpp reads
+            both; the released files have neither); the key is named.
     """
 
     def __init__(self, b: GraphBuilder, hp: Hyper, shape: ExpertShape) -> None:
@@ -96,8 +100,27 @@ class GptOssExperts(Experts):
 
 
 def _check(b: GraphBuilder, hp: Hyper, shape: ExpertShape) -> None:
-    """Every layer's gpt-oss tensors, present and of the shapes the metadata gives (ModelLoadError naming one)."""
+    """Every layer's gpt-oss tensors, present and of the shapes the metadata gives (ModelLoadError naming one),
+    and the keys llama.cpp reads beside them that the graph does not build (UnsupportedModelError)."""
     gguf = b.gguf
+    pattern = gguf.get(".attention.sliding_window_pattern")  # llama.cpp: a period n (layer % n < n - 1) or flags
+    if pattern is not None:
+        if isinstance(pattern, (list, tuple)):
+            sliding = [bool(v) for v in pattern][: hp.layers]
+        else:
+            n = int(pattern)
+            sliding = [n == 0 or i % n < n - 1 for i in range(hp.layers)]
+        if sliding != [hp.arch.sliding(i) for i in range(hp.layers)]:
+            raise UnsupportedModelError(
+                f"{gguf.path}: {gguf.architecture}.attention.sliding_window_pattern = {pattern!r} puts the sliding "
+                "window on other layers than gpt-oss's even ones, which is all the converter builds."
+            )
+    base_swa = gguf.get(".rope.freq_base_swa")
+    if base_swa is not None and float(base_swa) != hp.rope_base:
+        raise UnsupportedModelError(
+            f"{gguf.path}: {gguf.architecture}.rope.freq_base_swa = {float(base_swa)} gives the sliding layers their "
+            f"own rotary base (rope.freq_base is {hp.rope_base}); the converter's gpt-oss layers share one."
+        )
     q_size, kv_size = hp.heads * hp.head_dim, hp.kv_heads * hp.head_dim
     why = (
         f"{gguf.architecture}: {hp.heads} heads / {hp.kv_heads} kv heads of {hp.head_dim}, hidden size {hp.hidden}, "

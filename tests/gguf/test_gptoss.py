@@ -22,7 +22,7 @@ gguf = pytest.importorskip("gguf")
 onnx = pytest.importorskip("onnx")
 
 from inference4py import OnnxTextGenerator  # noqa: E402
-from inference4py.errors import ModelLoadError  # noqa: E402
+from inference4py.errors import ModelLoadError, UnsupportedModelError  # noqa: E402
 from inference4py.gguf import gptoss  # noqa: E402
 from inference4py.gguf.graph import write_decoder  # noqa: E402
 from inference4py.gguf.hyper import Yarn  # noqa: E402
@@ -295,4 +295,25 @@ def test_a_gpt_oss_file_without_experts_is_refused(tmp_path):
         drop=("blk.0.ffn_gate_inp.weight", "blk.1.ffn_gate_inp.weight"),
     )
     with pytest.raises(ModelLoadError, match=r"no tensor 'blk\.0\.ffn_gate_inp\.weight'.*gpt-oss layers route"):
+        write_decoder(GGUFFile(bad), tmp_path, 32)
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [("attention.sliding_window_pattern", 3), ("attention.sliding_window_pattern", [False, True])],
+)
+def test_a_window_on_other_layers_is_refused_by_its_key(tmp_path, key, value):
+    bad = rewrite(F32, tmp_path / "bad.gguf", keys={f"gpt-oss.{key}": value})
+    with pytest.raises(UnsupportedModelError, match=rf"gpt-oss\.{key} = .* other layers"):
+        write_decoder(GGUFFile(bad), tmp_path, 32)
+
+
+def test_llama_cpp_s_default_pattern_written_out_is_accepted(tmp_path):
+    good = rewrite(F32, tmp_path / "good.gguf", keys={"gpt-oss.attention.sliding_window_pattern": 2})
+    assert write_decoder(GGUFFile(good), tmp_path, 32)["layer_types"] == ["sliding_attention", "full_attention"]
+
+
+def test_a_rotary_base_of_the_sliding_layers_is_refused_by_its_key(tmp_path):
+    bad = rewrite(F32, tmp_path / "bad.gguf", keys={"gpt-oss.rope.freq_base_swa": 10_000.0})
+    with pytest.raises(UnsupportedModelError, match=r"gpt-oss\.rope\.freq_base_swa = 10000\.0"):
         write_decoder(GGUFFile(bad), tmp_path, 32)
