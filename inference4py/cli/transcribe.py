@@ -106,7 +106,7 @@ def _add_transcribe_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run_transcribe(args: argparse.Namespace) -> int:
     from inference4py import WhisperSpeechModel
-    from inference4py.tasks.whisper import FALLBACK_TEMPERATURES, TranscribeOptions
+    from inference4py.speech import FALLBACK_TEMPERATURES, TranscribeOptions
 
     builder = WhisperSpeechModel.builder()
     model = args.model or _DEFAULT_WHISPER
