@@ -11,8 +11,7 @@ its ids are the ids of the file transcribed alone.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -41,7 +40,6 @@ def run_batch(
     batch_size: int,
     timestamps: bool,
     policy: CallPolicy,
-    overrides: Mapping[str, Any],
     on_progress: Callable[[float, float], None] | None = None,
 ) -> None:
     """Decode ``jobs`` as batches of up to ``batch_size`` rows (greedy or sampling, each file its own seed).
@@ -56,11 +54,11 @@ def run_batch(
             "transcribe_batch runs on the native onnxruntime backend: use inference4py.WhisperSpeechModel."
         )
     planner = parts.planner
-    if jobs and planner.for_call(len(jobs[0].prompt), overrides).num_beams > 1:
+    if jobs and policy.config(planner, len(jobs[0].prompt)).num_beams > 1:
         raise ConfigurationError(
             "transcribe_batch decodes greedily or by sampling: drop num_beams (or use transcribe())."
         )
-    rngs = [make_rng(planner.for_call(len(j.prompt), overrides).seed) for j in jobs]
+    rngs = [make_rng(policy.config(planner, len(j.prompt)).seed) for j in jobs]
     run_jobs(
         parts,
         runtime,
@@ -69,7 +67,6 @@ def run_batch(
         batch_size=batch_size,
         timestamps=timestamps,
         policy=policy,
-        overrides=overrides,
         on_progress=on_progress,
     )
 
@@ -83,7 +80,6 @@ def run_jobs(
     batch_size: int,
     timestamps: bool,
     policy: CallPolicy,
-    overrides: Mapping[str, Any],
     on_progress: Callable[[float, float], None] | None = None,
 ) -> None:
     """Run every job to its end, ``batch_size`` windows at a time (``on_progress(done, total)`` after each batch)."""
@@ -117,8 +113,7 @@ def run_jobs(
                         rows.extend([i] * n)
                         row_rngs.extend(candidate_generators(rngs[chunk[i]], n))
                     configs = [
-                        attempt_config(parts.planner, len(prompts[i][0]), overrides, temp, policy, prompts[i][1])
-                        for i in rows
+                        attempt_config(parts.planner, len(prompts[i][0]), temp, policy, prompts[i][1]) for i in rows
                     ]
                     words = [jobs[chunk[i]].words_for for i in rows]
                     scorers = [

@@ -9,9 +9,8 @@ recording and joined.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
@@ -33,7 +32,6 @@ def transcribe_chunks(
     task: str | None,
     timestamps: bool,
     policy: CallPolicy,
-    overrides: Mapping[str, Any],
     *,
     batch_size: int,
     started: float,
@@ -53,7 +51,7 @@ def transcribe_chunks(
         lang = language
         if lang is None and chunks and vocab.is_multilingual and vocab.lang_to_id:
             lang = detect_language((chunks[0].samples, rate))  # once per recording
-        file_jobs = [open_job(parts, c.samples, lang, task, timestamps, plain, overrides) for c in chunks]
+        file_jobs = [open_job(parts, c.samples, lang, task, timestamps, plain) for c in chunks]
         per_file.append((samples.size / rate, list(zip(chunks, file_jobs))))
         jobs.extend(file_jobs)
     run_batch(
@@ -62,7 +60,6 @@ def transcribe_chunks(
         batch_size=batch_size,
         timestamps=timestamps,
         policy=plain,
-        overrides=overrides,
         on_progress=on_progress,
     )
     elapsed = time.perf_counter() - started

@@ -11,7 +11,7 @@ same job, so a row of a batch is judged, cut and timed exactly as it would be al
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -306,7 +306,6 @@ def load_job(
     task: str | None,
     timestamps: bool,
     policy: CallPolicy,
-    overrides: Mapping[str, Any],
 ) -> FileJob:
     """A file's window loop: its audio read (only the speech with VAD), its prompt made, the options checked."""
     rate = parts.features["sample_rate"]
@@ -316,7 +315,7 @@ def load_job(
     if policy.vad is not None:  # only the speech, laid end to end (faster-whisper's vad_filter)
         time_map = transcription_map(policy.vad, samples, policy.vad_options)
         samples = time_map.extract(samples)
-    return open_job(parts, samples, language, task, timestamps, policy, overrides, time_map=time_map, duration=duration)
+    return open_job(parts, samples, language, task, timestamps, policy, time_map=time_map, duration=duration)
 
 
 def open_job(
@@ -326,7 +325,6 @@ def open_job(
     task: str | None,
     timestamps: bool,
     policy: CallPolicy,
-    overrides: Mapping[str, Any],
     *,
     time_map: SpeechTimeMap | None = None,
     duration: float | None = None,
@@ -342,7 +340,7 @@ def open_job(
     else:  # no speech at all: no window to decode
         feats = np.zeros((parts.features["n_mels"], 0), dtype=np.float32)
     prompt, detect_at = decoder_prompt(parts.vocab, language, task, timestamps)
-    attempt_config(parts.planner, len(prompt), overrides, policy.options.temperatures[0], policy, False)
+    attempt_config(parts.planner, len(prompt), policy.options.temperatures[0], policy, False)
     words_for = None
     if policy.word_timestamps:
         if not isinstance(parts.backend, WhisperRuntime):

@@ -11,7 +11,7 @@ The backend (:class:`~inference4py.speech.runtime.WindowBackend`) runs the windo
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 from inference4py.generation.sampling import make_rng, make_sampler
@@ -31,13 +31,13 @@ from inference4py.speech.timestamps import whisper_rules
 
 
 def window_events(
-    parts: WhisperParts, job: FileJob, policy: CallPolicy, overrides: Mapping[str, Any], *, started: float
+    parts: WhisperParts, job: FileJob, policy: CallPolicy, *, started: float
 ) -> Iterator[tuple[str, Any]]:
     """Run ``job`` to its end: ``("text", piece)`` as text becomes final, ``("progress", (done, total))``
     after each window, and last ``("done", Transcription)`` (``started``: ``time.perf_counter()`` at the call).
     """
     backend, options = parts.backend, policy.options
-    rng = make_rng(parts.planner.for_call(len(job.prompt), overrides).seed)
+    rng = make_rng(policy.config(parts.planner, len(job.prompt)).seed)
     while job.active:
         context = backend.encode(job.window())
         if job.needs_language:
@@ -45,7 +45,7 @@ def window_events(
         ids, has_context = job.ids()
         rules = [*whisper_rules(parts.vocab, len(ids), job.timestamps), *parts.processors]
         for attempt, temp in enumerate(options.temperatures):
-            config = attempt_config(parts.planner, len(ids), overrides, temp, policy, has_context)
+            config = attempt_config(parts.planner, len(ids), temp, policy, has_context)
             # best_of: each candidate samples with a generator of its own, as in transcribe_batch
             candidates: list[tuple[WindowResult, AlignmentCapture | None]] = []
             for cand_rng in candidate_generators(rng, job.candidates(temp)):

@@ -22,7 +22,6 @@ from inference4py.errors import ConfigurationError, UnsupportedModelError
 from inference4py.generation.config import GenerationConfig
 from inference4py.speech.batch import run_batch
 from inference4py.speech.chunks import transcribe_chunks
-from inference4py.speech.decoding import LongformOptions
 from inference4py.speech.features import log_mel
 from inference4py.speech.job import load_job
 from inference4py.speech.live import check_stream_options, live_segments
@@ -305,10 +304,9 @@ class WhisperSpeechModel(ClosableTask):
             UnsupportedModelError: a language / task / timestamps the model cannot do.
             ConfigurationError: invalid options.
         """
-        transcribe_options, overrides = TranscribeOptions.from_keywords(keywords, options)
-        policy = call_policy(self._parts, self._default_vad, transcribe_options)
+        policy = self._policy(keywords, options)
         result = None
-        for kind, value in self._events(audio, sample_rate, language, task, timestamps, overrides, policy):
+        for kind, value in self._events(audio, sample_rate, language, task, timestamps, policy):
             if kind == "text":
                 if on_token is not None:
                     on_token(value)
@@ -370,8 +368,7 @@ class WhisperSpeechModel(ClosableTask):
             )
         if isinstance(audios, (str, Path, tuple, np.ndarray)):
             raise ConfigurationError("transcribe_batch takes a list of recordings; use transcribe() for one.")
-        transcribe_options, overrides = TranscribeOptions.from_keywords(kwargs, options)
-        policy = call_policy(self._parts, self._default_vad, transcribe_options)
+        policy = self._policy(kwargs, options)
         lang, task_name, want_ts = self._request(language, task, timestamps)
         if parallel_chunks:
             return transcribe_chunks(
@@ -382,20 +379,18 @@ class WhisperSpeechModel(ClosableTask):
                 task_name,
                 want_ts,
                 policy,
-                overrides,
                 batch_size=batch_size,
                 started=started,
                 detect_language=self.detect_language,
                 on_progress=on_progress,
             )
-        jobs = [load_job(self._parts, a, sample_rate, lang, task_name, want_ts, policy, overrides) for a in audios]
+        jobs = [load_job(self._parts, a, sample_rate, lang, task_name, want_ts, policy) for a in audios]
         run_batch(
             self._parts,
             jobs,
             batch_size=batch_size,
             timestamps=want_ts,
             policy=policy,
-            overrides=overrides,
             on_progress=on_progress,
         )
         elapsed = time.perf_counter() - started
@@ -429,18 +424,27 @@ class WhisperSpeechModel(ClosableTask):
         detector = _detector(vad, self._default_vad)
         yield from live_segments(chunks, stretch, detector, sample_rate=sample_rate, options=vad_options)
 
-    def stream(self, audio: _audio.AudioInput, **kwargs: Any) -> Iterator[str]:
+    def stream(
+        self,
+        audio: _audio.AudioInput,
+        *,
+        sample_rate: int | None = None,
+        language: Language | str | None = None,
+        task: str | None = None,
+        timestamps: bool | None = None,
+        options: TranscribeOptions | None = None,
+        **keywords: Any,
+    ) -> Iterator[str]:
         """Yield the text piece by piece (same arguments as :meth:`transcribe`, without ``on_token``)."""
-        sample_rate = kwargs.pop("sample_rate", None)
-        language = kwargs.pop("language", None)
-        task = kwargs.pop("task", None)
-        timestamps = kwargs.pop("timestamps", None)
-        given = kwargs.pop("options", None)
-        transcribe_options, overrides = TranscribeOptions.from_keywords(kwargs, given)
-        policy = call_policy(self._parts, self._default_vad, transcribe_options)
-        for kind, value in self._events(audio, sample_rate, language, task, timestamps, overrides, policy):
+        policy = self._policy(keywords, options)
+        for kind, value in self._events(audio, sample_rate, language, task, timestamps, policy):
             if kind == "text":
                 yield value
+
+    def _policy(self, keywords: Mapping[str, Any], options: TranscribeOptions | None) -> CallPolicy:
+        """A call's options, typed at its edge (:meth:`TranscribeOptions.from_keywords`) and checked against the model."""
+        transcribe_options, request = TranscribeOptions.from_keywords(keywords, options)
+        return call_policy(self._parts, self._default_vad, transcribe_options, request)
 
     def _request(
         self, language: Language | str | None, task: str | None, timestamps: bool | None
@@ -456,12 +460,10 @@ class WhisperSpeechModel(ClosableTask):
         language: Language | str | None,
         task: str | None,
         timestamps: bool | None,
-        overrides: Mapping[str, Any],
-        policy: CallPolicy | None = None,
+        policy: CallPolicy,
     ) -> Iterator[tuple[str, Any]]:
         started = time.perf_counter()
         self._check_open()
-        policy = policy if policy is not None else CallPolicy(LongformOptions(), explicit_temperature=False)
         lang, task_name, want_ts = self._request(language, task, timestamps)
-        job = load_job(self._parts, audio, sample_rate, lang, task_name, want_ts, policy, overrides)
-        yield from window_events(self._parts, job, policy, overrides, started=started)
+        job = load_job(self._parts, audio, sample_rate, lang, task_name, want_ts, policy)
+        yield from window_events(self._parts, job, policy, started=started)

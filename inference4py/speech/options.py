@@ -23,6 +23,7 @@ from inference4py.speech.decoding import LongformOptions, temperatures_of
 from inference4py.speech.parts import WhisperParts
 from inference4py.speech.vad import SileroVad, VadOptions
 from inference4py.tasks.base import CallPlanner
+from inference4py.tasks.options import RequestOptions
 
 
 @dataclass(frozen=True)
@@ -114,17 +115,21 @@ class TranscribeOptions:
     @classmethod
     def from_keywords(
         cls, keywords: Mapping[str, Any], options: TranscribeOptions | None = None
-    ) -> tuple[TranscribeOptions, dict[str, Any]]:
-        """The Python edge: a call's keywords as ``(options, generation options)``.
+    ) -> tuple[TranscribeOptions, RequestOptions]:
+        """The Python edge: a call's keywords as ``(options, generation options)``, both typed here.
 
         The keywords named like a field of this class are these options (over ``options``, when
-        given); the others are generation options for the call (``max_new_tokens``, ``seed``, ...).
+        given); the others are the call's generation options (``max_new_tokens``, ``seed``, ...), a
+        :class:`~inference4py.tasks.options.RequestOptions` (unknown names refused, and drafts and
+        output constraints, which Whisper's windows do not take).
         """
         mine = {k: v for k, v in keywords.items() if k in TRANSCRIBE_FIELDS}
-        rest = {k: v for k, v in keywords.items() if k not in TRANSCRIBE_FIELDS}
+        request = RequestOptions.from_keywords({k: v for k, v in keywords.items() if k not in TRANSCRIBE_FIELDS})
+        request.refuse_speculation("This call")
+        request.refuse_output("This call")
         if options is None:
-            return cls(**mine), rest
-        return (dataclasses.replace(options, **mine) if mine else options), rest
+            return cls(**mine), request
+        return (dataclasses.replace(options, **mine) if mine else options), request
 
 
 #: The names of :class:`TranscribeOptions`' fields: a call's keywords that are not generation options.
@@ -140,6 +145,11 @@ class CallPolicy:
     word_timestamps: bool = False
     vad: SileroVad | None = None  # only the speech it finds is transcribed
     vad_options: VadOptions | None = None  # its rules (None: faster-whisper's defaults)
+    request: RequestOptions = RequestOptions()  # the call's generation options (max_new_tokens, seed, ...)
+
+    def config(self, planner: CallPlanner, prompt_len: int) -> GenerationConfig:
+        """The call's generation settings for a prompt of ``prompt_len`` tokens (before any temperature)."""
+        return planner.for_request(prompt_len, self.request)
 
 
 class DefaultVad:
@@ -154,8 +164,11 @@ class DefaultVad:
         return self._vad
 
 
-def call_policy(parts: WhisperParts, default_vad: DefaultVad, options: TranscribeOptions) -> CallPolicy:
-    """The policy of a call on this model: ``options`` checked against the model's vocabulary.
+def call_policy(
+    parts: WhisperParts, default_vad: DefaultVad, options: TranscribeOptions, request: RequestOptions
+) -> CallPolicy:
+    """The policy of a call on this model: ``options`` checked against the model's vocabulary, and the
+    call's generation options (``request``).
 
     Raises:
         ConfigurationError: prompt ids that are not text tokens.
@@ -190,6 +203,7 @@ def call_policy(parts: WhisperParts, default_vad: DefaultVad, options: Transcrib
         word_timestamps=bool(options.word_timestamps),
         vad=_detector(options.vad, default_vad),
         vad_options=options.vad_options,
+        request=request,
     )
 
 
@@ -207,27 +221,22 @@ def _detector(vad: bool | str | os.PathLike[str] | SileroVad | None, default: De
 
 
 def attempt_config(
-    planner: CallPlanner,
-    prompt_len: int,
-    overrides: Mapping[str, Any],
-    temperature: float,
-    policy: CallPolicy,
-    context: bool,
+    planner: CallPlanner, prompt_len: int, temperature: float, policy: CallPolicy, context: bool
 ) -> GenerationConfig:
     """The generation settings of one decoding attempt of a window (``context``: its prompt holds previous text).
 
     A call's explicit temperature is applied by ``GenerationConfig.with_temperature`` (0: greedy); a
     sampled attempt decodes one sequence (no beams), as openai-whisper's fallback does.
     """
-    changes = dict(overrides)
+    request = policy.request
     if policy.explicit_temperature and temperature > 0:
-        changes["num_beams"] = 1
+        request = request.replace(num_beams=1)
     try:
-        config = planner.for_call(prompt_len, changes)
+        config = planner.for_request(prompt_len, request)
     except PromptTooLongError:
         room = (planner.context or 0) - prompt_len
         if not context or room < 1:
             raise
         # transformers: the previous text may leave less room than max_new_tokens; fewer new tokens then
-        config = planner.for_call(prompt_len, {**changes, "max_new_tokens": room})
+        config = planner.for_request(prompt_len, request.replace(max_new_tokens=room))
     return config.with_temperature(temperature) if policy.explicit_temperature else config

@@ -164,6 +164,7 @@ def test_language_detection_chooses_through_choose_token(asr):
 
 def test_transcribe_options_are_typed_once_and_equal_the_keywords(asr):
     from inference4py.speech import LongformOptions, TranscribeOptions
+    from inference4py.tasks.options import RequestOptions
 
     defaults, longform = TranscribeOptions(), LongformOptions()
     assert (defaults.compression_ratio_threshold, defaults.logprob_threshold, defaults.no_speech_threshold) == (
@@ -173,7 +174,15 @@ def test_transcribe_options_are_typed_once_and_equal_the_keywords(asr):
     )
     assert defaults.best_of == longform.best_of
     options, rest = TranscribeOptions.from_keywords({"temperature": [0.0, 0.4], "best_of": 2, "seed": 1})
-    assert options == TranscribeOptions(temperature=(0.0, 0.4), best_of=2) and rest == {"seed": 1}
+    assert options == TranscribeOptions(temperature=(0.0, 0.4), best_of=2) and rest == RequestOptions(seed=1)
+    # the other keywords are typed at the same edge: an unknown name, drafts or constraints are refused there
+    for bad, match in (
+        ({"beams": 2}, "beams"),
+        ({"speculative": "prompt_lookup"}, "This call"),
+        ({"regex": "a"}, "This call"),
+    ):
+        with pytest.raises(ConfigurationError, match=match):
+            TranscribeOptions.from_keywords(bad)
     audio = (clips()["chirp"], SAMPLE_RATE)
     by_keywords = asr.transcribe(audio, temperature=(0.0, 0.4), best_of=2, max_new_tokens=12, seed=1)
     typed = asr.transcribe(audio, options=options, max_new_tokens=12, seed=1)
