@@ -101,6 +101,28 @@ class WhisperBuilder(GenerationBuilder["WhisperSpeechModel"]):
 # --------------------------------------------------------------------------- the task
 
 
+class PresetMethod:
+    """A preset method of :class:`WhisperSpeechModel`: ``WhisperSpeechModel.whisperTiny()`` is a builder
+    started from the row named ``whisperTiny`` of the class's ``PRESETS`` (a subclass's own table)."""
+
+    def __init__(self, about: str) -> None:
+        self.about = about
+        self.name = ""
+
+    def __set_name__(self, owner: type[Any], name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: object, owner: type[WhisperSpeechModel]) -> Callable[[], WhisperBuilder]:
+        name = self.name
+
+        def preset() -> WhisperBuilder:
+            return owner._preset(name)
+
+        preset.__name__ = preset.__qualname__ = name
+        preset.__doc__ = f"{self.about}: a builder from the row {name!r} of PRESETS (repo, files, defaults)."
+        return preset
+
+
 class WhisperSpeechModel(ClosableTask):
     """Transcribe or translate speech with Whisper (any ONNX export with encoder + decoder-with-past).
 
@@ -137,40 +159,14 @@ class WhisperSpeechModel(ClosableTask):
         """The error of a preset method whose name has no row in :attr:`PRESETS`."""
         return ConfigurationError(f"{cls.__name__} has no preset {name}(): use {', '.join(cls.PRESETS)}.")
 
-    @classmethod
-    def whisperTiny(cls) -> WhisperBuilder:  # inference4j's names, each reading its row of PRESETS
-        """Whisper tiny (39M, multilingual)."""
-        return cls._preset("whisperTiny")
-
-    @classmethod
-    def whisperBase(cls) -> WhisperBuilder:
-        """Whisper base (74M, multilingual)."""
-        return cls._preset("whisperBase")
-
-    @classmethod
-    def whisperSmall(cls) -> WhisperBuilder:
-        """Whisper small (244M, multilingual)."""
-        return cls._preset("whisperSmall")
-
-    @classmethod
-    def whisperLargeV3Turbo(cls) -> WhisperBuilder:
-        """Whisper large-v3-turbo (809M, multilingual, 128 mel bins)."""
-        return cls._preset("whisperLargeV3Turbo")
-
-    @classmethod
-    def whisperTinyEn(cls) -> WhisperBuilder:
-        """Whisper tiny.en (English only)."""
-        return cls._preset("whisperTinyEn")
-
-    @classmethod
-    def whisperBaseEn(cls) -> WhisperBuilder:
-        """Whisper base.en (English only)."""
-        return cls._preset("whisperBaseEn")
-
-    @classmethod
-    def whisperSmallEn(cls) -> WhisperBuilder:
-        """Whisper small.en (English only)."""
-        return cls._preset("whisperSmallEn")
+    # inference4j's names, each reading the row of PRESETS named after it
+    whisperTiny = PresetMethod("Whisper tiny (39M, multilingual)")
+    whisperBase = PresetMethod("Whisper base (74M, multilingual)")
+    whisperSmall = PresetMethod("Whisper small (244M, multilingual)")
+    whisperLargeV3Turbo = PresetMethod("Whisper large-v3-turbo (809M, multilingual, 128 mel bins)")
+    whisperTinyEn = PresetMethod("Whisper tiny.en (English only)")
+    whisperBaseEn = PresetMethod("Whisper base.en (English only)")
+    whisperSmallEn = PresetMethod("Whisper small.en (English only)")
 
     # ------------------------------------------------------------------ construction
     @classmethod
