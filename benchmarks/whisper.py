@@ -65,7 +65,7 @@ ROWS = (
         "inference4py[ct2-file]",
         "inference4py",
         "sequential",
-        what="transcribe(), timestamps, faster-whisper's float16 folder converted (whisper_files)",
+        what="transcribe(), timestamps, faster-whisper's float16 folder converted (speech.files)",
         model="ct2",
     ),
     Row(
@@ -125,7 +125,7 @@ def _load_i4py(task: dict[str, Any]) -> Any:
     if mode == "sequential":
         return lambda audio: asr.transcribe((audio, 16000), timestamps=True).text
     if mode == "batched":
-        from inference4py.tasks.whisper.vad import SileroVad, VadOptions
+        from inference4py.speech.vad import SileroVad, VadOptions
 
         vad = SileroVad(task["vad_model"])
         # faster-whisper's BatchedInferencePipeline: Silero chunks of <= 30 s, 160 ms of silence end a region

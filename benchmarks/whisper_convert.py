@@ -6,7 +6,7 @@
 
 For each SOURCE, three steps, each in a fresh process (this file with ``--worker``), one after the other:
 
-* ``convert``: ``inference4py.whisper_files.convert_whisper(SOURCE, OUT)`` into a fresh folder: wall
+* ``convert``: ``inference4py.speech.files.convert_whisper(SOURCE, OUT)`` into a fresh folder: wall
   time, peak RSS (``VmHWM``; also the peaks of ``RssAnon`` and ``RssFile`` polled every few ms: the
   model file is memory-mapped, so its pages that were read count as file-backed RSS), the folder's
   size against the model file's, and the largest tensor written (the converter should hold little
@@ -126,7 +126,7 @@ def _largest_initializer(folder: Path) -> tuple[str, int]:
 def _worker_convert(task: dict[str, Any]) -> dict[str, Any]:
     import onnx  # noqa: F401  (imported before the clock: the baseline includes it)
 
-    from inference4py.whisper_files import convert_whisper, find_whisper_file
+    from inference4py.speech.files import convert_whisper, find_whisper_file
 
     source = find_whisper_file(task["source"])
     before = _status()

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from inference4py import WhisperSpeechModel
     from inference4py.audio import SAMPLE_RATE, load_audio
-    from inference4py.tasks.whisper.vad import SileroVad
+    from inference4py.speech.vad import SileroVad
 
     wav, meta = make(args.seconds, args.seed)
     audio = load_audio(wav)

@@ -29,10 +29,10 @@ _EXPORTS: dict[str, str] = {
     "T5SqlGenerator": "inference4py.tasks.t5_sql",
     "Language": "inference4py.tasks.languages",
     "TextOutput": "inference4py.tasks.seq2seq_base",
-    "WhisperSpeechModel": "inference4py.tasks.whisper",
-    "Transcription": "inference4py.tasks.whisper",
-    "Segment": "inference4py.tasks.whisper",
-    "TranscribeOptions": "inference4py.tasks.whisper",
+    "WhisperSpeechModel": "inference4py.speech",
+    "Transcription": "inference4py.speech",
+    "Segment": "inference4py.speech",
+    "TranscribeOptions": "inference4py.speech",
     "summarize": "inference4py._quick",
     "translate": "inference4py._quick",
     "correct": "inference4py._quick",
@@ -95,6 +95,18 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from inference4py.hub import PushResult as PushResult
     from inference4py.hub import resolve_checkpoint as resolve_checkpoint
     from inference4py.publish import push as push
+    from inference4py.speech import (
+        Segment as Segment,
+    )
+    from inference4py.speech import (
+        TranscribeOptions as TranscribeOptions,
+    )
+    from inference4py.speech import (
+        Transcription as Transcription,
+    )
+    from inference4py.speech import (
+        WhisperSpeechModel as WhisperSpeechModel,
+    )
     from inference4py.tasks.bart import BartSummarizer as BartSummarizer
     from inference4py.tasks.batched import BatchedTextGenerator as BatchedTextGenerator
     from inference4py.tasks.coedit import CoeditGrammarCorrector as CoeditGrammarCorrector
@@ -117,18 +129,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from inference4py.tasks.vision_language import VisionLanguageBuilder as VisionLanguageBuilder
     from inference4py.tasks.vision_language import VisionLanguageModel as VisionLanguageModel
-    from inference4py.tasks.whisper import (
-        Segment as Segment,
-    )
-    from inference4py.tasks.whisper import (
-        TranscribeOptions as TranscribeOptions,
-    )
-    from inference4py.tasks.whisper import (
-        Transcription as Transcription,
-    )
-    from inference4py.tasks.whisper import (
-        WhisperSpeechModel as WhisperSpeechModel,
-    )
     from inference4py.tokenization import Tokenizer as Tokenizer
     from inference4py.tokenization import load_tokenizer as load_tokenizer
 

@@ -43,8 +43,8 @@ _EXPORTS: dict[str, str] = {
     "GenerationResult": "inference4py.generation.result",
     "GenerationChunk": "inference4py.generation.result",
     "Candidate": "inference4py.generation.result",
-    "Transcription": "inference4py.tasks.whisper",
-    "Segment": "inference4py.tasks.whisper",
+    "Transcription": "inference4py.speech",
+    "Segment": "inference4py.speech",
 }
 
 __all__ = sorted(_EXPORTS) + ["INSTALL_HINT"]
@@ -59,8 +59,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from inference4py.generation.result import (
         GenerationResult as GenerationResult,
     )
-    from inference4py.tasks.whisper import Segment as Segment
-    from inference4py.tasks.whisper import Transcription as Transcription
+    from inference4py.speech import Segment as Segment
+    from inference4py.speech import Transcription as Transcription
     from inference4py_genai.text import (
         GenaiTextGeneratorBuilder as GenaiTextGeneratorBuilder,
     )

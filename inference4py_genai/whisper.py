@@ -2,13 +2,13 @@
 
 genai runs the encoder and the decoder loop (its cross-attention cache and
 search) in C++.  Everything around it is inference4py's
-:class:`inference4py.tasks.whisper.WhisperSpeechModel`, which this class extends:
+:class:`inference4py.speech.WhisperSpeechModel`, which this class extends:
 audio loading and log-mel features (:mod:`inference4py.audio`, transformers'
 numbers), the decoder prompt (language / task / ``<|notimestamps|>``), language
 detection, Whisper's suppress lists and timestamp rules (run in Python on genai's
 logits when the folder or the call needs them), segments, and the 30 s window
 loop for audio of any length.  The result is the same
-:class:`~inference4py.tasks.whisper.Transcription`.
+:class:`~inference4py.speech.Transcription`.
 
 genai folders come from ``python -m onnxruntime_genai.models.builder`` on a
 Whisper checkpoint: ``encoder.onnx`` (``audio_features`` [batch, n_mels, 3000]),
@@ -21,7 +21,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -29,11 +30,12 @@ from inference4py import audio as _audio
 from inference4py.errors import ConfigurationError, InferenceError, UnsupportedModelError
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.processors import LogitsProcessor
-from inference4py.tasks import whisper as native
-from inference4py.tasks.whisper import Segment, Transcription
-from inference4py.tasks.whisper.features import read_json_object
-from inference4py.tasks.whisper.parts import WhisperParts, whisper_defaults
-from inference4py.tasks.whisper.vocab import WhisperVocab
+from inference4py.speech import Segment, Transcription
+from inference4py.speech import model as native
+from inference4py.speech.features import read_json_object
+from inference4py.speech.parts import WhisperParts, whisper_defaults
+from inference4py.speech.presets import WhisperPreset
+from inference4py.speech.vocab import WhisperVocab
 from inference4py.tokenization import Tokenizer, load_tokenizer
 from inference4py_genai import _base
 from inference4py_genai._runtime import load_genai_config, og, open_model, raising
@@ -61,60 +63,18 @@ class WhisperSpeechModel(native.WhisperSpeechModel):
     Builder = WhisperBuilder
 
     # ------------------------------------------------------------------ presets
-    @classmethod
-    def builder(cls) -> WhisperBuilder:
-        """A builder with no model chosen: call ``model_id`` or ``model_path`` (a genai Whisper folder)."""
-        return cls._preset(None, None)
+    #: The one genai export among the preset methods; the others point at optimum exports (refused by name).
+    PRESETS: ClassVar[Mapping[str, WhisperPreset]] = MappingProxyType(
+        {"whisperSmall": WhisperPreset("inference4j/whisper-small-genai")}
+    )
 
     @classmethod
-    def _preset(cls, name: str | None, model_id: str | None) -> WhisperBuilder:
-        b = WhisperBuilder(preset=name, model_id=model_id)
-        b._task = cls
-        return b
-
-    @classmethod
-    def whisperSmall(cls) -> WhisperBuilder:  # inference4j's name
-        """Whisper small (244M, multilingual) for onnxruntime-genai, inference4j/whisper-small-genai."""
-        return cls._preset("whisperSmall", "inference4j/whisper-small-genai")
-
-    @classmethod
-    def _no_genai_repo(cls, name: str) -> WhisperBuilder:
-        raise ConfigurationError(
+    def _no_preset(cls, name: str) -> ConfigurationError:
+        return ConfigurationError(
             f"WhisperSpeechModel.{name}() points at an optimum export, which onnxruntime-genai cannot load. Use "
             "inference4py.WhisperSpeechModel for it, WhisperSpeechModel.whisperSmall() here, or "
             ".builder().model_path(folder) with a folder made by onnxruntime-genai's model builder."
         )
-
-    # The native presets point at optimum exports (no genai_config.json): refuse them by name.
-    @classmethod
-    def whisperTiny(cls) -> WhisperBuilder:
-        """Not available for onnxruntime-genai (raises ConfigurationError)."""
-        return cls._no_genai_repo("whisperTiny")
-
-    @classmethod
-    def whisperBase(cls) -> WhisperBuilder:
-        """Not available for onnxruntime-genai (raises ConfigurationError)."""
-        return cls._no_genai_repo("whisperBase")
-
-    @classmethod
-    def whisperLargeV3Turbo(cls) -> WhisperBuilder:
-        """Not available for onnxruntime-genai (raises ConfigurationError)."""
-        return cls._no_genai_repo("whisperLargeV3Turbo")
-
-    @classmethod
-    def whisperTinyEn(cls) -> WhisperBuilder:
-        """Not available for onnxruntime-genai (raises ConfigurationError)."""
-        return cls._no_genai_repo("whisperTinyEn")
-
-    @classmethod
-    def whisperBaseEn(cls) -> WhisperBuilder:
-        """Not available for onnxruntime-genai (raises ConfigurationError)."""
-        return cls._no_genai_repo("whisperBaseEn")
-
-    @classmethod
-    def whisperSmallEn(cls) -> WhisperBuilder:
-        """Not available for onnxruntime-genai (raises ConfigurationError)."""
-        return cls._no_genai_repo("whisperSmallEn")
 
     # ------------------------------------------------------------------ construction
     @classmethod

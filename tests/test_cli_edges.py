@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from inference4py.cli import build_parser, main
-from inference4py.tasks.whisper.results import Segment, Transcription, Word
+from inference4py.speech.results import Segment, Transcription, Word
 from tests.conftest import FIXTURES
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

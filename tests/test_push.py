@@ -198,8 +198,8 @@ def test_cli_push_of_a_bad_folder_exits_2_with_the_message(hub, tmp_path, capsys
 def test_a_converted_whisper_folder_is_pushed_with_its_provenance(hub, tmp_path):
     import hashlib
 
-    from inference4py.whisper_files import convert_whisper
-    from inference4py.whisper_files.convert import CONVERTER_VERSION
+    from inference4py.speech.files import convert_whisper
+    from inference4py.speech.files.convert import CONVERTER_VERSION
 
     folder = convert_whisper(FIXTURE.parent / "whisper-ct2", tmp_path / "whisper")
     push(folder, "me/whisper-ct2", token=TOKEN)

@@ -798,7 +798,7 @@ def _chunks(t: TensorPlan, rng: np.random.Generator, chunk_bytes: int) -> Iterat
 
 def _byte_tokens() -> list[str]:
     """GPT-2's byte-level alphabet, in its vocabulary order (printable bytes first)."""
-    from inference4py.whisper_files.vocabulary import byte_to_char
+    from inference4py.speech.files.vocabulary import byte_to_char
 
     chars = byte_to_char()
     printable = [b for b in range(256) if chars[b] == chr(b)]

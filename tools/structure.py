@@ -40,6 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("inference4py",),  # the public facade: lazy re-exports, __all__
     ("inference4py.serve", "inference4py.batch"),  # edges: a request in, RequestOptions, a task, an answer out
     ("inference4py_genai",),  # the task facade again, over onnxruntime-genai
+    ("inference4py.speech",),  # speech to text: Whisper's task over tasks/ (speech.files, its converters, sit lower)
     (
         "inference4py.tasks",
         "inference4py._quick",
@@ -47,7 +48,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),  # task classes; push (a model card from tasks/kinds)
     (  # model folders converted or rewritten; the cache rules every converter shares
         "inference4py.gguf",
-        "inference4py.whisper_files",
+        "inference4py.speech.files",
         "inference4py.optimize",
         "inference4py.quantize",
         "inference4py.converted",

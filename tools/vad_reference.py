@@ -1,4 +1,4 @@
-"""Build the voice activity detection fixtures in tests/fixtures/vad/ (tests/tasks/test_vad.py).
+"""Build the voice activity detection fixtures in tests/fixtures/vad/ (tests/speech/test_vad.py).
 
 ```
 apt-get install -y espeak-ng
@@ -179,7 +179,7 @@ def build_reference() -> None:
 
 
 def crosscheck(silero_data: Path) -> None:
-    from inference4py.tasks.whisper.vad import SileroVad, VadOptions
+    from inference4py.speech.vad import SileroVad, VadOptions
 
     audio, _ = compose(read_clip("speech-a"), read_clip("speech-b"), RECIPE)
     streaming = SileroVad(silero_data / "silero_vad.onnx")

@@ -314,7 +314,7 @@ def load_adapter(
             builder = builder.intra_op_threads(threads)
         return DecoderAdapter(builder.build(), task=task, seed=seed, overrides=overrides)
     if task == "transcribe":
-        from inference4py.tasks.whisper import WhisperSpeechModel
+        from inference4py.speech import WhisperSpeechModel
 
         if any(k in overrides for k in OUTPUT_FIELDS):
             raise ConfigurationError("A JSON schema constrains generated text: drop json_schema for --task transcribe.")

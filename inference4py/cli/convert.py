@@ -35,7 +35,7 @@ def _run_convert(args: argparse.Namespace) -> int:
     from inference4py.tasks.kinds import is_whisper_source
 
     if is_whisper_source(args.source):
-        from inference4py.whisper_files import convert_whisper
+        from inference4py.speech.files import convert_whisper
 
         if args.bits is not None:
             raise ConfigurationError(

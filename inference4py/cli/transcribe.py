@@ -106,7 +106,7 @@ def _add_transcribe_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run_transcribe(args: argparse.Namespace) -> int:
     from inference4py import WhisperSpeechModel
-    from inference4py.tasks.whisper import FALLBACK_TEMPERATURES, TranscribeOptions
+    from inference4py.speech import FALLBACK_TEMPERATURES, TranscribeOptions
 
     builder = WhisperSpeechModel.builder()
     model = args.model or _DEFAULT_WHISPER
@@ -127,39 +127,39 @@ def _run_transcribe(args: argparse.Namespace) -> int:
         builder = builder.max_new_tokens(args.max_new_tokens)
     if args.num_beams is not None:
         builder = builder.num_beams(args.num_beams)
+    if args.seed is not None:  # the sampled fallback windows' seed
+        builder = builder.seed(args.seed)
     timestamps = args.timestamps or args.format != "text"
-    options: dict[str, Any] = {  # the call's TranscribeOptions, and generation options (seed)
-        "options": TranscribeOptions(
-            word_timestamps=bool(args.word_timestamps),
-            temperature=FALLBACK_TEMPERATURES if args.temperature_fallback else None,
-            condition_on_previous_text=bool(args.condition_on_previous_text),
-            initial_prompt=args.initial_prompt or None,
-            hallucination_silence_threshold=args.hallucination_silence_threshold,
-            vad=args.vad_model or bool(args.vad),
-            best_of=args.best_of if args.best_of is not None else TranscribeOptions.best_of,
-        )
-    }
-    if args.seed is not None:
-        options["seed"] = args.seed
+    options = TranscribeOptions(  # the flags typed once, here at the edge
+        word_timestamps=bool(args.word_timestamps),
+        temperature=FALLBACK_TEMPERATURES if args.temperature_fallback else None,
+        condition_on_previous_text=bool(args.condition_on_previous_text),
+        initial_prompt=args.initial_prompt or None,
+        hallucination_silence_threshold=args.hallucination_silence_threshold,
+        vad=args.vad_model or bool(args.vad),
+        best_of=args.best_of if args.best_of is not None else TranscribeOptions.best_of,
+    )
     files: list[str] = list(args.file)
     bar = _Progress(sys.stderr) if args.progress else None
-    if bar is not None:
-        options["on_progress"] = bar
     out_dir = Path(args.output_dir).expanduser() if args.output_dir else None
     with builder.timestamps(timestamps).build() as asr:
         streamed = len(files) == 1 and args.batch_size is None and not args.parallel_chunks
         if streamed and out_dir is None and args.format == "text" and not timestamps:
             echo = _Echo(sys.stdout)  # one file of plain text: streamed as it is decoded
-            asr.transcribe(files[0], on_token=echo, **options)
+            asr.transcribe(files[0], on_token=echo, on_progress=bar, options=options)
             echo.end_line()
             if bar is not None:
                 bar.close()
             return EXIT_OK
         if len(files) == 1 and args.batch_size is None and not args.parallel_chunks:
-            results = [asr.transcribe(files[0], **options)]
+            results = [asr.transcribe(files[0], on_progress=bar, options=options)]
         else:
             results = asr.transcribe_batch(
-                files, batch_size=args.batch_size or 8, parallel_chunks=args.parallel_chunks, **options
+                files,
+                batch_size=args.batch_size or 8,
+                parallel_chunks=args.parallel_chunks,
+                on_progress=bar,
+                options=options,
             )
     if bar is not None:
         bar.close()

@@ -42,14 +42,14 @@ from inference4py.serve.protocol import ApiError, error_body
 from inference4py.serve.registry import ModelRegistry
 from inference4py.serve.sse import sse
 from inference4py.serve.worker import ModelWorker
-from inference4py.tasks.whisper import (
+from inference4py.speech import (
     WHISPER_LANGUAGES,
     TranscribeOptions,
     Transcription,
     WhisperSpeechModel,
     language_code,
 )
-from inference4py.tasks.whisper.results import seconds
+from inference4py.speech.results import seconds
 
 __all__ = ["RESPONSE_FORMATS", "add_audio_routes", "load_speech_model", "speech_model"]
 

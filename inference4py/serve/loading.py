@@ -22,13 +22,13 @@ from typing import Any
 from inference4py.engine.pipeline import GENAI_CONFIG, PipelineSpec, load_pipeline
 from inference4py.errors import ConfigurationError, Inference4pyError
 from inference4py.hub import resolve_checkpoint
+from inference4py.speech import WhisperSpeechModel
 from inference4py.tasks.embedding import OnnxEmbedder
 from inference4py.tasks.kinds import Kind, is_whisper_source, model_kind
 from inference4py.tasks.rerank import OnnxReranker
 from inference4py.tasks.seq2seq_base import Seq2SeqTask
 from inference4py.tasks.text_generation import OnnxTextGenerator
 from inference4py.tasks.vision_language import VisionLanguageModel
-from inference4py.tasks.whisper import WhisperSpeechModel
 
 __all__ = ["kind_of", "load_model", "load_speech_model", "scan_models_dir", "speech_model"]
 

@@ -179,7 +179,7 @@ def _converted_once(model: str) -> str:
     from inference4py.tasks.kinds import is_whisper_source, model_kind
 
     if is_whisper_source(model):
-        from inference4py.whisper_files import whisper_folder
+        from inference4py.speech.files import whisper_folder
 
         whisper_folder(model)
     elif is_gguf_source(model):

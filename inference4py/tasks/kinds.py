@@ -66,7 +66,7 @@ def is_whisper_source(source: str) -> bool:
     """A faster-whisper folder, its model.bin, a whisper.cpp file, or a ``pip:`` package holding one."""
     from inference4py.errors import ModelNotFoundError
     from inference4py.pip_packages import PIP_PREFIX
-    from inference4py.whisper_files import find_whisper_file, is_whisper_file
+    from inference4py.speech.files import find_whisper_file, is_whisper_file
 
     if not source.startswith(PIP_PREFIX):
         return is_whisper_file(source)
@@ -91,7 +91,7 @@ def model_kind(source: str) -> ModelKind:
     from inference4py.vision.runtime import is_vision_folder
 
     if is_whisper_source(source):
-        return ModelKind("speech", source)  # converted on load (inference4py.whisper_files)
+        return ModelKind("speech", source)  # converted on load (inference4py.speech.files)
     if is_gguf_source(source):
         return ModelKind("gguf", source)
     local = Path(source).expanduser()

@@ -22,7 +22,7 @@ def asr():
 
 
 def _clips(folder):
-    from tests.tasks.test_whisper import clips
+    from tests.speech.test_whisper import clips
 
     audio = folder / "audio"
     audio.mkdir()

@@ -15,7 +15,7 @@ from tests.genai.conftest import folder, reference, require_genai
 genai = require_genai()
 
 from inference4py.errors import AudioError, ConfigurationError, ModelFilesMissingError, UnsupportedModelError  # noqa: E402
-from inference4py.tasks.whisper import Segment, Transcription  # noqa: E402
+from inference4py.speech import Segment, Transcription  # noqa: E402
 from inference4py_genai import WhisperSpeechModel  # noqa: E402
 
 REF = reference("genai-whisper")

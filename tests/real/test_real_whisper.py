@@ -369,8 +369,8 @@ def _vad_recording():
     from pathlib import Path
 
     from inference4py.audio import SAMPLE_RATE, load_audio
-    from inference4py.tasks.whisper.vad import SileroVad
-    from tests.tasks.test_vad import compose, speech_extent
+    from inference4py.speech.vad import SileroVad
+    from tests.speech.test_vad import compose, speech_extent
 
     vad_dir = Path(__file__).resolve().parents[1] / "fixtures" / "vad"
     reference = json.loads((vad_dir / "reference.json").read_text(encoding="utf-8"))
@@ -466,7 +466,7 @@ def test_vad_without_word_onsets_keeps_transformers_times():
     """``VadOptions(word_onsets=False)``: every word, the first of each sentence too, is transformers'
     (DTW) within 0.02 s, and "After" starts 0.30 s after the true onset: the setting matters."""
     from inference4py.audio import SAMPLE_RATE
-    from inference4py.tasks.whisper.vad import VadOptions
+    from inference4py.speech.vad import VadOptions
 
     audio, (_, _, b_start), vad, speech, ref, _ = _vad_recording()
     result = speech_model("whisper-base-optimum").transcribe(

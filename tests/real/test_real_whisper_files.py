@@ -333,7 +333,7 @@ def test_the_package_says_whether_it_is_multilingual(model):
 
 
 def _folder(package: Package) -> Path:
-    from inference4py.whisper_files import whisper_folder
+    from inference4py.speech.files import whisper_folder
 
     return whisper_folder(package.source)
 
@@ -368,7 +368,7 @@ def test_the_converted_folder_is_the_size_of_model_bin(model):
     marker = json.loads((folder / "inference4py-whisper.json").read_text(encoding="utf-8"))
     assert marker["format"] == "ct2" and marker["storage"] == ["float16"]
     # the package and the folder tools/real/whisper.py extracted from the same wheels: one conversion
-    from inference4py.whisper_files import whisper_folder
+    from inference4py.speech.files import whisper_folder
 
     assert whisper_folder(ct2) == folder
 

@@ -24,7 +24,7 @@ from inference4py import WhisperSpeechModel  # noqa: E402
 from inference4py.errors import ConfigurationError  # noqa: E402
 from inference4py.serve import create_app, load_models  # noqa: E402
 from inference4py.serve.audio import RESPONSE_FORMATS, load_speech_model  # noqa: E402
-from inference4py.tasks.whisper import WHISPER_LANGUAGES  # noqa: E402
+from inference4py.speech import WHISPER_LANGUAGES  # noqa: E402
 from tests.conftest import MODELS, load_reference  # noqa: E402
 from tests.serve.support import running  # noqa: E402
 

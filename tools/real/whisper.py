@@ -203,7 +203,7 @@ def fetch_ct2(src: Source, downloads: Path, *, force: bool = False) -> Path:
 
 @dataclass
 class Ct2Model:
-    """The content of a CTranslate2 model.bin (read by the library's reader, inference4py.whisper_files.ct2).
+    """The content of a CTranslate2 model.bin (read by the library's reader, inference4py.speech.files.ct2).
 
     Attributes:
         version: binary format version.
@@ -224,7 +224,7 @@ class Ct2Model:
 
 def read_ct2_model(path: Path) -> Ct2Model:
     """Parse CTranslate2's model.bin with the library's reader (its layout is documented there)."""
-    from inference4py.whisper_files.ct2 import read_ct2
+    from inference4py.speech.files.ct2 import read_ct2
 
     ct2 = read_ct2(path)
     dtypes = {name: ct2.dtype(name) for name in ct2.variables}
