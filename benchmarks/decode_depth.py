@@ -59,7 +59,23 @@ def expanded_bytes(config: dict[str, Any], depth: int) -> int | None:
 
 def llama(binary: Path, gguf: Path, depth: int, tokens: int) -> float:
     run = subprocess.run(
-        [str(binary), "-m", str(gguf), "-t", "2", "-p", "0", "-n", str(tokens), "-d", str(depth), "-r", "1", "-o", "json"],
+        [
+            str(binary),
+            "-m",
+            str(gguf),
+            "-t",
+            "2",
+            "-p",
+            "0",
+            "-n",
+            str(tokens),
+            "-d",
+            str(depth),
+            "-r",
+            "1",
+            "-o",
+            "json",
+        ],
         capture_output=True,
         text=True,
     )
@@ -89,15 +105,21 @@ def main(argv: list[str] | None = None) -> int:
     env = {**machine(), "cpu_flags": cpu_flags()}
     command = "python benchmarks/decode_depth.py " + " ".join(sys.argv[1:] if argv is None else argv)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    save_json(RESULTS / f"decode-depth-{stamp}.json", {"env": env, "command": command, "file": args.gguf.name, "rows": rows})
-    print(f"| {args.gguf.name} depth | cache (ours) | expanded cache | decode tok/s: inference4py | llama.cpp | ratio |")
+    save_json(
+        RESULTS / f"decode-depth-{stamp}.json", {"env": env, "command": command, "file": args.gguf.name, "rows": rows}
+    )
+    print(
+        f"| {args.gguf.name} depth | cache (ours) | expanded cache | decode tok/s: inference4py | llama.cpp | ratio |"
+    )
     print("|---|---|---|---|---|---|")
     for r in rows:
         o = r["inference4py"]
         cache = f"{o['cache_bytes'] / 2**20:.1f} MiB" if o["cache_bytes"] else "-"
         exp = f"{r['expanded_cache_bytes'] / 2**20:.1f} MiB" if r["expanded_cache_bytes"] else "-"
         ratio = o["decode_tok_s"] / r["llama.cpp_decode_tok_s"]
-        print(f"| {r['depth']} | {cache} | {exp} | {o['decode_tok_s']:.1f} | {r['llama.cpp_decode_tok_s']:.1f} | {ratio:.2f}x |")
+        print(
+            f"| {r['depth']} | {cache} | {exp} | {o['decode_tok_s']:.1f} | {r['llama.cpp_decode_tok_s']:.1f} | {ratio:.2f}x |"
+        )
     print(f"\n{env['cpu']}, {env['nproc']} cores; command: `{command}`")
     return 0
 

@@ -113,10 +113,14 @@ def llama_log_probs(
         text=True,
     )
     if run.returncode or not out.exists():
-        raise SystemExit(f"llama-perplexity --kl-divergence-base failed ({run.returncode}): {(run.stdout + run.stderr)[-800:]}")
+        raise SystemExit(
+            f"llama-perplexity --kl-divergence-base failed ({run.returncode}): {(run.stdout + run.stderr)[-800:]}"
+        )
 
 
-def llama_self_agreement(binary: str, model: Path, text: Path, ctx: int, chunks: int, threads: int, base: Path) -> dict[str, Any]:
+def llama_self_agreement(
+    binary: str, model: Path, text: Path, ctx: int, chunks: int, threads: int, base: Path
+) -> dict[str, Any]:
     """llama.cpp at its own defaults (flash attention, float16 KV cache) against its --kl base: the floor."""
     run = subprocess.run(
         [binary, "-m", str(model), "-f", str(text), "-c", str(ctx), "--chunks", str(chunks), "-t", str(threads)]
@@ -251,9 +255,14 @@ def main(argv: list[str] | None = None) -> int:
             extra = args.kl_llama_args.split()
             llama_log_probs(args.llama_perplexity, path, args.text, args.ctx, chunks, args.threads, base, extra)
             row["kl_llama_args"] = args.kl_llama_args
-            self_row = llama_self_agreement(args.llama_perplexity, path, args.text, args.ctx, chunks, args.threads, base)
+            self_row = llama_self_agreement(
+                args.llama_perplexity, path, args.text, args.ctx, chunks, args.threads, base
+            )
             row["llama.cpp defaults against the base"] = self_row
-            print(f"  llama.cpp's defaults: KL {self_row['mean_kl']:.5f}, top-1 {self_row['top1_agreement']:.4f}", file=sys.stderr)
+            print(
+                f"  llama.cpp's defaults: KL {self_row['mean_kl']:.5f}, top-1 {self_row['top1_agreement']:.4f}",
+                file=sys.stderr,
+            )
         for width in args.widths.split(","):
             bits = None if width == "file" else int(width)
             started = time.perf_counter()

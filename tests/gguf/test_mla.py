@@ -312,7 +312,9 @@ def test_quantized_up_projections_are_read_in_place(tmp_path):
         pytest.skip("the compiled operators are not built here")
     path = tmp_path / "tiny-mla.gguf"
     script = Path(__file__).resolve().parents[2] / "tools" / "random_gguf.py"
-    subprocess.run([sys.executable, str(script), "--shape", "tiny-mla", "--mix", "q4_k_m", "--quiet", str(path)], check=True)
+    subprocess.run(
+        [sys.executable, str(script), "--shape", "tiny-mla", "--mix", "q4_k_m", "--quiet", str(path)], check=True
+    )
     types = {t.name: t.type for t in GGUFFile(path).tensors()}
     assert {types[f"blk.{i}.attn_{w}_b.weight"] for i in (0, 1) for w in ("k", "v")} == {"Q5_0"}
     folder = convert_gguf(path, tmp_path / "file", bits=None)
