@@ -267,44 +267,41 @@ def read_expert_nodes(path: str | os.PathLike[str]) -> list[ExpertNode] | None:
 
     ``GraphProto.node`` (1) -> ``NodeProto.input`` (1) / ``name`` (3) / ``op_type`` (4) /
     ``attribute`` (5) / ``domain`` (7); ``initializer`` (5) -> ``TensorProto.dims`` (1) / ``name`` (8);
-    ``input`` (11) and ``value_info`` (13) -> declared shapes.  Weight bytes are skipped by length.
-    Returns None when the file cannot be parsed.
+    ``input`` (11) and ``value_info`` (13) -> declared shapes.  Weight bytes are skipped by length
+    (never scanned), and a graph without expert nodes is walked once.  Returns None when the file
+    cannot be parsed.
     """
-    return _read_mapped(path, lambda buf, size: _expert_nodes(buf, size) if buf.find(b"MoE") >= 0 else [])
+    return _read_mapped(path, _expert_nodes)
 
 
 def _expert_nodes(buf: _Buffer, size: int) -> list[ExpertNode] | None:
     graph = _graph(buf, size)
     if graph is None:
         return None
-    nodes: list[tuple[str, str, tuple[str, ...], dict[str, int]]] = []
-    declared: dict[str, tuple[int | str | None, ...]] = {}
-    initializers: dict[str, tuple[int, ...]] = {}
+    nodes = [
+        node
+        for number, wire, value in _fields(buf, *graph)
+        if number == 1 and wire == 2 and (node := _expert_node(buf, value)) is not None
+    ]
+    if not nodes:
+        return []
+    wanted = {tensor for node in nodes for tensor in node[2] if tensor}
+    known: dict[str, tuple[int | str | None, ...]] = {}
     for number, wire, value in _fields(buf, *graph):
         if wire != 2:
             continue
-        if number == 1:
-            node = _expert_node(buf, value)
-            if node is not None:
-                nodes.append(node)
-        elif number == 5:
+        if number == 5:
             name, dims = _initializer_dims(buf, value)
-            if name:
-                initializers[name] = dims
+            if name in wanted:
+                known[name] = dims
         elif number in (11, 13):
             info = _value_info(buf, value)
-            if info is not None:
-                declared[info.name] = info.shape
-    out = []
-    for name, op, inputs, attributes in nodes:
-        shapes: dict[str, tuple[int | str | None, ...]] = {}
-        for tensor in inputs:
-            if tensor in initializers:
-                shapes[tensor] = initializers[tensor]
-            elif tensor in declared:
-                shapes[tensor] = declared[tensor]
-        out.append(ExpertNode(name, op, inputs, attributes, shapes))
-    return out
+            if info is not None and info.name in wanted:
+                known.setdefault(info.name, info.shape)
+    return [
+        ExpertNode(name, op, inputs, attributes, {t: known[t] for t in inputs if t in known})
+        for name, op, inputs, attributes in nodes
+    ]
 
 
 def _expert_node(buf: _Buffer, span: tuple[int, int]) -> tuple[str, str, tuple[str, ...], dict[str, int]] | None:

@@ -56,6 +56,10 @@ def test_the_folder_has_the_experts_the_references_name(name):
         assert node.shapes[node.inputs[1]][-1] == REFS["experts"]  # the router's declared width
 
 
+def test_a_dense_graph_has_no_expert_nodes():
+    assert read_expert_nodes(FIXTURES / "models" / "genai-llama" / "model.onnx") == []
+
+
 @pytest.mark.parametrize("name,case", list(_cases()))
 def test_native_loop_reproduces_the_reference_ids(name, case):
     gen = generator(name)
