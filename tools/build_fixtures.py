@@ -32,7 +32,8 @@ BUILDERS = {
     "whisper": "tools.fixtures.whisper",  # speech-seq2seq: tiny Whisper (transformers.js layout), clips, features
     "whisper_files": "tools.fixtures.whisper_files",  # CTranslate2 folders + ggml files of it (after whisper)
     "fused": "tools.fixtures.fused",  # head size 16 optimum exports for `inference4py optimize` (rotary fusion)
-    "sliding": "tools.fixtures.sliding",  # genai-built Gemma-3-like / Mistral-like folders with a sliding window
+    "sliding": "tools.fixtures.sliding",
+    "genai_moe": "tools.fixtures.genai_moe",  # genai-built gpt-oss: com.microsoft MoE (fp32) and QMoE (int4) folders  # genai-built Gemma-3-like / Mistral-like folders with a sliding window
     "tool_calls": "tools.fixtures.tool_calls",  # Qwen2.5's template rendered by transformers with tools= (text + ids)
     "logprobs": "tools.fixtures.logprobs",  # transformers' raw-logit log-probabilities (after decoder)
     "gguf_tokenizers": "tools.fixtures.gguf_tokenizers",

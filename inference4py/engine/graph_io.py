@@ -15,6 +15,7 @@ from __future__ import annotations
 import mmap
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from inference4py.engine.sessions import TensorInfo
 
-__all__ = ["GraphIO", "has_op", "read_graph_io", "read_node_int_attributes"]
+__all__ = ["ExpertNode", "GraphIO", "has_op", "read_expert_nodes", "read_graph_io", "read_node_int_attributes"]
 
 # TensorProto.DataType -> numpy scalar type (what onnxruntime reports, see sessions.ORT_TO_NUMPY)
 _ELEM_TYPES: dict[int, type] = {
@@ -240,3 +241,109 @@ def _node_attributes(buf: _Buffer, size: int, op_type: bytes) -> list[dict[str, 
         if op == op_type:
             found.append(attributes)
     return found
+
+
+#: onnxruntime's mixture-of-experts operators (com.microsoft): a layer's router scores and its experts' weights.
+EXPERT_OPS = ("MoE", "QMoE")
+
+
+@dataclass(frozen=True)
+class ExpertNode:
+    """One com.microsoft ``MoE`` / ``QMoE`` node: its inputs, integer attributes, and the shapes known of them.
+
+    ``shapes`` maps an input name to its dims, from the initializer (weights, scales, biases) or
+    from the declared type of a computed tensor (the router scores); unknown names are absent.
+    """
+
+    name: str
+    op_type: str
+    inputs: tuple[str, ...]
+    attributes: dict[str, int] = field(default_factory=dict)
+    shapes: dict[str, tuple[int | str | None, ...]] = field(default_factory=dict)
+
+
+def read_expert_nodes(path: str | os.PathLike[str]) -> list[ExpertNode] | None:
+    """Every top-level com.microsoft ``MoE`` / ``QMoE`` node of an .onnx file (none: an empty list).
+
+    ``GraphProto.node`` (1) -> ``NodeProto.input`` (1) / ``name`` (3) / ``op_type`` (4) /
+    ``attribute`` (5) / ``domain`` (7); ``initializer`` (5) -> ``TensorProto.dims`` (1) / ``name`` (8);
+    ``input`` (11) and ``value_info`` (13) -> declared shapes.  Weight bytes are skipped by length
+    (never scanned), and a graph without expert nodes is walked once.  Returns None when the file
+    cannot be parsed.
+    """
+    return _read_mapped(path, _expert_nodes)
+
+
+def _expert_nodes(buf: _Buffer, size: int) -> list[ExpertNode] | None:
+    graph = _graph(buf, size)
+    if graph is None:
+        return None
+    nodes = [
+        node
+        for number, wire, value in _fields(buf, *graph)
+        if number == 1 and wire == 2 and (node := _expert_node(buf, value)) is not None
+    ]
+    if not nodes:
+        return []
+    wanted = {tensor for node in nodes for tensor in node[2] if tensor}
+    known: dict[str, tuple[int | str | None, ...]] = {}
+    for number, wire, value in _fields(buf, *graph):
+        if wire != 2:
+            continue
+        if number == 5:
+            name, dims = _initializer_dims(buf, value)
+            if name in wanted:
+                known[name] = dims
+        elif number in (11, 13):
+            info = _value_info(buf, value)
+            if info is not None and info.name in wanted:
+                known.setdefault(info.name, info.shape)
+    return [
+        ExpertNode(name, op, inputs, attributes, {t: known[t] for t in inputs if t in known})
+        for name, op, inputs, attributes in nodes
+    ]
+
+
+def _expert_node(buf: _Buffer, span: tuple[int, int]) -> tuple[str, str, tuple[str, ...], dict[str, int]] | None:
+    op = domain = name = ""
+    inputs: list[str] = []
+    attributes: dict[str, int] = {}
+    for number, wire, value in _fields(buf, *span):
+        if wire != 2:
+            continue
+        if number == 1:
+            inputs.append(_text(buf, value))
+        elif number == 3:
+            name = _text(buf, value)
+        elif number == 4:
+            op = _text(buf, value)
+        elif number == 7:
+            domain = _text(buf, value)
+        elif number == 5:
+            attr_name, attr_value = None, None
+            for a_num, a_wire, a_val in _fields(buf, *value):
+                if a_num == 1 and a_wire == 2:
+                    attr_name = _text(buf, a_val)
+                elif a_num == 3 and a_wire == 0:
+                    attr_value = a_val - (1 << 64) if a_val >= 1 << 63 else a_val
+            if attr_name is not None and attr_value is not None:
+                attributes[attr_name] = attr_value
+    if op not in EXPERT_OPS or domain != "com.microsoft":
+        return None
+    return name or op, op, tuple(inputs), attributes
+
+
+def _initializer_dims(buf: _Buffer, span: tuple[int, int]) -> tuple[str | None, tuple[int, ...]]:
+    name = None
+    dims: list[int] = []
+    for number, wire, value in _fields(buf, *span):
+        if number == 8 and wire == 2:
+            name = _text(buf, value)
+        elif number == 1 and wire == 0:
+            dims.append(value)
+        elif number == 1 and wire == 2:  # packed
+            pos, end = value
+            while pos < end:
+                dim, pos = _varint(buf, pos, end)
+                dims.append(dim)
+    return name, tuple(dims)

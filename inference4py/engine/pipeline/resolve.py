@@ -14,7 +14,7 @@ import os
 import warnings
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -47,6 +47,9 @@ from inference4py.engine.pipeline.spec import (
     PipelineSpec,
 )
 from inference4py.errors import ModelLoadError, PipelineSpecError, UnsupportedModelError
+
+if TYPE_CHECKING:
+    from inference4py.engine.graph_io import ExpertNode
 
 
 def load_pipeline(folder: str | os.PathLike[str]) -> PipelineSpec:
@@ -243,7 +246,94 @@ def _resolve_from_graphs(spec: PipelineSpec, *, explicit_preset: bool, where: st
         if session.provider:
             _check_provider(session.provider, name, where)
     _check_dataflow_graphs(spec, where)
+    _check_expert_nodes(spec)
     return replace(spec, state=state, preset=preset)
+
+
+#: Where each expert tensor sits among a node's inputs, by operator (onnxruntime's contrib-op schemas).
+_EXPERT_INPUTS = {
+    "MoE": {2: "fc1 weights", 3: "fc1 bias", 4: "fc2 weights", 5: "fc2 bias", 6: "fc3 weights", 7: "fc3 bias"},
+    "QMoE": {
+        2: "fc1 weights",
+        3: "fc1 scales",
+        4: "fc1 bias",
+        5: "fc2 weights",
+        6: "fc2 scales",
+        7: "fc2 bias",
+        8: "fc3 weights",
+        9: "fc3 scales",
+        10: "fc3 bias",
+        11: "fc1 zero points",
+        12: "fc2 zero points",
+        13: "fc3 zero points",
+    },
+}
+#: config.json's names for the expert count and the experts chosen per token.
+_CONFIG_EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts")
+_CONFIG_TOP_K = ("num_experts_per_tok", "moe_topk")
+
+
+def _check_expert_nodes(spec: PipelineSpec) -> None:
+    """Each com.microsoft ``MoE`` / ``QMoE`` node agrees with itself, its router and config.json.
+
+    The expert count is the first dim of the node's fc1 weights.  Every other expert tensor, the
+    router scores' last dim (as declared) and config.json's expert count must be the same, and the
+    node's ``k`` must lie in 1..experts and equal config.json's experts per token.  onnxruntime
+    finds the first two only when the node first runs, in the middle of a generation; config.json
+    it never reads.
+
+    Raises:
+        ModelLoadError: naming the graph, the node, the tensor and both numbers.
+    """
+    from inference4py.engine.graph_io import read_expert_nodes
+
+    config = read_model_config(spec.folder)
+    declared_experts = next((config[k] for k in _CONFIG_EXPERTS if isinstance(config.get(k), int)), None)
+    declared_top_k = next((config[k] for k in _CONFIG_TOP_K if isinstance(config.get(k), int)), None)
+    for role in ("decoder", "decoder_with_past"):
+        if role not in spec.roles:
+            continue
+        graph = spec.session(role).file
+        for node in read_expert_nodes(spec.path(role)) or []:
+            _check_expert_node(node, graph, declared_experts, declared_top_k)
+
+
+def _check_expert_node(node: ExpertNode, graph: str, declared_experts: int | None, declared_top_k: int | None) -> None:
+    where = f"{graph}: {node.op_type} node {node.name!r}"
+    fix = "The graph's experts do not match; rebuild the folder with onnxruntime-genai's model builder."
+    slots = _EXPERT_INPUTS[node.op_type]
+    fc1 = node.inputs[2] if len(node.inputs) > 2 else ""
+    fc1_shape = node.shapes.get(fc1)
+    if not fc1_shape or not isinstance(fc1_shape[0], int):
+        return  # computed weights: onnxruntime checks them when it runs
+    experts = fc1_shape[0]
+    for slot, role in slots.items():
+        tensor = node.inputs[slot] if slot < len(node.inputs) else ""
+        shape = node.shapes.get(tensor) if tensor else None
+        if shape and isinstance(shape[0], int) and shape[0] != experts:
+            raise ModelLoadError(
+                f"{where}: its {role} {tensor!r} hold {shape[0]} experts, its fc1 weights {fc1!r} {experts}. {fix}"
+            )
+    router = node.inputs[1] if len(node.inputs) > 1 else ""
+    width = (node.shapes.get(router) or (None,))[-1]
+    if isinstance(width, int) and width != experts:
+        raise ModelLoadError(
+            f"{where}: its router scores {router!r} have {width} columns, but its weights hold {experts} experts "
+            f"({fc1!r}: {list(fc1_shape)}). {fix}"
+        )
+    if declared_experts is not None and declared_experts != experts:
+        raise ModelLoadError(
+            f"{where}: its weights hold {experts} experts ({fc1!r}: {list(fc1_shape)}), but config.json says "
+            f"{declared_experts}. Fix config.json or rebuild the folder."
+        )
+    k = node.attributes.get("k", 1)
+    if not 1 <= k <= experts:
+        raise ModelLoadError(f"{where}: k={k} experts per token, but it has {experts} experts (1..{experts}). {fix}")
+    if declared_top_k is not None and declared_top_k != k:
+        raise ModelLoadError(
+            f"{where}: k={k} experts per token, but config.json says num_experts_per_tok={declared_top_k}. "
+            "Fix config.json or rebuild the folder."
+        )
 
 
 #: Inputs of a step session the runtime feeds itself (the tokens of each run).
