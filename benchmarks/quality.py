@@ -194,6 +194,8 @@ def _chunk_feeds(inputs: dict[str, Any], ids: np.ndarray) -> dict[str, np.ndarra
     feeds: dict[str, np.ndarray] = {"input_ids": ids[None], "attention_mask": np.ones((1, len(ids)), np.int64)}
     if "num_logits_to_keep" in inputs:
         feeds["num_logits_to_keep"] = np.array(0, np.int64)
+    if "position_ids" in inputs:  # graphs that take positions per row (latent attention)
+        feeds["position_ids"] = np.arange(len(ids), dtype=np.int64)[None]
     for name, info in inputs.items():
         if name.startswith("past_key_values."):
             kind = np.int8 if info.type == "tensor(int8)" else np.float32  # an int8 KV cache (kv_cache("int8"))
