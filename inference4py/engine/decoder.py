@@ -29,7 +29,7 @@ from inference4py.engine.growing_kv import _GrowingCache
 from inference4py.engine.kv_cache import check_cache_names
 from inference4py.engine.pipeline import PipelineSpec, single_pass_refusal
 from inference4py.engine.prompt_tiles import PREFILL_CHUNK, query_tile
-from inference4py.engine.sessions import SessionOptions, create_session
+from inference4py.engine.sessions import SessionOptions, create_session, value_from_array
 from inference4py.engine.shared_kv import _SharedBuffer
 from inference4py.errors import InvalidInputError, ModelLoadError, UnsupportedModelError
 
@@ -418,7 +418,7 @@ class DecoderState(_SharedBuffer, _GrowingCache):
             arr = value.numpy()
             sl = [slice(None)] * arr.ndim
             sl[entry.seq_axis] = slice(0, length)
-            new_past.append(ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr[tuple(sl)])))
+            new_past.append(value_from_array(arr[tuple(sl)]))  # a view of the value dropped here: copied
         self._past = new_past
         self._maskbuf[:, length:] = 0
         self._next_pos = self._maskbuf[:, :length].sum(axis=1).astype(np.int64)

@@ -17,11 +17,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-import onnxruntime as ort
 
 from inference4py.engine.decoder import DecoderState
 from inference4py.engine.prompt_tiles import next_cut
-from inference4py.engine.sessions import shrinking_run
+from inference4py.engine.sessions import shrinking_run, value_from_array
 from inference4py.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -122,7 +121,7 @@ class PromptPass:
             state._maskbuf[0, :start] = 1
             state._valid[:] = start
         else:
-            state._past = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a)) for a in prefix.arrays]
+            state._past = [value_from_array(a) for a in prefix.arrays]
             state._maskbuf = np.ones((1, start), dtype=state._maskbuf.dtype)
             state._next_pos = np.array([start], dtype=np.int64)
         state.length = start

@@ -24,7 +24,7 @@ remaining tokens are prefilled.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnxruntime as ort
@@ -32,6 +32,7 @@ import onnxruntime as ort
 from inference4py.engine.decoder import DecoderState
 from inference4py.engine.kv_prefix import KVPrefix
 from inference4py.engine.prompt_pass import PromptPass
+from inference4py.engine.sessions import value_from_array
 from inference4py.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -106,33 +107,34 @@ class RowBatch(DecoderState):
         """Growing mode: add ``single``'s one row below the batch, left-padding the shorter side."""
         entries = self.rt.layout.self_entries
         assert single._past is not None
-        new = [np.asarray(v.numpy()) for v in single._past]
-        if self.batch == 0:
-            width = single.length
-            arrays = new
-            mask = np.ones((1, width), dtype=self._mask_dtype)
-            positions = single._next_pos.copy()
-        else:
-            assert self._past is not None
-            width = max(self.length, single.length)
-            old = [np.asarray(v.numpy()) for v in self._past]
-            arrays = [
+        if self.batch == 0:  # the row's own cache values become the batch's (they keep their memory)
+            mask = np.ones((1, single.length), dtype=self._mask_dtype)
+            self._adopt(list(single._past), mask, single._next_pos.copy())
+            return
+        assert self._past is not None
+        width = max(self.length, single.length)
+        values = [
+            value_from_array(
                 np.concatenate(
-                    [_left_pad(a, e.seq_axis, width - self.length), _left_pad(b, e.seq_axis, width - single.length)],
+                    [
+                        _left_pad(np.asarray(a.numpy()), e.seq_axis, width - self.length),
+                        _left_pad(np.asarray(b.numpy()), e.seq_axis, width - single.length),
+                    ],
                     axis=e.batch_axis,
                 )
-                for e, a, b in zip(entries, old, new)
-            ]
-            mask = np.zeros((self.batch + 1, width), dtype=self._mask_dtype)
-            mask[:-1, width - self.length :] = self._maskbuf[:, : self.length]
-            mask[-1, width - single.length :] = 1
-            positions = np.concatenate([np.asarray(self._next_pos, dtype=np.int64), single._next_pos])
-        self._adopt(arrays, mask, positions)
+            )
+            for e, a, b in zip(entries, self._past, single._past)
+        ]
+        mask = np.zeros((self.batch + 1, width), dtype=self._mask_dtype)
+        mask[:-1, width - self.length :] = self._maskbuf[:, : self.length]
+        mask[-1, width - single.length :] = 1
+        positions = np.concatenate([np.asarray(self._next_pos, dtype=np.int64), single._next_pos])
+        self._adopt(values, mask, positions)
 
-    def _adopt(self, arrays: list[np.ndarray], mask: np.ndarray, positions: np.ndarray) -> None:
-        """Growing mode: take ``arrays`` as the batch cache, ``mask`` ``[batch, length]`` and next positions."""
+    def _adopt(self, values: list[Any], mask: np.ndarray, positions: np.ndarray) -> None:
+        """Growing mode: take ``values`` (OrtValues) as the batch cache, ``mask`` ``[batch, length]`` and next positions."""
         self.batch, self.length = mask.shape
-        self._past = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a)) for a in arrays]
+        self._past = values
         self._maskbuf = np.zeros((self.batch, self.length + 64), dtype=self._mask_dtype)
         self._maskbuf[:, : self.length] = mask
         self.capacity = self._maskbuf.shape[1]
@@ -229,13 +231,14 @@ class RowBatch(DecoderState):
         if cut <= 0:
             return
         assert self._past is not None
-        arrays = []
+        values = []
         for entry, value in zip(self.rt.layout.self_entries, self._past):
             arr = np.asarray(value.numpy())
             index = [slice(None)] * arr.ndim
             index[entry.seq_axis] = slice(cut, None)
-            arrays.append(arr[tuple(index)])
-        self._adopt(arrays, self._maskbuf[:, cut : self.length], self._next_pos)
+            # a copy when the cut is a view of ``value``'s memory, which goes with ``value``
+            values.append(value_from_array(arr[tuple(index)]))
+        self._adopt(values, self._maskbuf[:, cut : self.length], self._next_pos)
 
     def _retire_shared(self, gone: list[int]) -> list[int]:
         order = list(range(self.batch))

@@ -22,7 +22,14 @@ import onnxruntime as ort
 from inference4py.engine.decoder import context_length, open_session, write_step_ids
 from inference4py.engine.decoder_base import _Graph
 from inference4py.engine.pipeline import PipelineSpec, single_pass_refusal
-from inference4py.engine.sessions import SessionOptions, StepBinding, graph_inputs, graph_outputs, run_binding
+from inference4py.engine.sessions import (
+    SessionOptions,
+    StepBinding,
+    graph_inputs,
+    graph_outputs,
+    run_binding,
+    value_from_array,
+)
 from inference4py.errors import InvalidInputError, PromptTooLongError, UnsupportedModelError
 
 __all__ = ["DecoderGraph", "Seq2SeqRuntime", "Seq2SeqState"]
@@ -265,10 +272,7 @@ class Seq2SeqState:
             self.length = 0
             return
         assert self._self is not None
-        self._self = [
-            ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value.numpy()[:, :, :length, :]))
-            for value in self._self
-        ]
+        self._self = [value_from_array(value.numpy()[:, :, :length, :]) for value in self._self]
         self.length = length
 
     def expand_source(self, indices: np.ndarray) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "run_session",
     "run_binding",
     "shrinking_run",
+    "value_from_array",
     "ORT_TO_NUMPY",
 ]
 
@@ -279,6 +280,25 @@ _ONNX_ELEMENT_TYPES: dict[type, int] = {
     np.float16: 10,
     np.float64: 11,
 }
+
+
+def value_from_array(array: np.ndarray) -> ort.OrtValue:
+    """An OrtValue over ``array`` that stays valid however long it is kept: C-contiguous, and over a copy
+    when ``array`` is a view of another OrtValue's memory (sliced from ``OrtValue.numpy()``).
+
+    ``OrtValue.numpy()`` is a view without a copy whose base is a capsule.  When that OrtValue was made
+    by ``ortvalue_from_numpy`` (a reordered or trimmed cache), the capsule does not keep the numpy
+    buffer alive: a slice of it wrapped again reads freed memory once the first OrtValue is dropped
+    (a one-head cache cut along its positions is contiguous, so ``np.ascontiguousarray`` does not copy).
+    Arrays that own their memory, or views of such arrays, are wrapped as they are.
+    """
+    array = np.ascontiguousarray(array)
+    base = array.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if base is not None:  # the memory belongs to something other than a numpy array
+        array = array.copy()
+    return ort.OrtValue.ortvalue_from_numpy(array)
 
 
 class StepBinding:

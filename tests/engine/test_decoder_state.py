@@ -108,3 +108,20 @@ def test_public_binding_path_gives_the_same_tokens(name, monkeypatch):
     public = greedy_logits()
     for a, b in zip(native, public):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_rewind_right_after_a_reorder_keeps_the_cache_it_cuts():
+    """gemma's cache has one head: a batch-of-one cut along the positions is a view of the reordered
+    cache, which the rewind drops (its copy must be the state's own, not freed memory)."""
+    rt = runtime("gemma")
+    assert not rt.shared_kv and all(rt.layout.empty(e, 1).shape[1] == 1 for e in rt.layout.self_entries)
+    state = rt.new_state(1, capacity=len(PROMPT) + 8)
+    state.prefill(np.array([PROMPT]))
+    state.step(np.array([7]))
+    shapes = [(1, *v.numpy().shape[1:]) for v in state._past]
+    state.reorder(np.array([0]))  # the cache is now numpy memory of the state's own
+    state.rewind(len(PROMPT))
+    scribbled = [np.full(shape, np.nan, np.float32) for shape in shapes for _ in range(4)]  # the freed sizes
+    logits = state.step(np.array([11]))
+    np.testing.assert_allclose(logits[0], prefilled("gemma", PROMPT + [11]), **tolerance("gemma"))
+    assert scribbled
