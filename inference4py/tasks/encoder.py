@@ -16,14 +16,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import numpy as np
 
 from inference4py.engine.sessions import TensorInfo, create_session, graph_inputs, graph_outputs
-from inference4py.errors import InvalidInputError, ModelFilesMissingError, UnsupportedModelError
-from inference4py.tasks.base import ClosableTask
+from inference4py.errors import ConfigurationError, InvalidInputError, ModelFilesMissingError, UnsupportedModelError
+from inference4py.tasks.base import ClosableTask, ModelSourceBuilder
 
 if TYPE_CHECKING:
     from inference4py.tokenization.fast import FastTokenizer
 
 __all__ = [
+    "DEFAULT_BATCH",
     "ENCODER_INPUTS",
+    "EncoderBuilder",
     "EncoderParts",
     "EncoderTask",
     "encoder_graph",
@@ -34,6 +36,10 @@ __all__ = [
 ]
 
 E = TypeVar("E", bound="EncoderTask")
+EB = TypeVar("EB", bound="EncoderBuilder")
+
+#: Rows per onnxruntime run when the builder sets none.
+DEFAULT_BATCH = 32
 Row = TypeVar("Row")
 
 #: The inputs an encoder graph may take; all are made from the rows of ids.
@@ -112,6 +118,25 @@ def padded_feeds(
 def int_in(value: Any, low: int, high: int | None = None) -> bool:
     """Whether ``value`` is an int (not a bool) from ``low`` to ``high`` (inclusive; None: no upper bound)."""
     return isinstance(value, int) and not isinstance(value, bool) and low <= value and (high is None or value <= high)
+
+
+class EncoderBuilder(ModelSourceBuilder):
+    """What the encoder tasks' builders share beside the model source: rows per onnxruntime run."""
+
+    def __init__(self, *, preset: str | None = None, model_id: str | None = None) -> None:
+        super().__init__(preset=preset, model_id=model_id)
+        self._batch_size = DEFAULT_BATCH
+
+    def batch_size(self: EB, n: int) -> EB:
+        """Rows (texts, pairs) per onnxruntime run (default 32); the results do not depend on it."""
+        if not int_in(n, 1):
+            raise ConfigurationError(f"batch_size must be an integer >= 1, got {n!r}.")
+        self._batch_size = n
+        return self
+
+    def _batch_parts(self) -> list[str]:
+        """``batch_size=n`` for ``__repr__`` when it is not the default."""
+        return [f"batch_size={self._batch_size}"] if self._batch_size != DEFAULT_BATCH else []
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ import numpy as np
 
 from inference4py.engine.sessions import TensorInfo, run_session
 from inference4py.errors import ConfigurationError, InvalidInputError, ModelFilesMissingError, UnsupportedModelError
-from inference4py.tasks.base import ModelSourceBuilder
 from inference4py.tasks.encoder import (
+    EncoderBuilder,
     EncoderParts,
     EncoderTask,
     encoder_graph,
@@ -34,7 +34,6 @@ from inference4py.tasks.presets import Preset, PresetTable
 
 __all__ = ["RERANKER_PRESETS", "OnnxReranker", "RankedDocument", "RerankerBuilder", "is_reranker_model"]
 
-_DEFAULT_BATCH = 32
 _SCORE_OUTPUT = "logits"
 
 R = TypeVar("R", bound="RerankerBuilder")
@@ -63,7 +62,7 @@ class Pair:
     type_ids: tuple[int, ...]
 
 
-class RerankerBuilder(ModelSourceBuilder):
+class RerankerBuilder(EncoderBuilder):
     """Chainable, validated options of an :class:`OnnxReranker`; each setter returns the builder.
 
     Where the model comes from and how its session runs are :class:`ModelSourceBuilder`'s options
@@ -73,7 +72,6 @@ class RerankerBuilder(ModelSourceBuilder):
     def __init__(self, *, preset: str | None = None, model_id: str | None = None) -> None:
         super().__init__(preset=preset, model_id=model_id)
         self._max_length: int | None = None
-        self._batch_size = _DEFAULT_BATCH
 
     def max_length(self: R, n: int) -> R:
         """Tokens per pair, special tokens included (default: the tokenizer's model_max_length, capped by
@@ -81,13 +79,6 @@ class RerankerBuilder(ModelSourceBuilder):
         if not int_in(n, 4):
             raise ConfigurationError(f"max_length must be an integer >= 4, got {n!r}.")
         self._max_length = n
-        return self
-
-    def batch_size(self: R, n: int) -> R:
-        """Pairs per onnxruntime run (default 32); the scores do not depend on it."""
-        if not int_in(n, 1):
-            raise ConfigurationError(f"batch_size must be an integer >= 1, got {n!r}.")
-        self._batch_size = n
         return self
 
     def build(self) -> OnnxReranker:
@@ -100,8 +91,7 @@ class RerankerBuilder(ModelSourceBuilder):
             parts.append(f"variant={self._variant!r}")
         if self._max_length is not None:
             parts.append(f"max_length={self._max_length}")
-        if self._batch_size != _DEFAULT_BATCH:
-            parts.append(f"batch_size={self._batch_size}")
+        parts += self._batch_parts()
         return f"{type(self).__name__}({', '.join(parts)})"
 
 

@@ -11,7 +11,6 @@ import numpy as np
 
 from inference4py.engine.sessions import TensorInfo, graph_outputs, run_session
 from inference4py.errors import ConfigurationError, InvalidInputError, PromptTooLongError, UnsupportedModelError
-from inference4py.tasks.base import ModelSourceBuilder
 from inference4py.tasks.embedding.folder import (
     POOLED_OUTPUT,
     TOKEN_OUTPUTS,
@@ -21,19 +20,17 @@ from inference4py.tasks.embedding.folder import (
     read_sentence_config,
 )
 from inference4py.tasks.embedding.pooling import check_modes, l2_normalize, pool
-from inference4py.tasks.encoder import EncoderParts, EncoderTask, int_in, padded_feeds
+from inference4py.tasks.encoder import EncoderBuilder, EncoderParts, EncoderTask, int_in, padded_feeds
 from inference4py.tasks.presets import Preset, PresetTable
 
 __all__ = ["EMBEDDER_PRESETS", "EmbedderBuilder", "OnnxEmbedder"]
 
 _log = logging.getLogger("inference4py.embedding")
 
-_DEFAULT_BATCH = 32
-
 B = TypeVar("B", bound="EmbedderBuilder")
 
 
-class EmbedderBuilder(ModelSourceBuilder):
+class EmbedderBuilder(EncoderBuilder):
     """Chainable, validated options of an :class:`OnnxEmbedder`; each setter returns the builder.
 
     Where the model comes from and how its session runs are :class:`ModelSourceBuilder`'s options
@@ -47,7 +44,6 @@ class EmbedderBuilder(ModelSourceBuilder):
         self._normalize: bool | None = None
         self._max_seq_length: int | None = None
         self._truncate = True
-        self._batch_size = _DEFAULT_BATCH
 
     # ------------------------------------------------------------------ embedding options
     def pooling(self: B, modes: str | Sequence[str]) -> B:
@@ -72,13 +68,6 @@ class EmbedderBuilder(ModelSourceBuilder):
         self._truncate = bool(value)
         return self
 
-    def batch_size(self: B, n: int) -> B:
-        """Texts per onnxruntime run (default 32)."""
-        if not int_in(n, 1):
-            raise ConfigurationError(f"batch_size must be an integer >= 1, got {n!r}.")
-        self._batch_size = n
-        return self
-
     # ------------------------------------------------------------------ build
     def build(self) -> OnnxEmbedder:
         """Load the model and return the embedder."""
@@ -92,8 +81,7 @@ class EmbedderBuilder(ModelSourceBuilder):
                 parts.append(f"{name}={value!r}")
         if not self._truncate:
             parts.append("truncate=False")
-        if self._batch_size != _DEFAULT_BATCH:
-            parts.append(f"batch_size={self._batch_size}")
+        parts += self._batch_parts()
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
