@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -135,9 +135,8 @@ class TextGenerator(ClosableTask):
         return self._prompts.encode(prompt)
 
     # ------------------------------------------------------------------ generation
-    def _call(self, prompt: Prompt, overrides: Mapping[str, Any]) -> _base.Call:
+    def _call(self, prompt: Prompt, options: RequestOptions) -> _base.Call:
         self._check_open()
-        options = RequestOptions.from_keywords(overrides)
         options.refuse_speculation("onnxruntime-genai's loop")
         guidance = genai_guidance(options.output_options())
         ids = self.encode_prompt(prompt)
@@ -155,13 +154,21 @@ class TextGenerator(ClosableTask):
         )
 
     def generate(
-        self, prompt: Prompt, on_token: Callable[[str], None] | None = None, **overrides: Any
+        self,
+        prompt: Prompt,
+        on_token: Callable[[str], None] | None = None,
+        *,
+        options: RequestOptions | None = None,
+        **overrides: Any,
     ) -> GenerationResult:
         """Generate a completion.
 
         Args:
             prompt: text, chat messages (``[{"role": "user", "content": ...}]``) or token ids.
             on_token: called with each piece of text as soon as it is final.
+            options: the call's options as one typed :class:`~inference4py.tasks.options.RequestOptions`,
+                as :meth:`inference4py.OnnxTextGenerator.generate` takes them; keywords given too replace
+                its fields (``RequestOptions.of_call``).
             **overrides: generation options for this call only (``max_new_tokens=20``, ``temperature=0.7``...).
 
         Returns:
@@ -170,19 +177,25 @@ class TextGenerator(ClosableTask):
         Raises:
             InvalidInputError: empty or malformed prompt.
             PromptTooLongError: prompt + max_new_tokens exceed the model's context.
-            ConfigurationError: invalid option values, or options genai cannot apply (min_p).
+            ConfigurationError: invalid option values, or options genai cannot apply (min_p, speculative).
             InferenceError: onnxruntime-genai failed while generating.
         """
         started = time.perf_counter()
-        return _base.run_generation(self._call(prompt, overrides), started=started, on_token=on_token)
+        call = self._call(prompt, RequestOptions.of_call(options, overrides))
+        return _base.run_generation(call, started=started, on_token=on_token)
 
-    def stream_chunks(self, prompt: Prompt, **overrides: Any) -> Iterator[GenerationChunk]:
-        """The middle tier: :class:`GenerationChunk` objects with token ids and a finish reason."""
-        return _base.stream_chunks(self._call(prompt, overrides))
+    def stream_chunks(
+        self, prompt: Prompt, *, options: RequestOptions | None = None, **overrides: Any
+    ) -> Iterator[GenerationChunk]:
+        """The middle tier: :class:`GenerationChunk` objects with token ids and a finish reason.
 
-    def stream(self, prompt: Prompt, **overrides: Any) -> Iterator[str]:
+        Options as :meth:`generate`'s.
+        """
+        return _base.stream_chunks(self._call(prompt, RequestOptions.of_call(options, overrides)))
+
+    def stream(self, prompt: Prompt, *, options: RequestOptions | None = None, **overrides: Any) -> Iterator[str]:
         """Yield the completion's text piece by piece (complete UTF-8, no stop sequences)."""
-        for chunk in self.stream_chunks(prompt, **overrides):
+        for chunk in self.stream_chunks(prompt, options=options, **overrides):
             if chunk.text:
                 yield chunk.text
 

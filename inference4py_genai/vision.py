@@ -25,6 +25,7 @@ from inference4py.errors import ConfigurationError, InvalidInputError, PromptToo
 from inference4py.generation.config import GenerationConfig
 from inference4py.generation.result import GenerationChunk, GenerationResult
 from inference4py.tasks.base import ClosableTask
+from inference4py.tasks.options import RequestOptions
 from inference4py.tasks.prompts import PromptEncoder
 from inference4py.tokenization import Tokenizer, load_tokenizer
 from inference4py_genai import _base
@@ -219,17 +220,17 @@ class VisionLanguageModel(ClosableTask):
         return inputs, ids
 
     # ------------------------------------------------------------------ generation
-    def _call(
-        self, images: Images, prompt: str | Sequence[Mapping[str, Any]], overrides: Mapping[str, Any]
-    ) -> _base.Call:
+    def _call(self, images: Images, prompt: str | Sequence[Mapping[str, Any]], options: RequestOptions) -> _base.Call:
         self._check_open()
+        options.refuse_speculation("This call")
+        options.refuse_output("This call")
         inputs, ids = self._inputs(images, prompt)
         if self._context is not None and ids.size >= self._context:
             raise PromptTooLongError(
                 f"The prompt and its images take {ids.size} tokens but the model's context is {self._context} "
                 "tokens. Use fewer or smaller images, or a shorter prompt."
             )
-        config = self._planner.for_call(int(ids.size), overrides)
+        config = self._planner.for_request(int(ids.size), options)
 
         def feed(generator: Any) -> None:
             generator.set_inputs(inputs)
@@ -250,6 +251,8 @@ class VisionLanguageModel(ClosableTask):
         images: Images,
         prompt: str | Sequence[Mapping[str, Any]],
         on_token: Callable[[str], None] | None = None,
+        *,
+        options: RequestOptions | None = None,
         **overrides: Any,
     ) -> GenerationResult:
         """Generate text about ``images``.
@@ -259,6 +262,9 @@ class VisionLanguageModel(ClosableTask):
                 ``H x W x 3`` uint8 arrays; None or ``[]`` for a text-only prompt.
             prompt: the question / instruction, or chat messages.
             on_token: called with each piece of text as soon as it is final.
+            options: the call's options as one typed :class:`~inference4py.tasks.options.RequestOptions`,
+                as :meth:`inference4py.VisionLanguageModel.generate` takes them; keywords given too
+                replace its fields (``RequestOptions.of_call``).
             **overrides: generation options for this call only.
 
         Returns:
@@ -267,21 +273,38 @@ class VisionLanguageModel(ClosableTask):
         Raises:
             InvalidInputError: unreadable images, empty prompt.
             PromptTooLongError: prompt + images + max_new_tokens exceed the context.
-            ConfigurationError: invalid options.
+            ConfigurationError: invalid options, or options this task does not apply (constraints, tools,
+                speculative decoding).
             InferenceError: onnxruntime-genai failed while generating.
         """
         started = time.perf_counter()
-        return _base.run_generation(self._call(images, prompt, overrides), started=started, on_token=on_token)
+        call = self._call(images, prompt, RequestOptions.of_call(options, overrides))
+        return _base.run_generation(call, started=started, on_token=on_token)
 
     def stream_chunks(
-        self, images: Images, prompt: str | Sequence[Mapping[str, Any]], **overrides: Any
+        self,
+        images: Images,
+        prompt: str | Sequence[Mapping[str, Any]],
+        *,
+        options: RequestOptions | None = None,
+        **overrides: Any,
     ) -> Iterator[GenerationChunk]:
-        """The middle tier: :class:`GenerationChunk` objects with token ids and a finish reason."""
-        return _base.stream_chunks(self._call(images, prompt, overrides))
+        """The middle tier: :class:`GenerationChunk` objects with token ids and a finish reason.
 
-    def stream(self, images: Images, prompt: str | Sequence[Mapping[str, Any]], **overrides: Any) -> Iterator[str]:
+        Options as :meth:`generate`'s.
+        """
+        return _base.stream_chunks(self._call(images, prompt, RequestOptions.of_call(options, overrides)))
+
+    def stream(
+        self,
+        images: Images,
+        prompt: str | Sequence[Mapping[str, Any]],
+        *,
+        options: RequestOptions | None = None,
+        **overrides: Any,
+    ) -> Iterator[str]:
         """Yield the answer piece by piece (complete UTF-8, no stop sequences)."""
-        for chunk in self.stream_chunks(images, prompt, **overrides):
+        for chunk in self.stream_chunks(images, prompt, options=options, **overrides):
             if chunk.text:
                 yield chunk.text
 

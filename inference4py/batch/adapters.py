@@ -18,14 +18,17 @@ import hashlib
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inference4py.batch.inputs import InputRow
 from inference4py.errors import AudioError, ConfigurationError, InvalidInputError, PromptTooLongError
 from inference4py.generation.generate import collect
 from inference4py.tasks.options import GENERATION_FIELDS, OUTPUT_FIELDS, RequestOptions
 
-__all__ = ["TASKS", "RESULT_COLUMNS", "row_seed", "load_adapter", "TaskAdapter", "error_row"]
+if TYPE_CHECKING:
+    from inference4py.speech.options import TranscribeOptions
+
+__all__ = ["TASKS", "RESULT_COLUMNS", "row_seed", "load_adapter", "TaskAdapter", "error_row", "transcribe_options"]
 
 #: Tasks the batch runner runs.
 TASKS = ("generate", "chat", "summarize", "translate", "transcribe")
@@ -107,7 +110,9 @@ class TaskAdapter:
     def call_batch(self, sources: list[Any], group: list[tuple[InputRow, Any]]) -> list[Any]:
         return list(self.model.generate_batch(sources, **self.overrides))
 
-    def call_alone(self, source: Any, overrides: Mapping[str, Any]) -> Any:
+    def call_alone(self, source: Any, seed: int | None) -> Any:
+        """One row alone, with its own seed (None: the job's)."""
+        overrides = self.overrides if seed is None else {**self.overrides, "seed": seed}
         return self.model.generate(source, **overrides)
 
     def _row(self, row_id: str, result: Any) -> dict[str, Any]:
@@ -133,11 +138,8 @@ class TaskAdapter:
             results[row.id] = self._row(row.id, result)
 
     def _alone(self, row: InputRow, source: Any, *, seed: int | None) -> dict[str, Any]:
-        overrides = dict(self.overrides)
-        if seed is not None:
-            overrides["seed"] = seed
         try:
-            return self._row(row.id, self.call_alone(source, overrides))
+            return self._row(row.id, self.call_alone(source, seed))
         except Exception as exc:
             return error_row(row.id, exc)
 
@@ -250,12 +252,11 @@ class TranscribeAdapter(TaskAdapter):
 
     task = "transcribe"
 
-    def __init__(self, model: Any, *, seed: int | None, overrides: Mapping[str, Any], language: str | None) -> None:
+    def __init__(self, model: Any, *, seed: int | None, options: TranscribeOptions, language: str | None) -> None:
         self.model = model
         self.seed = seed
-        self.overrides = dict(overrides)
-        if language is not None:
-            self.overrides["language"] = language
+        self.options = options  # the job's options, typed at the batch edge (transcribe_options)
+        self.language = language
         self.sampling = seed is not None
 
     def prepare(self, value: Any) -> Any:
@@ -271,10 +272,13 @@ class TranscribeAdapter(TaskAdapter):
         return str(path)
 
     def call_batch(self, sources: list[Any], group: list[tuple[InputRow, Any]]) -> list[Any]:
-        return list(self.model.transcribe_batch(sources, batch_size=len(sources), **self.overrides))
+        return list(
+            self.model.transcribe_batch(sources, batch_size=len(sources), language=self.language, options=self.options)
+        )
 
-    def call_alone(self, source: Any, overrides: Mapping[str, Any]) -> Any:
-        return self.model.transcribe(source, **overrides)
+    def call_alone(self, source: Any, seed: int | None) -> Any:
+        options = self.options if seed is None else self.options.with_seed(seed)
+        return self.model.transcribe(source, language=self.language, options=options)
 
     def _row(self, row_id: str, result: Any) -> dict[str, Any]:
         return {
@@ -316,14 +320,28 @@ def load_adapter(
     if task == "transcribe":
         from inference4py.speech import WhisperSpeechModel
 
-        if any(k in overrides for k in OUTPUT_FIELDS):
-            raise ConfigurationError("A JSON schema constrains generated text: drop json_schema for --task transcribe.")
-
+        options = transcribe_options(overrides)  # before the model loads or any audio is read
         builder = _source(WhisperSpeechModel.builder(), model)
         if threads:
             builder = builder.intra_op_threads(threads)
-        return TranscribeAdapter(builder.build(), seed=seed, overrides=overrides, language=source_language)
+        return TranscribeAdapter(builder.build(), seed=seed, options=options, language=source_language)
     return _seq2seq_adapter(model, task, seed, overrides, threads, source_language, target_language)
+
+
+def transcribe_options(overrides: Mapping[str, Any]) -> TranscribeOptions:
+    """A transcribe job's keywords as one :class:`~inference4py.speech.options.TranscribeOptions`
+    (:meth:`~inference4py.speech.options.TranscribeOptions.from_keywords`: Whisper's long-form fields,
+    the rest its generation options), typed here at the batch edge.
+
+    Raises:
+        ConfigurationError: an unknown keyword or a bad value (named), or an output constraint.
+    """
+    from inference4py.speech.options import TranscribeOptions
+
+    if any(k in overrides for k in OUTPUT_FIELDS):
+        raise ConfigurationError("A JSON schema constrains generated text: drop json_schema for --task transcribe.")
+    options, _ = TranscribeOptions.from_keywords(overrides)
+    return options
 
 
 def _source(builder: Any, model: str) -> Any:

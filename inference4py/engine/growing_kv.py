@@ -50,13 +50,7 @@ class _GrowingCache(_StateCore):
         fast.clear()
         binding = fast.binding
         self._step_ready = False
-        keep_alive = []
-
-        def bind(name: str, array: np.ndarray) -> None:
-            array = np.ascontiguousarray(array)
-            keep_alive.append(array)
-            binding.bind_cpu_input(name, array)
-
+        bind = fast.bind_input
         for name, value in self._token_feeds(g, ids, prompt=first_run).items():
             bind(name, value)
         if g.has_mask:

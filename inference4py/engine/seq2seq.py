@@ -327,13 +327,7 @@ class Seq2SeqState:
         fast = StepBinding(g.session)
         binding = fast.binding
         self._step_ready = False
-        keep = []
-
-        def bind(name: str, array: np.ndarray) -> None:
-            array = np.ascontiguousarray(array)
-            keep.append(array)
-            binding.bind_cpu_input(name, array)
-
+        bind = fast.bind_input
         bind("input_ids", ids.astype(g.ids_dtype, copy=False))
         if g.takes_mask:
             bind(

@@ -347,6 +347,13 @@ class StepBinding:
         self.binding.clear_binding_outputs()
         self._keep.clear()
 
+    def bind_input(self, name: str, array: np.ndarray) -> None:
+        """Bind a CPU array (made C-contiguous) as input ``name`` through the public wrapper, the way
+        set-up and prefill bind; the array is kept alive while it is bound."""
+        array = np.ascontiguousarray(array)
+        self._keep[name] = array
+        self.binding.bind_cpu_input(name, array)
+
     def bind_array(self, name: str, array: np.ndarray) -> None:
         """Bind a contiguous CPU array as input ``name``; the graph reads it in place at run time."""
         if self._native is None:

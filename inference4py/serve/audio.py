@@ -36,6 +36,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inference4py import audio as _audio
 from inference4py.errors import AudioError, ConfigurationError, Inference4pyError
+from inference4py.serve.dispatch import require_kind
 from inference4py.serve.errors import reason
 from inference4py.serve.loading import load_speech_model, speech_model
 from inference4py.serve.protocol import ApiError, error_body
@@ -282,16 +283,14 @@ def _check_granularities(granularities: list[str], response_format: str) -> None
 
 
 async def _speech_worker(models: ModelRegistry, name: str, task: str, request: Request) -> ModelWorker:
-    if models.kind(name) != "speech":
-        speech = models.names("speech")
-        served = (
-            f"Served speech models: {', '.join(speech)}."
-            if speech
-            else "No speech model is served: start the server with a Whisper --model (e.g. onnx-community/whisper-base)."
-        )
-        raise ApiError(
-            400, f"The model {name!r} is not a speech model: {_ROUTES[task]} needs Whisper. {served}", "model"
-        )
+    require_kind(
+        models,
+        name,
+        "speech",
+        refusal=f"The model {name!r} is not a speech model: {_ROUTES[task]} needs Whisper.",
+        served="Served speech models",
+        none_served="No speech model is served: start the server with a Whisper --model (e.g. onnx-community/whisper-base).",
+    )
     return await models.worker(name, request)
 
 

@@ -12,13 +12,22 @@ from inference4py.generation.result import GenerationResult
 from inference4py.serve.protocol import ApiError
 from inference4py.serve.registry import ModelRegistry
 from inference4py.serve.worker import ChunkStream, ModelWorker
-from inference4py.tasks.kinds import CHAT_KINDS, TEXT_KINDS
+from inference4py.tasks.kinds import CHAT_KINDS, TEXT_KINDS, Kind
 from inference4py.tasks.options import RequestOptions
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-__all__ = ["CHAT_KINDS", "TEXT_KINDS", "collect_all", "named_model", "open_all", "text_worker", "with_thinking"]
+__all__ = [
+    "CHAT_KINDS",
+    "TEXT_KINDS",
+    "collect_all",
+    "named_model",
+    "open_all",
+    "require_kind",
+    "text_worker",
+    "with_thinking",
+]
 
 # OpenAI's reasoning_effort (chat) / reasoning.effort (Responses) as a thinking switch
 _EFFORT_THINKS = {"none": False, "minimal": False, "low": True, "medium": True, "high": True}
@@ -41,6 +50,20 @@ def named_model(models: ModelRegistry, name: str, route: str) -> str:
             400, f"model: Field required: name one of the served models ({', '.join(able) or 'none'}).", "model"
         )
     return able[0]
+
+
+def require_kind(models: ModelRegistry, name: str, kind: Kind, *, refusal: str, served: str, none_served: str) -> None:
+    """Refuse model ``name`` unless it is of ``kind``, saying which models of that kind are served.
+
+    Raises:
+        ApiError: 400 for a model of another kind: ``refusal``, then ``served`` and the names of the
+            models of ``kind`` served here (``none_served`` when there are none); 404 for a model not
+            served (:meth:`ModelRegistry.kind`).
+    """
+    if models.kind(name) != kind:
+        names = models.names(kind)
+        hint = f"{served}: {', '.join(names)}." if names else none_served
+        raise ApiError(400, f"{refusal} {hint}", "model")
 
 
 async def text_worker(models: ModelRegistry, name: str, route: str, request: Request) -> ModelWorker:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from fastapi import FastAPI, Request
 
+from inference4py.serve.dispatch import require_kind
 from inference4py.serve.protocol import ApiError, EmbeddingRequest
 from inference4py.serve.registry import ModelRegistry
 from inference4py.serve.worker import ModelWorker
@@ -67,14 +68,14 @@ def add_embedding_routes(app: FastAPI, models: ModelRegistry) -> None:
 
 
 async def _embedding_worker(models: ModelRegistry, name: str, request: Request) -> ModelWorker:
-    if models.kind(name) != "embedding":
-        served = models.names("embedding")
-        hint = (
-            f"Embedding models served here: {', '.join(served)}."
-            if served
-            else "No embedding model is served: start the server with a sentence-transformers ONNX folder as --model."
-        )
-        raise ApiError(400, f"The model {name!r} is not an embedding model. {hint}", "model")
+    require_kind(
+        models,
+        name,
+        "embedding",
+        refusal=f"The model {name!r} is not an embedding model.",
+        served="Embedding models served here",
+        none_served="No embedding model is served: start the server with a sentence-transformers ONNX folder as --model.",
+    )
     return await models.worker(name, request)
 
 

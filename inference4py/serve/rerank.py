@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from fastapi import FastAPI, Request
 
+from inference4py.serve.dispatch import require_kind
 from inference4py.serve.protocol import ApiError, RerankRequest
 from inference4py.serve.registry import ModelRegistry
 from inference4py.serve.worker import ModelWorker
@@ -137,12 +138,13 @@ def _reranker_name(models: ModelRegistry, name: str | None) -> str:
             listing = ", ".join(served) or "none"
             raise ApiError(400, f"model: Field required: name one of the served rerankers ({listing}).", "model")
         return served[0]
-    if models.kind(name) != "reranker":
-        hint = (
-            f"Rerankers served here: {', '.join(served)}."
-            if served
-            else "No reranker is served: start the server with a cross-encoder ONNX folder as --model "
-            "(e.g. cross-encoder/ms-marco-MiniLM-L-6-v2)."
-        )
-        raise ApiError(400, f"The model {name!r} is not a reranker. {hint}", "model")
+    require_kind(
+        models,
+        name,
+        "reranker",
+        refusal=f"The model {name!r} is not a reranker.",
+        served="Rerankers served here",
+        none_served="No reranker is served: start the server with a cross-encoder ONNX folder as --model "
+        "(e.g. cross-encoder/ms-marco-MiniLM-L-6-v2).",
+    )
     return name

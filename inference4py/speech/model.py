@@ -399,24 +399,35 @@ class WhisperSpeechModel(ClosableTask):
         sample_rate: int = _audio.SAMPLE_RATE,
         vad: bool | str | os.PathLike[str] | SileroVad = True,
         vad_options: VadOptions | None = None,
-        **options: Any,
+        language: Language | str | None = None,
+        task: str | None = None,
+        options: TranscribeOptions | None = None,
+        **keywords: Any,
     ) -> Iterator[Segment]:
         """Transcribe audio as it arrives (a microphone, a socket): each stretch of speech as a pause ends it.
 
         ``chunks``: numpy arrays at ``sample_rate`` (or ``(samples, rate)`` pairs), any sizes; ``vad``:
-        ``True`` (the Hub's Silero VAD), a Silero ``.onnx`` path or a :class:`SileroVad`; ``options``:
-        ``transcribe()``'s, for each stretch. Segments come with times in the whole stream, the same
-        however the audio is chunked (:mod:`~inference4py.speech.live`).
+        ``True`` (the Hub's Silero VAD), a Silero ``.onnx`` path or a :class:`SileroVad`; ``language``,
+        ``task``, ``options`` and ``**keywords``: ``transcribe()``'s, for each stretch, typed once
+        (:meth:`TranscribeOptions.from_keywords`) before any audio is read. Segments come with times
+        in the whole stream, the same however the audio is chunked (:mod:`~inference4py.speech.live`).
 
         Raises:
             AudioError: a chunk that is not audio, or a stream without samples.
             ConfigurationError: ``vad=False``, an option the stream sets itself, or bad options.
         """
+        check_stream_options(keywords)
+        call, _ = TranscribeOptions.from_keywords(keywords, options)
+        if call.vad is not False or call.vad_options is not None:
+            raise ConfigurationError(
+                "transcribe_stream sets vad itself: pass vad= and vad_options= to it, not in options."
+            )
 
         def stretch(samples: np.ndarray) -> Transcription:
-            return self.transcribe((samples, _audio.SAMPLE_RATE), timestamps=True, **options)
+            return self.transcribe(
+                (samples, _audio.SAMPLE_RATE), language=language, task=task, timestamps=True, options=call
+            )
 
-        check_stream_options(options)
         detector = _detector(vad, self._default_vad)
         yield from live_segments(chunks, stretch, detector, sample_rate=sample_rate, options=vad_options)
 

@@ -65,6 +65,10 @@ class TranscribeOptions:
         best_of: at a ``temperature`` above 0, sample this many candidates of the window and keep
             the one with the highest average log-probability (openai-whisper's ``best_of``, default 5;
             greedy attempts decode once).
+        generation: the call's generation options (``max_new_tokens`` per window, ``seed``,
+            ``num_beams``, ...) as one :class:`~inference4py.tasks.options.RequestOptions`; a
+            transcription's keywords that are not fields of this class go there.  Drafts and output
+            constraints are refused: Whisper's windows take neither.
 
     Raises:
         ConfigurationError: an invalid value, or options that cannot go together.
@@ -82,8 +86,16 @@ class TranscribeOptions:
     vad_options: VadOptions | None = None
     hallucination_silence_threshold: float | None = LongformOptions.hallucination_silence_threshold
     best_of: int = LongformOptions.best_of
+    generation: RequestOptions = RequestOptions()
 
     def __post_init__(self) -> None:
+        if not isinstance(self.generation, RequestOptions):
+            raise ConfigurationError(
+                f"generation takes a RequestOptions, got {type(self.generation).__name__}: pass "
+                "generation=RequestOptions(max_new_tokens=...), or the options as keywords."
+            )
+        self.generation.refuse_speculation("This call")
+        self.generation.refuse_output("This call")
         temperatures = temperatures_of(self.temperature, 0.0)  # a number or a sequence, checked
         if self.temperature is not None and not isinstance(self.temperature, (int, float)):
             object.__setattr__(self, "temperature", temperatures)  # a list (JSON, keywords) as a tuple
@@ -116,20 +128,33 @@ class TranscribeOptions:
     def from_keywords(
         cls, keywords: Mapping[str, Any], options: TranscribeOptions | None = None
     ) -> tuple[TranscribeOptions, RequestOptions]:
-        """The Python edge: a call's keywords as ``(options, generation options)``, both typed here.
+        """The Python edge: a call's keywords as one :class:`TranscribeOptions`, typed here, and its
+        generation options (the same object as its ``generation``).
 
         The keywords named like a field of this class are these options (over ``options``, when
-        given); the others are the call's generation options (``max_new_tokens``, ``seed``, ...), a
-        :class:`~inference4py.tasks.options.RequestOptions` (unknown names refused, and drafts and
-        output constraints, which Whisper's windows do not take).
+        given); the others are the call's generation options (``max_new_tokens``, ``seed``, ...),
+        over ``generation`` as :meth:`RequestOptions.of_call <inference4py.tasks.options.RequestOptions.of_call>`
+        merges them (unknown names refused, and drafts and output constraints, which Whisper's
+        windows do not take).
+
+        Raises:
+            ConfigurationError: an unknown keyword (named), a bad value, options that cannot go together.
         """
         mine = {k: v for k, v in keywords.items() if k in TRANSCRIBE_FIELDS}
-        request = RequestOptions.from_keywords({k: v for k, v in keywords.items() if k not in TRANSCRIBE_FIELDS})
-        request.refuse_speculation("This call")
-        request.refuse_output("This call")
-        if options is None:
-            return cls(**mine), request
-        return (dataclasses.replace(options, **mine) if mine else options), request
+        others = {k: v for k, v in keywords.items() if k not in TRANSCRIBE_FIELDS}
+        call = options if options is not None and not mine else dataclasses.replace(options or cls(), **mine)
+        request = RequestOptions.of_call(call.generation, others)
+        if request is not call.generation:
+            call = dataclasses.replace(call, generation=request)
+        return call, request
+
+    def replace(self, **changes: Any) -> TranscribeOptions:
+        """A copy with some fields changed (checked again)."""
+        return dataclasses.replace(self, **changes)
+
+    def with_seed(self, seed: int) -> TranscribeOptions:
+        """These options with the generation ``seed`` set (a batch row's own seed)."""
+        return self.replace(generation=self.generation.replace(seed=seed))
 
 
 #: The names of :class:`TranscribeOptions`' fields: a call's keywords that are not generation options.

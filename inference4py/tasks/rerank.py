@@ -12,22 +12,28 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
-from inference4py.engine.sessions import create_session, graph_inputs, graph_outputs, run_session
+from inference4py.engine.sessions import TensorInfo, run_session
 from inference4py.errors import ConfigurationError, InvalidInputError, ModelFilesMissingError, UnsupportedModelError
-from inference4py.tasks.base import ClosableTask, ModelSourceBuilder
-from inference4py.tasks.encoder import ENCODER_INPUTS, encoder_graph, fast_tokenizer, padded_feeds
+from inference4py.tasks.encoder import (
+    EncoderBuilder,
+    EncoderParts,
+    EncoderTask,
+    encoder_graph,
+    int_in,
+    padded_feeds,
+    takes_encoder_inputs,
+)
 from inference4py.tasks.presets import Preset, PresetTable
 
 __all__ = ["RERANKER_PRESETS", "OnnxReranker", "RankedDocument", "RerankerBuilder", "is_reranker_model"]
 
-_DEFAULT_BATCH = 32
 _SCORE_OUTPUT = "logits"
 
 R = TypeVar("R", bound="RerankerBuilder")
@@ -56,7 +62,7 @@ class Pair:
     type_ids: tuple[int, ...]
 
 
-class RerankerBuilder(ModelSourceBuilder):
+class RerankerBuilder(EncoderBuilder):
     """Chainable, validated options of an :class:`OnnxReranker`; each setter returns the builder.
 
     Where the model comes from and how its session runs are :class:`ModelSourceBuilder`'s options
@@ -66,21 +72,13 @@ class RerankerBuilder(ModelSourceBuilder):
     def __init__(self, *, preset: str | None = None, model_id: str | None = None) -> None:
         super().__init__(preset=preset, model_id=model_id)
         self._max_length: int | None = None
-        self._batch_size = _DEFAULT_BATCH
 
     def max_length(self: R, n: int) -> R:
         """Tokens per pair, special tokens included (default: the tokenizer's model_max_length, capped by
         the model's positions); longer pairs are cut longest-first, as transformers' tokenizer does."""
-        if not _int_in(n, 4):
+        if not int_in(n, 4):
             raise ConfigurationError(f"max_length must be an integer >= 4, got {n!r}.")
         self._max_length = n
-        return self
-
-    def batch_size(self: R, n: int) -> R:
-        """Pairs per onnxruntime run (default 32); the scores do not depend on it."""
-        if not _int_in(n, 1):
-            raise ConfigurationError(f"batch_size must be an integer >= 1, got {n!r}.")
-        self._batch_size = n
         return self
 
     def build(self) -> OnnxReranker:
@@ -93,8 +91,7 @@ class RerankerBuilder(ModelSourceBuilder):
             parts.append(f"variant={self._variant!r}")
         if self._max_length is not None:
             parts.append(f"max_length={self._max_length}")
-        if self._batch_size != _DEFAULT_BATCH:
-            parts.append(f"batch_size={self._batch_size}")
+        parts += self._batch_parts()
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
@@ -116,7 +113,7 @@ RERANKER_PRESETS = PresetTable(
 )
 
 
-class OnnxReranker(ClosableTask):
+class OnnxReranker(EncoderTask):
     """Relevance of documents to a query, from an ONNX cross-encoder (one-label sequence classifier).
 
     ``rerank(query, documents)`` returns the documents sorted by the model's score, equal to
@@ -128,19 +125,15 @@ class OnnxReranker(ClosableTask):
         ...     print(best.index, best.score)
     """
 
+    _encoder_kind = "cross-encoder"
+
     def __init__(
         self, folder: Path, session: Any, tokenizer: Any, *, max_length: int, batch_size: int, name: str | None = None
     ) -> None:
         from tokenizers import Tokenizer as Backend
 
-        self.folder = folder
-        self.name = name or folder.name
+        super().__init__(folder, session, tokenizer, batch_size=batch_size, name=name)
         self.max_length = max_length
-        self.batch_size = batch_size
-        self._session = session
-        self._inputs = graph_inputs(session)
-        self._vocab = tokenizer.vocab_size
-        self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         # A copy of the backend with the truncation transformers applies to a pair, and no padding.
         backend = Backend.from_str(tokenizer.backend.to_str())
         backend.no_padding()
@@ -152,30 +145,36 @@ class OnnxReranker(ClosableTask):
     bgeRerankerBase = RERANKER_PRESETS.method("bgeRerankerBase")
     msMarcoMiniLML6V2 = RERANKER_PRESETS.method("msMarcoMiniLML6V2")
 
+    # ------------------------------------------------------------------ what the loader asks (EncoderTask)
     @classmethod
-    def _from_builder(cls, builder: RerankerBuilder) -> OnnxReranker:
-        folder = builder.resolve_folder()
-        graph = find_reranker_graph(folder, builder._variant)
-        tokenizer = fast_tokenizer(folder, "OnnxReranker")
+    def _find_graph(cls, folder: Path, variant: str | None) -> Path:
+        return find_reranker_graph(folder, variant)
+
+    @classmethod
+    def _read_settings(cls, folder: Path) -> None:
         labels = _num_labels(folder)
         if labels not in (None, 1):
             raise UnsupportedModelError(
                 f"{folder}/config.json has {labels} labels; a reranker scores with a one-label head (num_labels=1), "
                 "as cross-encoder/ms-marco-* and BAAI/bge-reranker-* have."
             )
-        session = create_session(graph, builder.session_options())
-        inputs, outputs = graph_inputs(session), graph_outputs(session)
-        if "input_ids" not in inputs or set(inputs) - ENCODER_INPUTS or _SCORE_OUTPUT not in outputs:
+
+    @classmethod
+    def _check_graph(cls, graph: str, inputs: Mapping[str, TensorInfo], outputs: Mapping[str, TensorInfo]) -> None:
+        if not takes_encoder_inputs(inputs) or _SCORE_OUTPUT not in outputs:
             raise UnsupportedModelError(
-                f"{graph.name} takes {', '.join(inputs)} and gives {', '.join(outputs)}; a cross-encoder takes "
+                f"{graph} takes {', '.join(inputs)} and gives {', '.join(outputs)}; a cross-encoder takes "
                 "input_ids (and optionally attention_mask, token_type_ids, position_ids) and gives logits. "
                 "For sentence embeddings use OnnxEmbedder, for text generation OnnxTextGenerator."
             )
+
+    @classmethod
+    def _assemble(cls, parts: EncoderParts, builder: RerankerBuilder, settings: None) -> OnnxReranker:
         return cls(
-            folder,
-            session,
-            tokenizer,
-            max_length=builder._max_length or _max_length(folder, tokenizer),
+            parts.folder,
+            parts.session,
+            parts.tokenizer,
+            max_length=builder._max_length or _max_length(parts.folder, parts.tokenizer),
             batch_size=builder._batch_size,
             name=builder._model_id,
         )
@@ -207,17 +206,7 @@ class OnnxReranker(ClosableTask):
         score does not depend on the others in its batch.
         """
         self._check_open()
-        size = batch_size if batch_size is not None else self.batch_size
-        if not _int_in(size, 1):
-            raise InvalidInputError(f"batch_size must be an integer >= 1, got {size!r}.")
-        if not pairs:
-            return np.zeros(0, dtype=np.float32)
-        order = sorted(range(len(pairs)), key=lambda i: -len(pairs[i].ids))
-        scores = np.empty(len(pairs), dtype=np.float32)
-        for start in range(0, len(order), size):
-            chosen = order[start : start + size]
-            scores[chosen] = self._run([pairs[i] for i in chosen])
-        return scores
+        return self._run_longest_first(pairs, [len(p.ids) for p in pairs], batch_size, self._run)
 
     def rerank(self, query: str, documents: Sequence[str], top_n: int | None = None) -> list[RankedDocument]:
         """The documents sorted by relevance to ``query``, best first (equal scores: the earlier document first).
@@ -230,7 +219,7 @@ class OnnxReranker(ClosableTask):
         Raises:
             InvalidInputError: as :meth:`tokenize`, or ``top_n`` not an integer >= 1.
         """
-        if top_n is not None and not _int_in(top_n, 1):
+        if top_n is not None and not int_in(top_n, 1):
             raise InvalidInputError(f"top_n must be an integer >= 1 (or None for all), got {top_n!r}.")
         scores = self.score(query, documents)
         return ranked(scores, list(documents), top_n)
@@ -240,9 +229,6 @@ class OnnxReranker(ClosableTask):
         feeds, _ = padded_feeds([p.ids for p in pairs], self._inputs, self._pad, [p.type_ids for p in pairs])
         (logits,) = run_session(self._session, feeds, [_SCORE_OUTPUT], what="cross-encoder")
         return np.asarray(logits, dtype=np.float32).reshape(len(pairs), -1)[:, 0]  # [batch, 1] -> [batch]
-
-    def _release(self) -> None:
-        self._session = None
 
     def __repr__(self) -> str:
         return f"OnnxReranker(model={self.name!r}, max_length={self.max_length}, batch_size={self.batch_size})"
@@ -320,11 +306,6 @@ def _max_length(folder: Path, tokenizer: Any) -> int:
         f"{folder} says nothing about the longest input (no model_max_length in tokenizer_config.json, no "
         "max_position_embeddings in config.json): set it with .max_length(n)."
     )
-
-
-def _int_in(value: Any, low: int, high: int | None = None) -> bool:
-    """Whether ``value`` is an int (not a bool) from ``low`` to ``high`` (inclusive; None: no upper bound)."""
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value and (high is None or value <= high)
 
 
 def _check_inputs(query: Any, documents: Any) -> tuple[str, list[str]]:

@@ -35,6 +35,7 @@ __all__ = [
     "Idefics3ImageProcessor",
     "load_image_processor",
     "SUPPORTED_PROCESSORS",
+    "read_json",
 ]
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -354,7 +355,12 @@ class Idefics3ImageProcessor:
         return ImageBatch({"pixel_values": pixels, "pixel_attention_mask": mask}, tuple(tokens), tuple(texts))
 
 
-def _read(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
+    """A model file's JSON object ({} for another JSON value).
+
+    Raises:
+        UnsupportedModelError: the file cannot be read or is not JSON.
+    """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -363,7 +369,7 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def _genai_processor(path: Path) -> ImageProcessor:
-    ops = [t.get("operation", {}) for t in _read(path).get("processor", {}).get("transforms", [])]
+    ops = [t.get("operation", {}) for t in read_json(path).get("processor", {}).get("transforms", [])]
     for op in ops:
         if op.get("type") == "Phi3ImageTransform":
             attrs = op.get("attrs", {})
@@ -389,9 +395,9 @@ def load_image_processor(folder: str | Path) -> ImageProcessor:
     folder = Path(folder)
     pre = folder / "preprocessor_config.json"
     if pre.is_file():
-        config = _read(pre)
+        config = read_json(pre)
         kind = str(config.get("image_processor_type") or "").removesuffix("Fast")
-        proc = _read(folder / "processor_config.json") if (folder / "processor_config.json").is_file() else {}
+        proc = read_json(folder / "processor_config.json") if (folder / "processor_config.json").is_file() else {}
         if kind == "Idefics3ImageProcessor":
             seq = proc.get("image_seq_len", config.get("image_seq_len"))
             if not isinstance(seq, int):
@@ -406,7 +412,7 @@ def load_image_processor(folder: str | Path) -> ImageProcessor:
                 f"natively (supported: {', '.join(SUPPORTED_PROCESSORS)}). Export the model with one of those, or "
                 "run it with inference4py_genai.VisionLanguageModel if it is an onnxruntime-genai folder."
             )
-        model = _read(folder / "config.json") if (folder / "config.json").is_file() else {}
+        model = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
         # transformers' processors: a fixed count, else one per patch (LLaVA); config.json's count is the last resort
         # (LlavaConfig carries image_seq_length=576 whatever the vision tower).
         processor = {**config, **proc}
@@ -425,7 +431,7 @@ def load_image_processor(folder: str | Path) -> ImageProcessor:
             extra_tokens=extra,
         )
     genai = folder / "processor_config.json"
-    if genai.is_file() and "processor" in _read(genai):
+    if genai.is_file() and "processor" in read_json(genai):
         return _genai_processor(genai)
     raise UnsupportedModelError(
         f"{folder} has no image-processor configuration (preprocessor_config.json, or onnxruntime-genai's "

@@ -28,7 +28,7 @@ from inference4py.engine.sessions import (
 )
 from inference4py.errors import InvalidInputError, ModelFilesMissingError, UnsupportedModelError
 from inference4py.tokenization import Tokenizer
-from inference4py.vision.processors import ImageBatch
+from inference4py.vision.processors import ImageBatch, read_json
 
 __all__ = [
     "VisionLayout",
@@ -55,14 +55,6 @@ class VisionLayout:
     image_token: str  # the placeholder text of one image in a rendered prompt ("<image>", "<|image_{n}|>")
     image_token_id: int | None  # optimum: the id the placeholder expands to; genai: None (negative ids)
     defaults: dict[str, Any]  # genai_config.json's token ids / context (genai layout only)
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UnsupportedModelError(f"{path} is not readable JSON ({exc}). Re-download the model.") from exc
-    return data if isinstance(data, dict) else {}
 
 
 def is_vision_folder(folder: Path) -> bool:

@@ -66,3 +66,27 @@ def test_seeded_rows_use_their_row_seed(tmp_path, asr):
     for i, path in enumerate(paths):
         alone = asr.transcribe(str(tmp_path / path), seed=row_seed(11, f"a{i}"), temperature=1.0, max_new_tokens=6)
         assert rows[f"a{i}"]["text"] == alone.text
+
+
+def test_the_jobs_keywords_are_one_typed_transcribe_options_refused_before_any_audio(tmp_path, monkeypatch):
+    from inference4py.batch.adapters import load_adapter
+    from inference4py.errors import ConfigurationError
+    from inference4py.speech import TranscribeOptions
+    from inference4py.tasks.options import RequestOptions
+
+    def never(*args, **kwargs):
+        raise AssertionError("no audio is read for a refused job")
+
+    monkeypatch.setattr("inference4py.audio.load_audio", never)
+    missing = str(tmp_path / "no-model-here")  # refused before the model would load
+    for overrides, named in (({"max_new_tokns": 8}, "max_new_tokns"), ({"best_of": 0}, "best_of")):
+        with pytest.raises(ConfigurationError, match=named):
+            load_adapter(missing, task="transcribe", overrides=overrides)
+    with pytest.raises(ConfigurationError, match="drop json_schema"):
+        load_adapter(missing, task="transcribe", overrides={"json_schema": {"type": "object"}})
+    monkeypatch.undo()
+    adapter = load_adapter(WHISPER, task="transcribe", overrides={"max_new_tokens": 8, "temperature": 0.0})
+    try:
+        assert adapter.options == TranscribeOptions(temperature=0.0, generation=RequestOptions(max_new_tokens=8))
+    finally:
+        adapter.close()

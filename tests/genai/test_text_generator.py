@@ -529,3 +529,45 @@ def test_preset_downloads_through_inference4py_hub():
         case = next(c for c in reference("genai-llama")["cases"] if c["name"] == "chat-single")
         assert gen.encode_prompt(case["messages"][0]["content"]) == case["prompt_ids"]
         assert gen.generate(case["messages"][0]["content"]).generated_tokens == 4
+
+
+# --------------------------------------------------------------------------- options= as inference4py's classes take it
+
+
+@pytest.mark.parametrize("name,case", list(_cases(FP32, "text"))[:2])
+def test_typed_options_give_the_same_tokens_as_keywords(name, case):
+    from inference4py import RequestOptions
+
+    gen = generator(name)
+    keywords = gen.generate(case["prompt"], **_overrides(case))
+    typed = gen.generate(case["prompt"], options=RequestOptions(**_overrides(case)))
+    assert typed.token_ids == keywords.token_ids == tuple(case["output_ids"])
+    streamed = list(gen.stream_chunks(case["prompt"], options=RequestOptions(**_overrides(case))))
+    assert tuple(c.token_id for c in streamed if c.token_id is not None) == keywords.token_ids
+    assert "".join(gen.stream(case["prompt"], options=RequestOptions(**_overrides(case)))) == keywords.text
+
+
+def test_keywords_beside_options_replace_its_fields_as_of_call_does():
+    from inference4py import RequestOptions
+
+    gen = generator("genai-llama")
+    sampled = RequestOptions(max_new_tokens=12, do_sample=True, temperature=1.0, seed=7)
+    both = gen.generate("The old house", options=sampled, max_new_tokens=5, seed=8)
+    alone = gen.generate("The old house", max_new_tokens=5, do_sample=True, temperature=1.0, seed=8)
+    assert both.token_ids == alone.token_ids and len(both.token_ids) == 5
+    with pytest.raises(ConfigurationError, match="options takes a RequestOptions"):
+        gen.generate("The old house", options={"max_new_tokens": 5})
+    with pytest.raises(ConfigurationError, match="speculative"):
+        gen.generate("The old house", options=RequestOptions(speculative="prompt_lookup"))
+
+
+def test_the_facade_takes_options_where_inference4pys_does():
+    import inspect
+
+    from inference4py import OnnxTextGenerator
+
+    for method in ("generate", "stream", "stream_chunks"):
+        ours = inspect.signature(getattr(TextGenerator, method)).parameters
+        native = inspect.signature(getattr(OnnxTextGenerator, method)).parameters
+        assert list(ours) == list(native), method
+        assert ours["options"].kind is inspect.Parameter.KEYWORD_ONLY and ours["options"].default is None

@@ -126,3 +126,27 @@ def test_preset():
     b = VisionLanguageModel.phi3Vision()
     assert b._model_id == "inference4j/phi-3.5-vision-instruct"
     assert "phi3Vision" in repr(b.max_new_tokens(10))
+
+
+def test_typed_options_give_the_same_tokens_as_keywords():
+    import inspect
+
+    from inference4py import RequestOptions
+    from inference4py import VisionLanguageModel as NativeVisionLanguageModel
+
+    case = CASES["one-image"]
+    model = vlm()
+    images = _images(case)
+    typed = model.generate(images, case["text"], options=RequestOptions(max_new_tokens=case["max_new_tokens"]))
+    assert list(typed.token_ids) == case["output_ids"]
+    pieces = model.stream(images, case["text"], options=RequestOptions(max_new_tokens=case["max_new_tokens"]))
+    assert "".join(pieces) == case["output_text"]
+    # keywords beside options replace its fields (RequestOptions.of_call)
+    both = model.generate(images, case["text"], options=RequestOptions(max_new_tokens=30), max_new_tokens=3)
+    assert list(both.token_ids) == case["output_ids"][:3]
+    with pytest.raises(ConfigurationError, match="json_schema|constrain|output"):
+        model.generate(images, case["text"], options=RequestOptions(json_schema={"type": "object"}))
+    for method in ("generate", "stream", "stream_chunks"):
+        ours = inspect.signature(getattr(VisionLanguageModel, method)).parameters
+        native = inspect.signature(getattr(NativeVisionLanguageModel, method)).parameters
+        assert list(ours) == list(native), method

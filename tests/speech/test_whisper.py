@@ -174,7 +174,8 @@ def test_transcribe_options_are_typed_once_and_equal_the_keywords(asr):
     )
     assert defaults.best_of == longform.best_of
     options, rest = TranscribeOptions.from_keywords({"temperature": [0.0, 0.4], "best_of": 2, "seed": 1})
-    assert options == TranscribeOptions(temperature=(0.0, 0.4), best_of=2) and rest == RequestOptions(seed=1)
+    assert options == TranscribeOptions(temperature=(0.0, 0.4), best_of=2, generation=RequestOptions(seed=1))
+    assert rest is options.generation  # the generation options travel inside the one options object
     # the other keywords are typed at the same edge: an unknown name, drafts or constraints are refused there
     for bad, match in (
         ({"beams": 2}, "beams"),
@@ -191,11 +192,20 @@ def test_transcribe_options_are_typed_once_and_equal_the_keywords(asr):
         audio, options=TranscribeOptions(temperature=1.0), temperature=(0.0, 0.4), best_of=2, max_new_tokens=12, seed=1
     )
     assert over.token_ids == by_keywords.token_ids  # a keyword wins over the options object
+    generation = RequestOptions(max_new_tokens=12, seed=1)
+    one_object = asr.transcribe(
+        audio, options=TranscribeOptions(temperature=(0.0, 0.4), best_of=2, generation=generation)
+    )
+    assert one_object.token_ids == by_keywords.token_ids  # everything typed in one TranscribeOptions
+    merged, request = TranscribeOptions.from_keywords({"max_new_tokens": 5}, TranscribeOptions(generation=generation))
+    assert request == merged.generation == RequestOptions(max_new_tokens=5, seed=1)  # RequestOptions.of_call's rule
     for bad, match in (
         ({"initial_prompt": "a", "prompt_ids": [1]}, "not both"),
         ({"hallucination_silence_threshold": 2.0}, "word_timestamps"),
         ({"best_of": 0}, "best_of"),
         ({"temperature": "hot"}, "temperature"),
+        ({"generation": {"seed": 1}}, "generation takes a RequestOptions"),
+        ({"generation": RequestOptions(json_schema={"type": "object"})}, "This call"),
     ):
         with pytest.raises(ConfigurationError, match=match):
             TranscribeOptions(**bad)

@@ -7,8 +7,10 @@ import pytest
 
 from inference4py import WhisperSpeechModel
 from inference4py.errors import AudioError, ConfigurationError
+from inference4py.speech import TranscribeOptions
 from inference4py.speech.live import LIVE_VAD_OPTIONS, ProbabilityStream
 from inference4py.speech.vad import SileroVad, VadOptions
+from inference4py.tasks.options import RequestOptions
 from tests.conftest import FIXTURES, MODELS, load_reference
 from tests.test_audio import _clips, assemble
 
@@ -58,6 +60,18 @@ def test_the_same_segments_however_the_audio_is_chunked(asr, vad, recording):
     # every segment lies in a stretch the detector finds in the whole recording (its times were shifted right)
     for start, end, *_ in whole:
         assert any(a / 16000 - 0.1 <= start and end <= b / 16000 + 0.1 for a, b in regions), (start, end, regions)
+
+
+def test_typed_options_give_the_segments_of_keywords(asr, vad, recording):
+    chunks = _pieces(recording[: 12 * 16000], 16000)
+    keywords = _times(asr, vad, chunks, language="en", best_of=2)
+    typed = asr.transcribe_stream(
+        chunks,
+        vad=vad,
+        language="en",
+        options=TranscribeOptions(best_of=2, generation=RequestOptions(max_new_tokens=8)),
+    )
+    assert [(s.start, s.end, s.token_ids) for s in typed] == keywords and keywords
 
 
 def _times(asr, vad, chunks, **kw):
@@ -114,6 +128,12 @@ def test_bad_streams_are_clear_errors(asr, vad):
         list(asr.transcribe_stream([np.zeros(1600, np.float32)], vad=False))
     with pytest.raises(ConfigurationError, match="sets timestamps itself"):
         list(asr.transcribe_stream([np.zeros(1600, np.float32)], vad=vad, timestamps=False))
+    never_read = iter(["not audio"])  # options are typed before the first chunk is read
+    with pytest.raises(ConfigurationError, match="max_new_tokns"):
+        list(asr.transcribe_stream(never_read, vad=vad, max_new_tokns=8))
+    with pytest.raises(ConfigurationError, match="sets vad itself"):
+        list(asr.transcribe_stream(never_read, vad=vad, options=TranscribeOptions(vad=True)))
+    assert next(never_read) == "not audio"
     bad = VadOptions(min_silence_duration_ms=100, speech_pad_ms=400)
     with pytest.raises(ConfigurationError, match="min_silence_duration_ms >= 2 \\* speech_pad_ms"):
         list(asr.transcribe_stream([np.zeros(1600, np.float32)], vad=vad, vad_options=bad))

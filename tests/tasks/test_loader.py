@@ -20,6 +20,7 @@ from inference4py.errors import ConfigurationError
 from inference4py.tasks.bart import BART_PRESETS
 from inference4py.tasks.coedit import COEDIT_PRESETS
 from inference4py.tasks.embedding.model import EMBEDDER_PRESETS
+from inference4py.tasks.encoder import EncoderTask
 from inference4py.tasks.flan_t5 import FLAN_T5_PRESETS
 from inference4py.tasks.loader import GenerativeTask
 from inference4py.tasks.marian import MARIAN_PRESETS
@@ -112,6 +113,16 @@ def test_the_generative_classes_share_the_loader(cls, folder):
     assert model.tokenizer is not None and model.generation_config.eos_token_id
     model.close()
     assert "folder=" in repr(model)
+
+
+@pytest.mark.parametrize("cls,folder", [(OnnxEmbedder, "sentence-bert"), (OnnxReranker, "cross-encoder")])
+def test_the_encoder_classes_share_the_loader(cls, folder):
+    model = cls.builder().model_path(FIXTURES / "models" / folder).batch_size(2).build()
+    assert isinstance(model, EncoderTask)
+    assert model.batch_size == 2 and model.name == folder and model.folder == FIXTURES / "models" / folder
+    assert "_from_builder" not in vars(cls)  # each class says only what differs (the loader's hooks)
+    model.close()
+    assert model._session is None
 
 
 # --------------------------------------------------------------------------- one method per call shape

@@ -3,36 +3,34 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
-from inference4py.engine.sessions import create_session, graph_inputs, graph_outputs, run_session
+from inference4py.engine.sessions import TensorInfo, graph_outputs, run_session
 from inference4py.errors import ConfigurationError, InvalidInputError, PromptTooLongError, UnsupportedModelError
-from inference4py.tasks.base import ClosableTask, ModelSourceBuilder
 from inference4py.tasks.embedding.folder import (
     POOLED_OUTPUT,
     TOKEN_OUTPUTS,
+    SentenceConfig,
     find_graph,
     max_length,
     read_sentence_config,
 )
 from inference4py.tasks.embedding.pooling import check_modes, l2_normalize, pool
-from inference4py.tasks.encoder import ENCODER_INPUTS, fast_tokenizer, padded_feeds
+from inference4py.tasks.encoder import EncoderBuilder, EncoderParts, EncoderTask, int_in, padded_feeds
 from inference4py.tasks.presets import Preset, PresetTable
 
 __all__ = ["EMBEDDER_PRESETS", "EmbedderBuilder", "OnnxEmbedder"]
 
 _log = logging.getLogger("inference4py.embedding")
 
-_DEFAULT_BATCH = 32
-
 B = TypeVar("B", bound="EmbedderBuilder")
 
 
-class EmbedderBuilder(ModelSourceBuilder):
+class EmbedderBuilder(EncoderBuilder):
     """Chainable, validated options of an :class:`OnnxEmbedder`; each setter returns the builder.
 
     Where the model comes from and how its session runs are :class:`ModelSourceBuilder`'s options
@@ -46,7 +44,6 @@ class EmbedderBuilder(ModelSourceBuilder):
         self._normalize: bool | None = None
         self._max_seq_length: int | None = None
         self._truncate = True
-        self._batch_size = _DEFAULT_BATCH
 
     # ------------------------------------------------------------------ embedding options
     def pooling(self: B, modes: str | Sequence[str]) -> B:
@@ -61,7 +58,7 @@ class EmbedderBuilder(ModelSourceBuilder):
 
     def max_seq_length(self: B, n: int) -> B:
         """Tokens per text, special tokens included (default: the folder's max_seq_length)."""
-        if not _int_in(n, 2):
+        if not int_in(n, 2):
             raise ConfigurationError(f"max_seq_length must be an integer >= 2, got {n!r}.")
         self._max_seq_length = n
         return self
@@ -69,13 +66,6 @@ class EmbedderBuilder(ModelSourceBuilder):
     def truncate(self: B, value: bool = True) -> B:
         """Cut texts longer than max_seq_length (default); False makes them an error instead."""
         self._truncate = bool(value)
-        return self
-
-    def batch_size(self: B, n: int) -> B:
-        """Texts per onnxruntime run (default 32)."""
-        if not _int_in(n, 1):
-            raise ConfigurationError(f"batch_size must be an integer >= 1, got {n!r}.")
-        self._batch_size = n
         return self
 
     # ------------------------------------------------------------------ build
@@ -91,8 +81,7 @@ class EmbedderBuilder(ModelSourceBuilder):
                 parts.append(f"{name}={value!r}")
         if not self._truncate:
             parts.append("truncate=False")
-        if self._batch_size != _DEFAULT_BATCH:
-            parts.append(f"batch_size={self._batch_size}")
+        parts += self._batch_parts()
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
@@ -114,7 +103,7 @@ EMBEDDER_PRESETS = PresetTable(
 )
 
 
-class OnnxEmbedder(ClosableTask):
+class OnnxEmbedder(EncoderTask):
     """Sentence embeddings from an ONNX sentence encoder (sentence-transformers layout).
 
     ``embed(texts)`` returns one float32 vector per text, equal to sentence-transformers'
@@ -125,6 +114,9 @@ class OnnxEmbedder(ClosableTask):
         ...     a, b = embedder.embed(["How old are you?", "What is your age?"])
         ...     print(float(a @ b))   # cosine similarity: the vectors are normalized
     """
+
+    _encoder_kind = "sentence encoder"
+    _other_tasks = "For text generation use OnnxTextGenerator."
 
     def __init__(
         self,
@@ -140,22 +132,15 @@ class OnnxEmbedder(ClosableTask):
         lower_case: bool = False,
         name: str | None = None,
     ) -> None:
-        self.folder = folder
-        self.name = name or folder.name
+        super().__init__(folder, session, tokenizer, batch_size=batch_size, name=name)
         self.pooling = pooling  # None: the graph's sentence_embedding output is already pooled
         self.normalize = normalize
         self.max_seq_length = max_seq_length
         self.truncate = truncate
-        self.batch_size = batch_size
         self._lower_case = lower_case
-        self._session = session
         self._tokenizer = tokenizer
-        inputs = graph_inputs(session)
         outputs = graph_outputs(session)
-        self._inputs = inputs
         self._output = POOLED_OUTPUT if pooling is None else next(n for n in TOKEN_OUTPUTS if n in outputs)
-        self._vocab = tokenizer.vocab_size
-        self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         # Truncation is the backend's own (special tokens kept, as transformers does); a second copy
         # without it measures texts that are too long when truncation is off.
         from tokenizers import Tokenizer as Backend
@@ -175,29 +160,32 @@ class OnnxEmbedder(ClosableTask):
     allMiniLML6V2 = EMBEDDER_PRESETS.method("allMiniLML6V2")
     bgeSmallEnV15 = EMBEDDER_PRESETS.method("bgeSmallEnV15")
 
+    # ------------------------------------------------------------------ what the loader asks (EncoderTask)
     @classmethod
-    def _from_builder(cls, builder: EmbedderBuilder) -> OnnxEmbedder:
-        folder = builder.resolve_folder()
-        graph = find_graph(folder, builder._variant)
-        config = read_sentence_config(folder)
-        tokenizer = fast_tokenizer(folder, "OnnxEmbedder")
-        session = create_session(graph, builder.session_options())
-        inputs, outputs = graph_inputs(session), graph_outputs(session)
-        if "input_ids" not in inputs or set(inputs) - ENCODER_INPUTS:
+    def _find_graph(cls, folder: Path, variant: str | None) -> Path:
+        return find_graph(folder, variant)
+
+    @classmethod
+    def _read_settings(cls, folder: Path) -> SentenceConfig:
+        return read_sentence_config(folder)
+
+    @classmethod
+    def _check_graph(cls, graph: str, inputs: Mapping[str, TensorInfo], outputs: Mapping[str, TensorInfo]) -> None:
+        super()._check_graph(graph, inputs, outputs)
+        if POOLED_OUTPUT not in outputs and not any(n in outputs for n in TOKEN_OUTPUTS):
             raise UnsupportedModelError(
-                f"{graph.name} takes {', '.join(inputs)}; a sentence encoder takes input_ids and optionally "
-                f"attention_mask, token_type_ids, position_ids. For text generation use OnnxTextGenerator."
-            )
-        pooled = POOLED_OUTPUT in outputs
-        if not pooled and not any(n in outputs for n in TOKEN_OUTPUTS):
-            raise UnsupportedModelError(
-                f"{graph.name} outputs {', '.join(outputs)}; OnnxEmbedder needs last_hidden_state (or "
+                f"{graph} outputs {', '.join(outputs)}; OnnxEmbedder needs last_hidden_state (or "
                 "token_embeddings, or an already pooled sentence_embedding). "
                 + ("For text generation use OnnxTextGenerator." if "logits" in outputs else "")
             )
-        if config.unsupported and not pooled:
+
+    @classmethod
+    def _assemble(cls, parts: EncoderParts, builder: EmbedderBuilder, settings: SentenceConfig) -> OnnxEmbedder:
+        folder, outputs = parts.folder, parts.outputs
+        pooled = POOLED_OUTPUT in outputs
+        if settings.unsupported and not pooled:
             raise UnsupportedModelError(
-                f"modules.json of {folder} lists module(s) OnnxEmbedder does not run: {', '.join(config.unsupported)}. "
+                f"modules.json of {folder} lists module(s) OnnxEmbedder does not run: {', '.join(settings.unsupported)}. "
                 "Export the whole sentence-transformers model to one ONNX graph with a sentence_embedding output "
                 "(e.g. optimum's sentence-transformers export) and use that folder."
             )
@@ -206,24 +194,24 @@ class OnnxEmbedder(ClosableTask):
         elif pooled:
             pooling = None
         else:
-            pooling = config.pooling or ("mean",)
-            if config.pooling is None:
+            pooling = settings.pooling or ("mean",)
+            if settings.pooling is None:
                 _log.info("%s has no sentence-transformers pooling config: mean pooling", folder)
         if pooling is not None and not any(n in outputs for n in TOKEN_OUTPUTS):
             raise ConfigurationError(
-                f"{graph.name} outputs only pooled sentence embeddings: .pooling(...) cannot apply; remove it."
+                f"{parts.graph.name} outputs only pooled sentence embeddings: .pooling(...) cannot apply; remove it."
             )
-        normalize = builder._normalize if builder._normalize is not None else config.normalize
+        normalize = builder._normalize if builder._normalize is not None else settings.normalize
         return cls(
             folder,
-            session,
-            tokenizer,
+            parts.session,
+            parts.tokenizer,
             pooling=pooling,
             normalize=normalize,
-            max_seq_length=builder._max_seq_length or max_length(folder, config, tokenizer),
+            max_seq_length=builder._max_seq_length or max_length(folder, settings, parts.tokenizer),
             truncate=builder._truncate,
             batch_size=builder._batch_size,
-            lower_case=config.do_lower_case,
+            lower_case=settings.do_lower_case,
             name=builder._model_id,
         )
 
@@ -302,20 +290,12 @@ class OnnxEmbedder(ClosableTask):
         """
         self._check_open()
         rows = _check_ids(token_ids, self._vocab, self.max_seq_length)
-        size = batch_size if batch_size is not None else self.batch_size
-        if not _int_in(size, 1):
-            raise InvalidInputError(f"batch_size must be an integer >= 1, got {size!r}.")
-        # longest first, as sentence-transformers batches: less padding per run
-        order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
-        pieces: list[np.ndarray] = []
-        for start in range(0, len(order), size):
-            pieces.append(self._run([rows[i] for i in order[start : start + size]]))
-        vectors = np.empty((len(rows), pieces[0].shape[1]), dtype=np.float32)
-        vectors[order] = np.concatenate(pieces)
+        # longest first, as sentence-transformers batches
+        vectors = self._run_longest_first(rows, [len(r) for r in rows], batch_size, self._run)
         if self.normalize:
             vectors = l2_normalize(vectors)
         if dimensions is not None:
-            if not _int_in(dimensions, 1, vectors.shape[1]):
+            if not int_in(dimensions, 1, vectors.shape[1]):
                 raise InvalidInputError(
                     f"dimensions must be an integer from 1 to {vectors.shape[1]} (this model's size), got {dimensions!r}."
                 )
@@ -330,20 +310,12 @@ class OnnxEmbedder(ClosableTask):
             return np.asarray(out, dtype=np.float32)
         return pool(np.asarray(out), mask, self.pooling)  # out: [batch, seq, hidden]
 
-    def _release(self) -> None:
-        self._session = None
-
     def __repr__(self) -> str:
         pooling = "+".join(self.pooling) if self.pooling else "in-graph"
         return (
             f"OnnxEmbedder(model={self.name!r}, pooling={pooling!r}, normalize={self.normalize}, "
             f"max_seq_length={self.max_seq_length})"
         )
-
-
-def _int_in(value: Any, low: int, high: int | None = None) -> bool:
-    """Whether ``value`` is an int (not a bool) from ``low`` to ``high`` (inclusive; None: no upper bound)."""
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value and (high is None or value <= high)
 
 
 def _check_texts(texts: Any) -> list[str]:
