@@ -213,15 +213,18 @@ struct BlockQ6Kx8 {
 };
 static_assert(sizeof(BlockQ6Kx8) == 8 * 210, "Q6_K x 8 block: the rows' bytes, rearranged");
 
-// The 32-value types x 8: each row's float16 scale (and Q4_1's minimum, Q5_0's 32 high bits) as stored,
+// The 32-value types x 8: each row's float16 scale (MXFP4: its exponent; Q4_1's minimum, Q5_0's 32 high
+// bits) as stored,
 // then the codes with byte 4 g + t of each row in lane `row` of qs[g] (for the nibble types the low
 // nibble is value 4 g + t, the high one value 16 + 4 g + t).
 struct BlockQ4_0x8 { f16_bits d[kPackRows]; uint8_t qs[4][4 * kPackRows]; };
 struct BlockQ4_1x8 { f16_bits d[kPackRows], m[kPackRows]; uint8_t qs[4][4 * kPackRows]; };
 struct BlockQ5_0x8 { f16_bits d[kPackRows]; uint32_t qh[kPackRows]; uint8_t qs[4][4 * kPackRows]; };
 struct BlockQ8_0x8 { f16_bits d[kPackRows]; int8_t qs[8][4 * kPackRows]; };
+struct BlockMXFP4x8 { uint8_t e[kPackRows]; uint8_t qs[4][4 * kPackRows]; };  // e: each row's e8m0 exponent
 static_assert(sizeof(BlockQ4_0x8) == 8 * 18 && sizeof(BlockQ4_1x8) == 8 * 20, "Q4_0 / Q4_1 x 8: the rows' bytes");
 static_assert(sizeof(BlockQ5_0x8) == 8 * 22 && sizeof(BlockQ8_0x8) == 8 * 34, "Q5_0 / Q8_0 x 8: the rows' bytes");
+static_assert(sizeof(BlockMXFP4x8) == 8 * 17, "MXFP4 x 8: the rows' bytes");
 
 // Type facts: values per block, bytes per block, and which activation block it pairs with.
 enum class Act { F32, F16, BF16, Q8_0, Q8_1, Q8_K };

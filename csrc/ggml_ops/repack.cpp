@@ -23,6 +23,7 @@ size_t packed_group_bytes(int type, int k) {
     if (type == T_Q4_1) return sizeof(BlockQ4_1x8) * blocks;
     if (type == T_Q5_0) return sizeof(BlockQ5_0x8) * blocks;
     if (type == T_Q8_0) return sizeof(BlockQ8_0x8) * blocks;
+    if (type == T_MXFP4) return sizeof(BlockMXFP4x8) * blocks;
     return 0;
 }
 
@@ -66,7 +67,8 @@ void repack_32(const uint8_t* w, size_t w_stride, int nb, Out* out) {
         Out& o = out[b];
         for (int i = 0; i < kPackRows; ++i) {
             const In& x = reinterpret_cast<const In*>(w + i * w_stride)[b];
-            o.d[i] = x.d;
+            if constexpr (std::is_same_v<In, BlockMXFP4>) o.e[i] = x.e;
+            else o.d[i] = x.d;
             if constexpr (std::is_same_v<In, BlockQ4_1>) o.m[i] = x.m;
             if constexpr (std::is_same_v<In, BlockQ5_0>) std::memcpy(&o.qh[i], x.qh, 4);
             for (int g = 0; g < kGroups; ++g) std::memcpy(&o.qs[g][4 * i], x.qs + 4 * g, 4);
@@ -87,6 +89,8 @@ void repack_rows(int type, const uint8_t* w, size_t w_stride, int first, int cou
         if (type == T_Q4_1) repack_32<BlockQ4_1x8, BlockQ4_1>(rows, w_stride, k / QK, reinterpret_cast<BlockQ4_1x8*>(o));
         if (type == T_Q5_0) repack_32<BlockQ5_0x8, BlockQ5_0>(rows, w_stride, k / QK, reinterpret_cast<BlockQ5_0x8*>(o));
         if (type == T_Q8_0) repack_32<BlockQ8_0x8, BlockQ8_0>(rows, w_stride, k / QK, reinterpret_cast<BlockQ8_0x8*>(o));
+        if (type == T_MXFP4)
+            repack_32<BlockMXFP4x8, BlockMXFP4>(rows, w_stride, k / QK, reinterpret_cast<BlockMXFP4x8*>(o));
     }
 }
 

@@ -1,4 +1,4 @@
-"""Q4_K, Q6_K, Q4_0, Q4_1, Q5_0 and Q8_0 weights repacked eight rows at a time (csrc/ggml_ops/repack.cpp) for the SIMD kernels.
+"""Q4_K, Q6_K, Q4_0, Q4_1, Q5_0, Q8_0 and MXFP4 weights repacked eight rows at a time (csrc/ggml_ops/repack.cpp) for the SIMD kernels.
 
 A weight whose rows are a multiple of eight is rearranged the first time its operator runs; the
 product must equal the numpy reference of llama.cpp's rounding and the same session built with
@@ -15,7 +15,7 @@ from tests.kernels.blocks import magnitude, random_rows, reference, type_id
 from tests.kernels.test_ggml_ops import TOLERANCE, matmul
 
 
-@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K", "Q4_0", "Q4_1", "Q5_0", "Q8_0"])
+@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K", "Q4_0", "Q4_1", "Q5_0", "Q8_0", "MXFP4"])
 @pytest.mark.parametrize("rows", [1, 4, 9, 19])
 def test_repacked_rows_equal_the_reference_and_the_rows_as_stored(
     kind: str, rows: int, isa: str, monkeypatch: pytest.MonkeyPatch
