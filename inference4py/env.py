@@ -45,7 +45,7 @@ Variables
     Forces the compiled operators' instruction set: ``scalar``, ``avx2`` or ``avx512vnni`` (the
     best the CPU has when unset). A path the CPU lacks is an error.
 ``INFERENCE4PY_GGML_REPACK``
-    Read by the compiled operators: ``0`` keeps Q4_K, Q6_K, Q4_0, Q4_1, Q5_0 and Q8_0 weights in the
+    Read by the compiled operators: ``0`` keeps Q4_K, Q6_K, Q4_0, Q4_1, Q5_0, Q8_0 and MXFP4 weights in the
     file's own row layout instead of repacking them eight rows at a time when an operator first runs
     (slower; for comparisons).
 ``INFERENCE4PY_GGML_LIBRARY``
