@@ -231,6 +231,17 @@ _NO_GQA = (
 # --------------------------------------------------------------------------- the cached folder
 
 
+def _latent_attention(folder: Path) -> bool:
+    """The folder's config.json describes multi-head latent attention (``kv_lora_rank``)."""
+    import json
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("kv_lora_rank"))
+
+
 def int8_kv_folder(
     folder: str | os.PathLike[str], *, granularity: str = "channel", cache_dir: str | os.PathLike[str] | None = None
 ) -> Path:
@@ -255,6 +266,12 @@ def int8_kv_folder(
     src = Path(folder).expanduser()
     graph = _graph_of(src)
     if not has_op(graph, _GQA.encode()):
+        if _latent_attention(src):
+            raise ConfigurationError(
+                f"int8 KV does not apply to {src}: its multi-head latent attention (deepseek2) caches one "
+                "latent and one rope key per token, already 8.9x smaller than per-head keys and values at "
+                "DeepSeek-V2-Lite's shape; load it without kv_cache('int8')."
+            )
         raise ConfigurationError(_NO_GQA.format(what=f"{graph}"))
     if granularity not in GRANULARITIES:
         raise ConfigurationError(f"granularity={granularity!r}: use one of {', '.join(GRANULARITIES)}.")

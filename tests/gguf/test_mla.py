@@ -453,3 +453,14 @@ def test_yarn_without_its_log_multiplier_is_refused_by_the_key(tmp_path):
     )
     with pytest.raises(UnsupportedModelError, match=r"deepseek2\.rope\.scaling\.yarn_log_multiplier"):
         _convert(bad, tmp_path)
+
+
+def test_int8_kv_is_refused_with_the_reason_for_latent_attention(tmp_path, monkeypatch):
+    """The latent cache is not per-head keys and values: kv_cache('int8') names why it does not apply."""
+    from inference4py.errors import ConfigurationError
+    from inference4py.gguf.convert import gguf_folder
+
+    monkeypatch.setenv("INFERENCE4PY_CACHE", str(tmp_path))
+    folder = gguf_folder(GGUF_DIR / "mla-deepseek2-F32.gguf")
+    with pytest.raises(ConfigurationError, match="does not apply .* multi-head latent attention"):
+        OnnxTextGenerator.builder().model_path(folder).kv_cache("int8").build()

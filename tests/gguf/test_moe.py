@@ -345,3 +345,17 @@ def test_a_batch_of_prompts_gives_each_row_its_own_ids(generator):
     )
     for case, result in zip(cases, results):
         assert list(result.token_ids)[: case["max_new_tokens"]] == case["output_ids"], case["name"]
+
+
+def test_an_int8_kv_cache_runs_on_a_mixture_of_experts_model(tmp_path, monkeypatch):
+    """kv_cache('int8') rewrites the experts model's GroupQueryAttention like a dense one's; batched rows
+    answer as each alone (the ids themselves differ from the float cache's: int8 keys on tiny random heads)."""
+    monkeypatch.setenv("INFERENCE4PY_CACHE", str(tmp_path))
+    folder = gguf_folder(GGUF_DIR / "moe-qwen3moe-Q8_0.gguf")
+    gen = OnnxTextGenerator.builder().model_path(folder).kv_cache("int8").build()
+    kinds = {i.name: i.type for i in gen.runtime.rest.session.get_inputs() if i.name.startswith("past_key_values.")}
+    assert kinds and set(kinds.values()) == {"tensor(int8)"}, kinds
+    prompts = [[5, 17, 300, 42, 9], [7, 8, 9]]
+    alone = [list(gen.generate(p, max_new_tokens=8, do_sample=False).token_ids) for p in prompts]
+    together = [list(r.token_ids) for r in gen.generate_batch(prompts, max_new_tokens=8, do_sample=False)]
+    assert together == alone
