@@ -65,10 +65,15 @@ def llama_tokens(binary: str, model: Path, text: Path) -> list[int]:
     return [int(t) for t in json.loads(found[-1])]
 
 
+def _perplexity_args(binary: str, model: Path, text: Path, ctx: int, chunks: int, threads: int) -> list[str]:
+    """llama-perplexity on ``text`` in ``chunks`` chunks of ``ctx`` tokens: the one command line each run extends."""
+    return [binary, "-m", str(model), "-f", str(text), "-c", str(ctx), "--chunks", str(chunks), "-t", str(threads)]
+
+
 def llama_perplexity(binary: str, model: Path, text: Path, ctx: int, chunks: int, threads: int) -> dict[str, Any]:
     started = time.perf_counter()
     run = subprocess.run(
-        [binary, "-m", str(model), "-f", str(text), "-c", str(ctx), "--chunks", str(chunks), "-t", str(threads)],
+        _perplexity_args(binary, model, text, ctx, chunks, threads),
         capture_output=True,
         text=True,
     )
@@ -107,8 +112,7 @@ def llama_log_probs(
 ) -> None:
     """llama-perplexity's base file: the chunks' tokens and every scored token's log-probabilities."""
     run = subprocess.run(
-        [binary, "-m", str(model), "-f", str(text), "-c", str(ctx), "--chunks", str(chunks), "-t", str(threads)]
-        + ["--kl-divergence-base", str(out), *extra],
+        _perplexity_args(binary, model, text, ctx, chunks, threads) + ["--kl-divergence-base", str(out), *extra],
         capture_output=True,
         text=True,
     )
@@ -123,7 +127,7 @@ def llama_self_agreement(
 ) -> dict[str, Any]:
     """llama.cpp at its own defaults (flash attention, float16 KV cache) against its --kl base: the floor."""
     run = subprocess.run(
-        [binary, "-m", str(model), "-f", str(text), "-c", str(ctx), "--chunks", str(chunks), "-t", str(threads)]
+        _perplexity_args(binary, model, text, ctx, chunks, threads)
         + ["--kl-divergence-base", str(base), "--kl-divergence"],
         capture_output=True,
         text=True,
