@@ -1,6 +1,6 @@
 """Decode speed after a long prompt, and the KV cache that prompt leaves, against llama-bench's ``-d``.
 
-    python benchmarks/decode_depth.py --gguf FILE.gguf --llama-bin DIR [--depths 512,4096] [--tokens 32]
+    python benchmarks/decode_depth.py --gguf FILE.gguf --llama-bin DIR [--depths 512,4096] [--tokens 32] [--expanded]
 
 For each depth D: the converted folder (the default width, the library's cache) prefills D tokens,
 then decodes ``--tokens`` greedy tokens on that cache; tok/s is the decode alone.  The cache's bytes
@@ -8,6 +8,10 @@ are counted from the state's own tensors after the prompt (for a latent-attentio
 and the rope key per token and layer; the expanded per-head keys and values it would otherwise hold
 are given beside it from config.json).  llama.cpp's side is ``llama-bench -d D -n TOKENS -p 0 -t 2``
 on the same file, in the same run.
+
+``--expanded`` (a latent-attention file): the same file also converted to the expanded form, which caches
+every head's key and value (``write_decoder(expanded_mla=True)``, in ``--work``), decoded at each depth in
+the same run: the absorbed form's decode speed against it.
 """
 
 from __future__ import annotations
@@ -57,6 +61,22 @@ def expanded_bytes(config: dict[str, Any], depth: int) -> int | None:
     return config["num_attention_heads"] * per_head * config["num_hidden_layers"] * 4 * depth
 
 
+def expanded_folder(gguf: Path, folder: Path, work: Path) -> Path:
+    """The converted ``folder`` with its graph rewritten in MLA's expanded form (weights still the file's)."""
+    import shutil
+
+    from inference4py.gguf.graph import write_decoder
+    from inference4py.gguf.reader import GGUFFile
+
+    out = work / f"{gguf.stem}-expanded"
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(folder, out)
+    (out / "model.onnx").unlink()
+    ggml = not (folder / "model.onnx.data").exists()  # the default conversion: the file's bytes in place
+    write_decoder(GGUFFile(gguf), out, None, ggml=ggml, expanded_mla=True)
+    return out
+
+
 def llama(binary: Path, gguf: Path, depth: int, tokens: int) -> float:
     run = subprocess.run(
         [
@@ -90,14 +110,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--llama-bin", required=True, type=Path)
     ap.add_argument("--depths", default="512,4096")
     ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--expanded", action="store_true", help="also decode MLA's expanded form (latent-attention files)")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/decode-depth"), help="where the expanded form is written")
     args = ap.parse_args(argv)
     from inference4py.gguf.convert import gguf_folder
 
     folder = gguf_folder(args.gguf)
     config = json.loads((folder / "config.json").read_text())
+    if args.expanded and not config.get("kv_lora_rank"):
+        raise SystemExit(f"--expanded: {args.gguf} has no latent attention (no kv_lora_rank)")
+    expanded = expanded_folder(args.gguf, folder, args.work) if args.expanded else None
     rows = []
     for depth in (int(d) for d in args.depths.split(",")):
-        row = {"depth": depth, "inference4py": ours(folder, depth, args.tokens)}
+        row: dict[str, Any] = {"depth": depth, "inference4py": ours(folder, depth, args.tokens)}
+        if expanded is not None:
+            row["inference4py_expanded"] = ours(expanded, depth, args.tokens)
         row["expanded_cache_bytes"] = expanded_bytes(config, depth)
         row["llama.cpp_decode_tok_s"] = llama(args.llama_bin / "llama-bench", args.gguf, depth, args.tokens)
         rows.append(row)
@@ -120,6 +147,16 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| {r['depth']} | {cache} | {exp} | {o['decode_tok_s']:.1f} | {r['llama.cpp_decode_tok_s']:.1f} | {ratio:.2f}x |"
         )
+    if expanded is not None:
+        print("\n| depth | absorbed: cache | decode tok/s | expanded: cache | decode tok/s | absorbed / expanded |")
+        print("|---|---|---|---|---|---|")
+        for r in rows:
+            a, e = r["inference4py"], r["inference4py_expanded"]
+            print(
+                f"| {r['depth']} | {a['cache_bytes'] / 2**20:.1f} MiB | {a['decode_tok_s']:.1f} | "
+                f"{e['cache_bytes'] / 2**20:.1f} MiB | {e['decode_tok_s']:.1f} | "
+                f"{a['decode_tok_s'] / e['decode_tok_s']:.2f}x |"
+            )
     print(f"\n{env['cpu']}, {env['nproc']} cores; command: `{command}`")
     return 0
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -403,7 +403,9 @@ class _Builder:
         return outs[0], outs[3]
 
 
-def write_decoder(gguf: GGUFFile, folder: Path, bits: int | None = None, *, ggml: bool = False) -> dict[str, Any]:
+def write_decoder(
+    gguf: GGUFFile, folder: Path, bits: int | None = None, *, ggml: bool = False, expanded_mla: bool = False
+) -> dict[str, Any]:
     """Write the decoder of a GGUF file into ``folder`` as ``model.onnx`` + ``model.onnx.data``.
 
     Weights are read and written one tensor (a large one, one chunk of rows) at a time, so the
@@ -421,6 +423,8 @@ def write_decoder(gguf: GGUFFile, folder: Path, bits: int | None = None, *, ggml
         ggml: With ``bits=None``, every matrix is the file's own bytes in place, on inference4py's
             compiled operators (the caller checks they are available); the graph then holds every
             other initializer inside it, since its external data is the GGUF file.
+        expanded_mla: A latent-attention file caches every head's keys and values instead of the latent
+            (:class:`~inference4py.gguf.mla.MlaShape` ``expanded``): only to measure the absorbed form against.
 
     Returns:
         The transformers-style config.json dict (model_type, architectures, hidden_size, ...,
@@ -451,6 +455,8 @@ def write_decoder(gguf: GGUFFile, folder: Path, bits: int | None = None, *, ggml
                 raise _no_exact_operator(gguf, info.name, info.type)
     in_place = ggml and bits is None
     shape, mla = read_experts(gguf, hp), read_mla(gguf, hp)
+    if mla is not None and expanded_mla:
+        mla = replace(mla, expanded=True)
     store = ExternalData(folder, inline=in_place)
     try:
         b = _Builder(gguf, bits, store, ggml=in_place)

@@ -16,8 +16,12 @@ The cache holds, per token and layer, the latent ``c`` (``past_key_values.{i}.ke
 layer in float32, against ``heads x (nope + rope + v) x 4`` expanded.  The key up-projection ``k_b`` is
 absorbed into the query (``q_nope[h] @ k_b[h]`` is a query over the latent) and the value up-projection
 ``v_b`` is applied after the attention-weighted sum of latents, before ``o_proj``: always, at the prompt
-and at every decode step, so nothing is chosen by a flag and both give the same numbers.  (For a long
-prompt the expanded form would do fewer multiplications; it is not built.)
+and at every decode step, so nothing is chosen by a flag and both give the same numbers.
+
+The expanded form (``MlaShape.expanded``: the latent up-projected to every head's key and value, which
+are cached and attended as in ordinary multi-head attention) is built only to measure the absorbed form
+against (``benchmarks/decode_depth.py --expanded``): at 4,096 tokens its cache is ~9x the latent's, and
+every decode step reads it.
 
 The graph is the growing-cache layout the engine runs for optimum exports (``present`` is ``past`` with
 the new tokens concatenated, ``position_ids`` fed per row, ``attention_mask`` over past and new tokens,
@@ -75,6 +79,7 @@ class MlaShape:
     v: int  # v_head_dim
     split_kv_b: bool  # the file holds attn_kv_b (older conversions), not attn_k_b / attn_v_b
     yarn: Yarn | None = None
+    expanded: bool = False  # cache per-head keys and values instead of the latent (only to measure against)
 
     @property
     def scale(self) -> float:
@@ -84,7 +89,10 @@ class MlaShape:
 
     @property
     def cache_dims(self) -> tuple[tuple[int, int], tuple[int, int]]:
-        """(heads, last dim) of the key and value cache tensors: the latent, and the rope key."""
+        """(heads, last dim) of the key and value cache tensors: the latent, and the rope key (expanded: every
+        head's key and value)."""
+        if self.expanded:
+            return (self.heads, self.nope + self.rope), (self.heads, self.v)
         return (1, self.kv_lora_rank), (1, self.rope)
 
 
@@ -226,6 +234,7 @@ class MlaAttention:
         allowed = b.one("And", [causal, real], f"{n}/mask/allowed")  # [batch, 1, seq, total]
         # the heads' queries are laid out token-major ([batch, seq, heads, ...]): the mask and the query's
         # rotary tables broadcast over heads on axis 2
+        self.allowed_by_head = allowed
         self.allowed = b.one("Transpose", [allowed], f"{n}/mask/by_token", perm=[0, 2, 1, 3])  # [batch, seq, 1, total]
         self.cos_q, self.sin_q = (
             b.one("Transpose", [table], f"{n}/{which}/by_token", perm=[0, 2, 1, 3])
@@ -324,8 +333,10 @@ class MlaAttention:
         kv = b.linear(x, [Part(f"{p}attn_kv_a_mqa.weight")], f"{name}.kv_a_proj_with_mqa")  # [batch, seq, rank + rope]
         latent, k_pe = b.node("Split", [kv, b.ints([s.kv_lora_rank, s.rope])], f"{path}/kv/Split", outputs=2, axis=-1)
         latent = b.rms_norm(latent, gguf.tensor(f"{p}attn_kv_a_norm.weight"), f"{name}.kv_a_layernorm", hp.eps)
-        latent = b.one("Unsqueeze", [latent, b.ints([1])], f"{path}/latent/Unsqueeze")  # [batch, 1, seq, rank]
         k_pe = self._rotate(b.one("Unsqueeze", [k_pe, b.ints([1])], f"{path}/k_pe/Unsqueeze"), f"{path}/k_pe/rope")
+        if s.expanded:
+            return self._expanded(q_nope, q_pe, latent, k_pe, layer)
+        latent = b.one("Unsqueeze", [latent, b.ints([1])], f"{path}/latent/Unsqueeze")  # [batch, 1, seq, rank]
         caches = []
         for kind, new in (("key", latent), ("value", k_pe)):  # [batch, 1, past + seq, rank | rope]
             b.one("Concat", [f"past_key_values.{layer}.{kind}", new], f"{path}/{kind}/Concat", axis=2)
@@ -356,4 +367,67 @@ class MlaAttention:
         )  # [batch, seq, heads, rank]
         values = self._per_head(context, "v", p, name)  # [batch, seq, heads, v]
         merged = b.one("Reshape", [values, b.ints([0, 0, s.heads * s.v])], f"{path}/out/Reshape")
+        return b.linear(merged, [Part(f"{p}attn_output.weight")], f"{name}.o_proj")
+
+    def _up_matrix(self, prefix: str, which: str) -> np.ndarray:
+        """``[rank, heads x out]`` float32: the latent's up-projection to every head's ``k`` (nope) or ``v``."""
+        s, gguf = self.shape, self.b.gguf
+        if s.split_kv_b:
+            kv_b = gguf.tensor(f"{prefix}attn_kv_b.weight").reshape(s.heads, s.nope + s.v, s.kv_lora_rank)
+            rows = kv_b[:, : s.nope, :] if which == "k" else kv_b[:, s.nope :, :]  # [heads, out, rank]
+        elif which == "k":
+            rows = gguf.tensor(f"{prefix}attn_k_b.weight").transpose(0, 2, 1)  # [heads, nope, rank]
+        else:
+            rows = gguf.tensor(f"{prefix}attn_v_b.weight")  # [heads, v, rank]
+        return np.ascontiguousarray(rows.reshape(-1, s.kv_lora_rank).T, np.float32)
+
+    def _expanded(self, q_nope: str, q_pe: str, latent: str, k_pe: str, layer: int) -> str:
+        """The layer as ordinary multi-head attention over up-projected keys and values, which are cached:
+        ``present.{layer}.key`` ``[batch, heads, total, nope + rope]`` and ``.value`` ``[batch, heads, total, v]``."""
+        b, s = self.b, self.shape
+        p, name = f"blk.{layer}.", f"model.layers.{layer}.self_attn"
+        path = f"/model.layers.{layer}/self_attn/expanded"
+
+        def by_head(x: str, width: int, what: str) -> str:  # [batch, seq, heads x width] -> [batch, heads, seq, width]
+            split = b.one("Reshape", [x, b.ints([0, 0, s.heads, width])], f"{path}/{what}/Reshape")
+            return b.one("Transpose", [split], f"{path}/{what}/Transpose", perm=[0, 2, 1, 3])
+
+        up = {
+            which: b.one(
+                "MatMul",
+                [latent, b.initializer(self._up_matrix(p, which), f"{name}.{which}_up.weight")],
+                f"{path}/{which}_up/MatMul",
+            )
+            for which in ("k", "v")
+        }  # [batch, seq, heads x nope | v]
+        k_nope = by_head(up["k"], s.nope, "k_nope")
+        dims = b.one(
+            "Concat",
+            [b.one("Shape", [k_nope], f"{path}/k_pe/Shape", start=0, end=3), b.ints([s.rope])],
+            f"{path}/k_pe/dims",
+            axis=0,
+        )
+        k_pe_heads = b.one("Expand", [k_pe, dims], f"{path}/k_pe/Expand")  # [batch, heads, seq, rope]
+        key = b.one("Concat", [k_nope, k_pe_heads], f"{path}/key/Concat", axis=-1)
+        query = b.one(
+            "Concat",
+            [q_nope, self._rotate(q_pe, f"{path}/q_pe/rope", by_token=True)],
+            f"{path}/query/Concat",
+            axis=-1,
+        )  # [batch, seq, heads, nope + rope]
+        query = b.one("Transpose", [query], f"{path}/query/Transpose", perm=[0, 2, 1, 3])
+        caches = []
+        for kind, new in (("key", key), ("value", by_head(up["v"], s.v, "value"))):
+            b.one("Concat", [f"past_key_values.{layer}.{kind}", new], f"{path}/{kind}/Concat_past", axis=2)
+            b.nodes[-1].output[0] = f"present.{layer}.{kind}"
+            caches.append(f"present.{layer}.{kind}")
+        keys, values = caches
+        scores = b.one(
+            "FusedMatMul", [query, keys], f"{path}/scores/FusedMatMul", domain="com.microsoft", transB=1, alpha=s.scale
+        )  # [batch, heads, seq, total]
+        scores = b.one("Where", [self.allowed_by_head, scores, self.masked], f"{path}/mask/Where")
+        probs = b.one("Softmax", [scores], f"{path}/Softmax", axis=-1)
+        context = b.one("MatMul", [probs, values], f"{path}/context/MatMul")  # [batch, heads, seq, v]
+        context = b.one("Transpose", [context], f"{path}/context/Transpose", perm=[0, 2, 1, 3])
+        merged = b.one("Reshape", [context, b.ints([0, 0, s.heads * s.v])], f"{path}/out/Reshape")
         return b.linear(merged, [Part(f"{p}attn_output.weight")], f"{name}.o_proj")

@@ -233,6 +233,38 @@ def test_the_up_projections_are_absorbed_and_no_head_keys_are_made(tmp_path):
     assert config["first_k_dense_replace"] == 1 and config["model_type"] == "deepseek_v2"
 
 
+@pytest.mark.parametrize("name", [n for n, m in MODELS.items() if m["type"] == "F32"])
+def test_the_expanded_form_caches_every_heads_keys_and_gives_the_same_ids(generator, name, tmp_path):
+    """The form the absorbed one is measured against (benchmarks/decode_depth.py --expanded): k_b / v_b
+    applied to the latent, per-head keys [heads, nope + rope] and values [heads, v] cached; the same logits
+    to float32 summation and the same greedy ids."""
+    import shutil
+
+    entry = MODELS[name]
+    absorbed = generator(name)
+    folder = write_folder(name, 32, tmp_path / "folder", entry)
+    (tmp_path / "graph").mkdir()
+    write_decoder(GGUFFile(GGUF_DIR / name), tmp_path / "graph", 32, expanded_mla=True)
+    for file in ("model.onnx", "model.onnx.data"):
+        shutil.copy(tmp_path / "graph" / file, folder / file)
+    expanded = OnnxTextGenerator.builder().model_path(folder).build()
+    heads, rope = entry["heads"], entry["qk_rope_head_dim"]
+    key, value = entry["qk_nope_head_dim"] + rope, entry["v_head_dim"]
+    assert [(e.shape[1], e.shape[3]) for e in expanded.runtime.layout.self_entries] == [
+        (heads, key),
+        (heads, value),
+    ] * entry["layers"]
+    for case in entry["cases"]:
+        prompt = np.array([case["prompt_ids"]])
+        states = [g.runtime.new_state(1, capacity=64) for g in (absorbed, expanded)]
+        logits = [np.asarray(state.prefill(prompt))[0, -1] for state in states]
+        np.testing.assert_allclose(logits[1], logits[0], rtol=1e-4, atol=1e-4)
+        token = int(logits[0].argmax())
+        stepped = [np.asarray(state.step(token))[0, -1] for state in states]
+        np.testing.assert_allclose(stepped[1], stepped[0], rtol=1e-4, atol=1e-4)
+        assert _greedy(expanded, case) == _greedy(absorbed, case) == case["output_ids"], case["name"]
+
+
 def test_an_older_file_with_attn_kv_b_gives_the_same_ids(generator, tmp_path, monkeypatch):
     """Files converted before llama.cpp split kv_b_proj hold attn_kv_b [heads x (nope + v), rank]."""
     import tests.gguf.test_graph as graph_tests
