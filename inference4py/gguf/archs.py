@@ -60,11 +60,11 @@ class Architecture:
             and MLP output multiplied by it before the residual add), ``attention.scale`` (the attention
             scale) and ``logit_scale`` (the logits divided by it).
         topk_softmax: the routing weights are the softmax of the k chosen router logits (GraniteMoe's
-            ``GraniteMoeTopKGating``; the same numbers as a renormalised top-k of the softmax).
+            ``GraniteMoeTopKGating``, gpt-oss's router; the same numbers as a renormalised top-k of the softmax).
         ffn_norm: the name of the norm before the feed-forward part (``blk.N.<ffn_norm>.weight``): gpt-oss's is
             ``post_attention_norm``, which on Gemma is the attention output's own norm.
-        oai_experts: gpt-oss's experts (:mod:`inference4py.gguf.gptoss`): a router with a bias whose top-k
-            logits are softmaxed, experts with biases, the clamped SwiGLU.
+        oai_experts: gpt-oss's experts (:mod:`inference4py.gguf.gptoss`): a router with a bias (routed by
+            ``topk_softmax``), experts with biases, the clamped SwiGLU.
         yarn: the file's YaRN rotary scaling is read (``rope.scaling.type`` yarn), on the rotary tables.
         yarn_truncate: YaRN's ramp ends are rounded down and up.  GGUF has no key for it: gpt-oss's config
             (and OpenAI's reference code) leave them as computed; llama.cpp always rounds them.
@@ -142,6 +142,7 @@ _ENTRIES = (
         sliding=_even_layers,
         ffn_norm="post_attention_norm",
         oai_experts=True,
+        topk_softmax=True,
         yarn=True,
         yarn_truncate=False,
     ),

@@ -6,7 +6,7 @@ computes, as transformers' ``GptOssMLP`` and llama.cpp's ``build_moe_ffn`` (``LL
 
     logits = x @ router.T + router_bias             # [experts]
     top, ids = topk(logits, k)                      # k = expert_used_count
-    w = softmax(top)                                # over the k chosen logits only
+    w = softmax(top)                                # over the k chosen logits only (Experts.route, as GraniteMoe's)
     g = min(x @ gate[e].T + gate_bias[e], limit)    # e = ids[j]; limit = 7
     u = clip(x @ up[e].T + up_bias[e], -limit, limit)
     y = sum_j w[j] * (down[e] @ ((u + 1) * g * sigmoid(alpha * g)) + down_bias[e])   # alpha = 1.702
@@ -30,7 +30,6 @@ from inference4py.errors import UnsupportedModelError
 from inference4py.gguf.ffn import GraphBuilder
 from inference4py.gguf.hyper import Hyper
 from inference4py.gguf.moe import Experts, ExpertShape
-from inference4py.gguf.parts import Part
 
 __all__ = ["ALPHA", "LIMIT", "GptOssExperts"]
 
@@ -66,12 +65,7 @@ class GptOssExperts(Experts):
         """Layer ``prefix``'s (``blk.N.``) experts' output for ``x`` ``[batch, seq, hidden]``."""
         b, gguf, c = self.b, self.b.gguf, self._scalars
         n = f"/{name}"
-        router_bias = gguf.tensor(f"{prefix}ffn_gate_inp.bias").reshape(-1)
-        logits = b.linear(x, [Part(f"{prefix}ffn_gate_inp.weight")], f"{name}.router", router_bias)
-        top, ids = b.node(
-            "TopK", [logits, b.ints([self.shape.used])], f"{n}/router/TopK", outputs=2, axis=-1, largest=1, sorted=1
-        )  # [batch, seq, k] each
-        weights = b.one("Softmax", [top], f"{n}/router/Softmax", axis=-1)
+        weights, ids = self.route(x, prefix, name, gguf.tensor(f"{prefix}ffn_gate_inp.bias").reshape(-1))
         gate = self._biased(x, prefix, "gate", ids, name)  # [batch, seq, k, expert_ff]
         up = self._biased(x, prefix, "up", ids, name)
         gate = b.one("Min", [gate, c["limit"]], f"{n}/gate/Min")

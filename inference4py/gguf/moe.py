@@ -244,13 +244,19 @@ class Experts:
 
     def layer(self, x: str, prefix: str, name: str) -> str:
         """Layer ``prefix``'s (``blk.N.``) mixture-of-experts output for ``x`` ``[batch, seq, hidden]``."""
+        weights, ids = self.route(x, prefix, name)
+        return self._mixed(x, weights, ids, prefix, name)
+
+    def route(self, x: str, prefix: str, name: str, bias: np.ndarray | None = None) -> tuple[str, str]:
+        """The chosen experts' weights and ids (``[batch, seq, k]`` each) for ``x``: the router's logits (plus
+        ``bias``: gpt-oss's router has one) normalised by the family's rule (:class:`ExpertShape`)."""
         b, shape = self.b, self.shape
-        logits = b.linear(x, [Part(f"{prefix}ffn_gate_inp.weight")], f"{name}.gate")  # [batch, seq, experts]
-        if shape.topk_softmax:  # GraniteMoe: the k best logits, then their softmax
+        logits = b.linear(x, [Part(f"{prefix}ffn_gate_inp.weight")], f"{name}.gate", bias)  # [batch, seq, experts]
+        if shape.topk_softmax:  # GraniteMoe, gpt-oss: the k best logits, then their softmax
             top, ids = b.node(
                 "TopK", [logits, b.ints([shape.used])], f"/{name}/router/TopK", outputs=2, axis=-1, largest=1, sorted=1
             )
-            return self._mixed(x, b.one("Softmax", [top], f"/{name}/router/Softmax", axis=-1), ids, prefix, name)
+            return b.one("Softmax", [top], f"/{name}/router/Softmax", axis=-1), ids
         if shape.sigmoid:
             probs = b.one("Sigmoid", [logits], f"/{name}/router/Sigmoid")
         else:
@@ -267,7 +273,7 @@ class Experts:
         if shape.scale != 1.0:  # DeepSeek-V2's routed_scaling_factor, after the renormalisation (llama.cpp's order)
             scale = b.initializer(np.array(shape.scale, np.float32), f"{name}.routed_scaling_factor")
             weights = b.one("Mul", [weights, scale], f"/{name}/router/Mul")
-        return self._mixed(x, weights, ids, prefix, name)
+        return weights, ids
 
     def _mixed(self, x: str, weights: str, ids: str, prefix: str, name: str) -> str:
         """The chosen experts' outputs weighted and summed, plus the shared expert's (``weights``, ``ids``:
