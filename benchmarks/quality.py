@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,12 +99,10 @@ def our_perplexity(folder: Path, tokens: list[int], ctx: int, chunks: int, bos: 
         ids = np.array(tokens[c * ctx : (c + 1) * ctx], dtype=np.int64)
         if bos is not None:
             ids[0] = bos
-        logits = session.run(["logits"], _chunk_feeds(inputs, ids))[0][0].astype(np.float64)  # [ctx, vocab]
-        scored = logits[first : ctx - 1]
-        top = scored.max(axis=-1, keepdims=True)
-        logsumexp = top[:, 0] + np.log(np.exp(scored - top).sum(axis=-1))
-        nll += float((logsumexp - scored[np.arange(len(scored)), ids[first + 1 :]]).sum())
-        count += len(scored)
+        logits = session.run(["logits"], _chunk_feeds(inputs, ids))[0][0]  # [ctx, vocab] float32
+        for rows, log_probs in _log_softmax_blocks(logits, first, ctx - 1, logits.shape[-1]):
+            nll -= float(log_probs[np.arange(len(log_probs)), ids[rows.start + 1 : rows.stop + 1]].sum())
+            count += len(log_probs)
     return {"ppl": math.exp(nll / count), "tokens_scored": count, "seconds": time.perf_counter() - started}
 
 
@@ -168,22 +167,20 @@ def our_agreement(folder: Path, base: Path, bos: int | None) -> dict[str, Any]:
         ids = tokens[c].astype(np.int64)
         if bos is not None:
             ids[0] = bos
-        feeds = _chunk_feeds(inputs, ids)
-        logits = session.run(["logits"], feeds)[0][0, first : ctx - 1, :vocab].astype(np.float64)
-        top = logits.max(axis=-1, keepdims=True)
-        ours = logits - top - np.log(np.exp(logits - top).sum(axis=-1, keepdims=True))
-        rec = np.ascontiguousarray(records[c])
-        scale_min = rec[:, :4].copy().view(np.float32)  # [scored, 2]
-        theirs = scale_min[:, :1].astype(np.float64) * rec[:, 4 : 4 + vocab] + scale_min[:, 1:2]
-        kept = theirs > -16.0
-        kl_sum += float(np.where(kept, np.exp(theirs) * (theirs - ours), 0.0).sum())
-        agree = ours.argmax(axis=-1) == theirs.argmax(axis=-1)
-        two = np.sort(theirs, axis=-1)[:, -2:]
-        gap = two[:, 1] - two[:, 0] >= CLEAR_GAP
-        same += int(agree.sum())
-        count += len(ours)
-        clear += int(gap.sum())
-        same_clear += int((agree & gap).sum())
+        logits = session.run(["logits"], _chunk_feeds(inputs, ids))[0][0]  # [ctx, vocab] float32
+        for rows, ours in _log_softmax_blocks(logits, first, ctx - 1, vocab):
+            rec = np.ascontiguousarray(records[c, rows.start - first : rows.stop - first])
+            scale_min = rec[:, :4].copy().view(np.float32)  # [rows, 2]
+            theirs = scale_min[:, :1].astype(np.float64) * rec[:, 4 : 4 + vocab] + scale_min[:, 1:2]
+            kept = theirs > -16.0
+            kl_sum += float(np.where(kept, np.exp(theirs) * (theirs - ours), 0.0).sum())
+            agree = ours.argmax(axis=-1) == theirs.argmax(axis=-1)
+            two = np.partition(theirs, -2, axis=-1)[:, -2:]
+            gap = np.abs(two[:, 1] - two[:, 0]) >= CLEAR_GAP
+            same += int(agree.sum())
+            count += len(ours)
+            clear += int(gap.sum())
+            same_clear += int((agree & gap).sum())
     return {
         "mean_kl": kl_sum / count,
         "top1_agreement": same / count,
@@ -191,6 +188,18 @@ def our_agreement(folder: Path, base: Path, bos: int | None) -> dict[str, Any]:
         "top1_agreement_at_clear_gaps": same_clear / max(clear, 1),
         "tokens_with_clear_gaps": clear,
     }
+
+
+def _log_softmax_blocks(
+    logits: np.ndarray, start: int, stop: int, vocab: int, block: int = 32
+) -> Iterator[tuple[range, np.ndarray]]:
+    """Rows ``start .. stop - 1`` of ``logits`` ``[positions, vocab']`` as float64 log-probabilities over the
+    first ``vocab`` entries, ``block`` rows at a time (a 150k vocabulary's full chunk in float64 is GBs)."""
+    for first in range(start, stop, block):
+        rows = range(first, min(first + block, stop))
+        scored = logits[rows.start : rows.stop, :vocab].astype(np.float64)
+        top = scored.max(axis=-1, keepdims=True)
+        yield rows, scored - top - np.log(np.exp(scored - top).sum(axis=-1, keepdims=True))
 
 
 def _chunk_feeds(inputs: dict[str, Any], ids: np.ndarray) -> dict[str, np.ndarray]:
