@@ -11,14 +11,13 @@ weights); each gpt-oss feature is shown to matter; bad files are refused by name
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
+pytest.importorskip("gguf")
 onnx = pytest.importorskip("onnx")
 
 from inference4py import OnnxTextGenerator  # noqa: E402
@@ -27,58 +26,26 @@ from inference4py.gguf import gptoss  # noqa: E402
 from inference4py.gguf.graph import write_decoder  # noqa: E402
 from inference4py.gguf.hyper import Yarn  # noqa: E402
 from inference4py.gguf.reader import GGUFFile  # noqa: E402
-from tests.conftest import FIXTURES  # noqa: E402
+from tests.gguf.references import (  # noqa: E402
+    GGUF_DIR,
+    agreement,
+    batched,
+    beam,
+    case_params,
+    generator_fixture,
+    greedy,
+    load,
+    rewrite,
+    stable,
+)
 from tests.gguf.test_graph import float_activations, write_folder  # noqa: E402
-from tests.gguf.test_moe import compiled, rewrite  # noqa: E402, F401 (compiled is a fixture)
 
-GGUF_DIR = FIXTURES / "gguf"
-REF = json.loads((GGUF_DIR / "gptoss-references.json").read_text(encoding="utf-8"))
+REF = load("gptoss-references.json")
 MODELS: dict[str, Any] = REF["models"]
 F32 = "gptoss-F32.gguf"
+ID = "{type}-{case}"  # one family: the type and the case name
 
-_generators: dict[tuple[str, int | None], OnnxTextGenerator] = {}
-_folders: dict[tuple[str, int | None], Path] = {}
-
-
-@pytest.fixture(scope="module")
-def generator(tmp_path_factory):
-    """``generator(file, bits)`` -> the library's generator on that conversion (built once per module)."""
-
-    def get(name: str, bits: int | None = 32) -> OnnxTextGenerator:
-        key = (name, bits)
-        if key not in _generators:
-            _folders[key] = write_folder(name, bits, tmp_path_factory.mktemp(f"{name}-{bits}"), MODELS[name])
-            _generators[key] = OnnxTextGenerator.builder().model_path(_folders[key]).build()
-        return _generators[key]
-
-    return get
-
-
-def _cases(types: tuple[str, ...] = ("F32", "Q8_0", "MXFP4")):
-    for name, entry in MODELS.items():
-        if entry["type"] in types:
-            for case in entry["cases"]:
-                yield pytest.param(name, case, id=f"{entry['type']}-{case['name']}")
-
-
-def _stable(case: dict[str, Any]) -> list[int]:
-    return case["output_ids"][: case["stable_prefix"]]
-
-
-def _greedy(gen: OnnxTextGenerator, case: dict[str, Any]) -> list[int]:
-    result = gen.generate(case["prompt_ids"], max_new_tokens=case["max_new_tokens"], do_sample=False)
-    return list(result.token_ids)
-
-
-def _agreement(gen: OnnxTextGenerator, name: str) -> str:
-    """Greedy steps before the first difference from the references, over the file's cases."""
-    agree = total = 0
-    for case in MODELS[name]["cases"]:
-        got = _greedy(gen, case)
-        assert got
-        agree += next((i for i, (a, b) in enumerate(zip(got, case["output_ids"])) if a != b), len(got))
-        total += len(case["output_ids"])
-    return f"{agree}/{total}"
+generator = generator_fixture(MODELS)
 
 
 def test_the_fixtures_are_gpt_oss_with_its_features_and_clear_gaps():
@@ -108,28 +75,20 @@ def test_the_fixtures_are_gpt_oss_with_its_features_and_clear_gaps():
     assert kinds["Q8_0"]["ffn_gate_exps.weight"] == kinds["MXFP4"]["attn_q.weight"] == "Q8_0"
 
 
-@pytest.mark.parametrize("name,case", list(_cases()))
+@pytest.mark.parametrize("name,case", case_params(MODELS, id_format=ID))
 def test_greedy_ids_equal_transformers(generator, name, case):
     """F32, and the Q8_0 and MXFP4 copies against transformers on their dequantized weights."""
-    assert _greedy(generator(name, 32), case)[: case["stable_prefix"]] == _stable(case)
+    assert greedy(generator(name, 32), case)[: case["stable_prefix"]] == stable(case)
 
 
-@pytest.mark.parametrize("name,case", list(_cases()))
+@pytest.mark.parametrize("name,case", case_params(MODELS, id_format=ID))
 def test_beam_ids_equal_transformers(generator, name, case):
-    beam = case["beam"]
-    result = generator(name, 32).generate(
-        case["prompt_ids"],
-        max_new_tokens=beam["max_new_tokens"],
-        num_beams=beam["num_beams"],
-        num_return_sequences=beam["num_return_sequences"],
-        do_sample=False,
-    )
-    assert [list(c.token_ids) for c in result.candidates] == beam["output_ids"]
+    assert beam(generator(name, 32), case) == case["beam"]["output_ids"]
 
 
-@pytest.mark.parametrize("name,case", list(_cases(("F32",))))
+@pytest.mark.parametrize("name,case", case_params(MODELS, "F32", id_format=ID))
 def test_the_default_width_of_an_f32_file_is_the_float_path(generator, name, case):
-    assert _greedy(generator(name, None), case) == case["output_ids"]
+    assert greedy(generator(name, None), case) == case["output_ids"]
 
 
 @pytest.mark.parametrize("name", ["gptoss-Q8_0.gguf", "gptoss-MXFP4.gguf"])
@@ -138,10 +97,11 @@ def test_a_quantized_copy_as_it_holds_it_computes_with_its_exact_weights(generat
     file's blocks, the experts dequantized.  With float32 activations it gives transformers' ids on the
     dequantized file; as converted (8-bit activations) its agreement is recorded."""
     gen = generator(name, None)
-    exact = OnnxTextGenerator.builder().model_path(float_activations(_folders[(name, None)], tmp_path / "f")).build()
+    folder = float_activations(generator.folder(name, None), tmp_path / "f")
+    exact = OnnxTextGenerator.builder().model_path(folder).build()
     for case in MODELS[name]["cases"]:
-        assert _greedy(exact, case)[: case["stable_prefix"]] == _stable(case), case["name"]
-    record_property("steps_before_first_difference_at_level_4", _agreement(gen, name))
+        assert greedy(exact, case)[: case["stable_prefix"]] == stable(case), case["name"]
+    record_property("steps_before_first_difference_at_level_4", agreement(gen, MODELS[name]["cases"]))
 
 
 def test_the_graph_has_sinks_biases_and_the_clamped_swiglu(tmp_path):
@@ -172,7 +132,7 @@ def _differs_without(name: str, tmp_path: Path, **rewritten: Any) -> bool:
         mp.setattr(graph_tests, "GGUF_DIR", source)  # write_folder reads the file from there
         folder = write_folder(F32, 32, tmp_path / name, MODELS[F32])
     case = MODELS[F32]["cases"][2]
-    return _greedy(OnnxTextGenerator.builder().model_path(folder).build(), case) != case["output_ids"]
+    return greedy(OnnxTextGenerator.builder().model_path(folder).build(), case) != case["output_ids"]
 
 
 def test_each_gpt_oss_feature_changes_the_ids(tmp_path, monkeypatch):
@@ -208,7 +168,7 @@ def test_llama_cpp_s_truncated_yarn_ramp_is_not_transformers():
 
 
 @pytest.mark.parametrize("name", list(MODELS))
-def test_on_the_compiled_operators_the_experts_are_the_files_blocks_in_place(compiled, name):  # noqa: F811
+def test_on_the_compiled_operators_the_experts_are_the_files_blocks_in_place(compiled, name):
     folder, _ = compiled(name)
     graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
     experts = [n for n in graph.node if n.op_type == "GgmlExpertMatMul"]
@@ -219,21 +179,19 @@ def test_on_the_compiled_operators_the_experts_are_the_files_blocks_in_place(com
     assert {next(a.i for a in n.attribute if a.name == "type") for n in experts} == {want}
 
 
-@pytest.mark.parametrize("name,case", list(_cases()))
-def test_on_the_compiled_operators_greedy_ids_equal_transformers(compiled, name, case):  # noqa: F811
+@pytest.mark.parametrize("name,case", case_params(MODELS, id_format=ID))
+def test_on_the_compiled_operators_greedy_ids_equal_transformers(compiled, name, case):
     """F32 as converted, the Q8_0 and MXFP4 copies with float32 activations (their exact weights)."""
     folder, exact = compiled(name)
     gen = OnnxTextGenerator.builder().model_path(folder if MODELS[name]["type"] == "F32" else exact).build()
-    assert _greedy(gen, case)[: case["stable_prefix"]] == _stable(case)
+    assert greedy(gen, case)[: case["stable_prefix"]] == stable(case)
 
 
 @pytest.mark.parametrize("name", ["gptoss-Q8_0.gguf", "gptoss-MXFP4.gguf"])
-def test_on_the_compiled_operators_llama_cpp_rounding_agreement_is_recorded(compiled, name, record_property):  # noqa: F811
+def test_on_the_compiled_operators_llama_cpp_rounding_agreement_is_recorded(compiled, name, record_property):
     folder, _ = compiled(name)
-    record_property(
-        "steps_before_first_difference_q8_activations",
-        _agreement(OnnxTextGenerator.builder().model_path(folder).build(), name),
-    )
+    gen = OnnxTextGenerator.builder().model_path(folder).build()
+    record_property("steps_before_first_difference_q8_activations", agreement(gen, MODELS[name]["cases"]))
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -255,16 +213,12 @@ def test_with_llama_cpp_s_rounded_yarn_ramp_the_compiled_operators_give_llama_cp
     monkeypatch.setenv("INFERENCE4PY_CACHE", str(tmp_path))
     gen = OnnxTextGenerator.builder().model_path(gguf_folder(GGUF_DIR / name)).build()
     for case in MODELS[name]["cases"]:
-        assert _greedy(gen, case) == case["llama_cpp_ids"], case["name"]
+        assert greedy(gen, case) == case["llama_cpp_ids"], case["name"]
 
 
 def test_a_batch_of_prompts_gives_each_row_its_own_ids(generator):
     cases = MODELS[F32]["cases"]
-    results = generator(F32, 32).generate_batch(
-        [c["prompt_ids"] for c in cases], max_new_tokens=max(c["max_new_tokens"] for c in cases), do_sample=False
-    )
-    for case, result in zip(cases, results):
-        assert list(result.token_ids)[: case["max_new_tokens"]] == case["output_ids"], case["name"]
+    assert batched(generator(F32, 32), cases) == [case["output_ids"] for case in cases]
 
 
 # ---------------------------------------------------------------------------------- bad files

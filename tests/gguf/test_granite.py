@@ -19,8 +19,9 @@ onnx = pytest.importorskip("onnx")
 from inference4py.errors import ModelLoadError, UnsupportedModelError  # noqa: E402
 from inference4py.gguf.graph import write_decoder  # noqa: E402
 from inference4py.gguf.reader import GGUFFile  # noqa: E402
-from tests.gguf.test_moe import GGUF_DIR, MODELS, rewrite  # noqa: E402
+from tests.gguf.references import GGUF_DIR, load, rewrite  # noqa: E402
 
+MODELS = load("moe-granite-references.json")["models"]
 MOE, SHARED, DENSE = "moe-granitemoe-F32.gguf", "moe-granitemoeshared-F32.gguf", "moe-granite-F32.gguf"
 
 

@@ -18,53 +18,31 @@ from typing import Any
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
+pytest.importorskip("gguf")
 onnx = pytest.importorskip("onnx")
 
 from inference4py import OnnxTextGenerator  # noqa: E402
 from inference4py.errors import ModelLoadError, UnsupportedModelError  # noqa: E402
 from inference4py.gguf.graph import write_decoder  # noqa: E402
 from inference4py.gguf.reader import GGUFFile  # noqa: E402
-from tests.conftest import FIXTURES  # noqa: E402
-from tests.gguf.test_graph import write_folder  # noqa: E402
-from tests.gguf.test_moe import compiled, rewrite  # noqa: E402, F401 (compiled is a fixture)
+from tests.gguf.references import (  # noqa: E402
+    GGUF_DIR,
+    agreement,
+    batched,
+    beam,
+    case_params,
+    generator_fixture,
+    greedy,
+    load,
+    rewrite,
+    stable,
+)
+from tests.gguf.test_graph import float_activations, write_folder  # noqa: E402
 
-GGUF_DIR = FIXTURES / "gguf"
-REF = json.loads((GGUF_DIR / "mla-references.json").read_text(encoding="utf-8"))
+REF = load("mla-references.json")
 MODELS: dict[str, Any] = REF["models"]
 
-_generators: dict[tuple[str, int | None], OnnxTextGenerator] = {}
-
-
-@pytest.fixture(scope="module")
-def generator(tmp_path_factory):
-    """``generator(file, bits)`` -> the library's generator on that conversion (built once per module)."""
-
-    def get(name: str, bits: int | None = 32) -> OnnxTextGenerator:
-        key = (name, bits)
-        if key not in _generators:
-            folder = write_folder(name, bits, tmp_path_factory.mktemp(f"{name}-{bits}"), MODELS[name])
-            _generators[key] = OnnxTextGenerator.builder().model_path(folder).build()
-        return _generators[key]
-
-    return get
-
-
-def _cases(types: tuple[str, ...] = ("F32",)):
-    for name, entry in MODELS.items():
-        if entry["type"] in types:
-            for case in entry["cases"]:
-                yield pytest.param(name, case, id=f"{entry['family']}-{entry['type']}-{case['name']}")
-
-
-def _stable(case: dict[str, Any]) -> list[int]:
-    """The reference ids up to the first greedy step whose two best logits are within min_logit_gap."""
-    return case["output_ids"][: case["stable_prefix"]]
-
-
-def _greedy(gen: OnnxTextGenerator, case: dict[str, Any]) -> list[int]:
-    result = gen.generate(case["prompt_ids"], max_new_tokens=case["max_new_tokens"], do_sample=False)
-    return list(result.token_ids)
+generator = generator_fixture(MODELS)
 
 
 def test_the_fixtures_are_deepseek_v2_with_and_without_q_lora_and_clear_gaps():
@@ -95,14 +73,14 @@ def test_the_fixtures_are_deepseek_v2_with_and_without_q_lora_and_clear_gaps():
 
 
 @pytest.mark.parametrize("bits", [32, None])
-@pytest.mark.parametrize("name,case", list(_cases()))
+@pytest.mark.parametrize("name,case", case_params(MODELS, "F32"))
 def test_greedy_ids_equal_transformers(generator, name, case, bits):
-    assert _greedy(generator(name, bits), case) == case["output_ids"]
+    assert greedy(generator(name, bits), case) == case["output_ids"]
 
 
-@pytest.mark.parametrize("name,case", list(_cases(("Q8_0",))))
+@pytest.mark.parametrize("name,case", case_params(MODELS, "Q8_0"))
 def test_a_q8_0_file_at_bits_32_gives_transformers_ids_on_its_dequantized_weights(generator, name, case):
-    assert _greedy(generator(name, 32), case)[: case["stable_prefix"]] == _stable(case)
+    assert greedy(generator(name, 32), case)[: case["stable_prefix"]] == stable(case)
 
 
 @pytest.mark.parametrize("name", [n for n, m in MODELS.items() if m["type"] == "Q8_0"])
@@ -111,31 +89,17 @@ def test_a_q8_0_file_as_it_holds_it_computes_with_its_exact_weights(generator, n
     file's own blocks, k_b / v_b and the experts dequantized to float32.  With float32 activations it gives
     transformers' ids on the dequantized file; as converted (activations rounded per block, as llama.cpp's q8
     dot products) its agreement is recorded."""
-    from tests.gguf.test_graph import float_activations
-
     gen = generator(name, None)
-    folder = Path(gen.runtime.spec.path("decoder")).parent
-    exact = OnnxTextGenerator.builder().model_path(float_activations(folder, tmp_path / "f32act")).build()
-    agree = total = 0
+    exact = float_activations(generator.folder(name, None), tmp_path / "f32act")
+    exact_gen = OnnxTextGenerator.builder().model_path(exact).build()
     for case in MODELS[name]["cases"]:
-        assert _greedy(exact, case)[: case["stable_prefix"]] == _stable(case), case["name"]
-        got = _greedy(gen, case)
-        agree += next((i for i, (a, b) in enumerate(zip(got, case["output_ids"])) if a != b), len(got))
-        total += len(case["output_ids"])
-    record_property("steps_before_first_difference_at_level_4", f"{agree}/{total}")
+        assert greedy(exact_gen, case)[: case["stable_prefix"]] == stable(case), case["name"]
+    record_property("steps_before_first_difference_at_level_4", agreement(gen, MODELS[name]["cases"]))
 
 
-@pytest.mark.parametrize("name,case", list(_cases(("F32", "Q8_0"))))
+@pytest.mark.parametrize("name,case", case_params(MODELS, "F32", "Q8_0"))
 def test_beam_ids_equal_transformers(generator, name, case):
-    beam = case["beam"]
-    result = generator(name).generate(
-        case["prompt_ids"],
-        max_new_tokens=beam["max_new_tokens"],
-        num_beams=beam["num_beams"],
-        num_return_sequences=beam["num_return_sequences"],
-        do_sample=False,
-    )
-    assert [list(c.token_ids) for c in result.candidates] == beam["output_ids"]
+    assert beam(generator(name), case) == case["beam"]["output_ids"]
 
 
 @pytest.mark.parametrize("name", [n for n, m in MODELS.items() if m["type"] == "F32"])
@@ -143,11 +107,7 @@ def test_a_batch_of_prompts_gives_each_row_its_own_ids(generator, name):
     """The scheduler's batched steps: rows of different lengths, left-padded in one growing cache, each
     masked and positioned on its own, so each equals its reference alone."""
     cases = MODELS[name]["cases"]
-    results = generator(name).generate_batch(
-        [c["prompt_ids"] for c in cases], max_new_tokens=max(c["max_new_tokens"] for c in cases), do_sample=False
-    )
-    for case, result in zip(cases, results):
-        assert list(result.token_ids)[: case["max_new_tokens"]] == case["output_ids"], case["name"]
+    assert batched(generator(name), cases) == [case["output_ids"] for case in cases]
 
 
 def test_a_prompt_continued_from_the_prefix_cache_gives_the_same_ids(generator):
@@ -175,7 +135,7 @@ def test_speculative_decoding_keeps_accepted_and_discards_rejected_latents(gener
     totals = {"rejected": 0, "accepted": 0}
     for case in MODELS[name]["cases"]:
         echo = case["prompt_ids"] + case["output_ids"][:6] + case["prompt_ids"][-6:]  # a lookup finds drafts
-        want = _greedy(gen, {**case, "prompt_ids": echo})
+        want = greedy(gen, {**case, "prompt_ids": echo})
         lookup = PromptLookup(min_ngram=1, num_draft_tokens=2, max_draft_tokens=6)
         for speculative in (lookup, DraftModel(gen, num_draft_tokens=3, timed=False)):
             result = gen.generate(echo, max_new_tokens=case["max_new_tokens"], do_sample=False, speculative=speculative)
@@ -262,7 +222,7 @@ def test_the_expanded_form_caches_every_heads_keys_and_gives_the_same_ids(genera
         token = int(logits[0].argmax())
         stepped = [np.asarray(state.step(token))[0, -1] for state in states]
         np.testing.assert_allclose(stepped[1], stepped[0], rtol=1e-4, atol=1e-4)
-        assert _greedy(expanded, case) == _greedy(absorbed, case) == case["output_ids"], case["name"]
+        assert greedy(expanded, case) == greedy(absorbed, case) == case["output_ids"], case["name"]
 
 
 def test_an_older_file_with_attn_kv_b_gives_the_same_ids(generator, tmp_path, monkeypatch):
@@ -284,7 +244,7 @@ def test_an_older_file_with_attn_kv_b_gives_the_same_ids(generator, tmp_path, mo
     folder = write_folder(name, 32, tmp_path / "folder", entry)
     gen = OnnxTextGenerator.builder().model_path(folder).build()
     for case in entry["cases"]:
-        assert _greedy(gen, case) == case["output_ids"], case["name"]
+        assert greedy(gen, case) == case["output_ids"], case["name"]
 
 
 def test_yarn_scales_the_frequencies_and_the_attention_logits(generator, tmp_path, monkeypatch):
@@ -304,11 +264,11 @@ def test_yarn_scales_the_frequencies_and_the_attention_logits(generator, tmp_pat
     monkeypatch.setattr(Yarn, "mscale", property(lambda self: 1.0))
     folder = write_folder(name, 32, tmp_path / "unscaled", entry)
     case = entry["cases"][2]
-    assert _greedy(OnnxTextGenerator.builder().model_path(folder).build(), case) != case["output_ids"]
+    assert greedy(OnnxTextGenerator.builder().model_path(folder).build(), case) != case["output_ids"]
 
 
-@pytest.mark.parametrize("name,case", list(_cases(("F32", "Q8_0"))))
-def test_on_the_compiled_operators_greedy_ids_equal_transformers(compiled, name, case):  # noqa: F811
+@pytest.mark.parametrize("name,case", case_params(MODELS, "F32", "Q8_0"))
+def test_on_the_compiled_operators_greedy_ids_equal_transformers(compiled, name, case):
     """The default conversion (gguf_folder): the latent attention's products on GgmlMatMul, the experts on
     GgmlExpertMatMul, the file's bytes in place.  F32 files as converted, Q8_0 files with float32 activations
     (their exact weights).  The folder stops at the file's end-of-generation tokens (as llama.cpp does), which
@@ -322,7 +282,7 @@ def test_on_the_compiled_operators_greedy_ids_equal_transformers(compiled, name,
     # and so are they here (test_quantized_up_projections_are_read_in_place covers quantized ones)
     assert not per_head
     gen = OnnxTextGenerator.builder().model_path(folder if MODELS[name]["type"] == "F32" else exact).build()
-    got, want = _greedy(gen, case), _stable(case)
+    got, want = greedy(gen, case), stable(case)
     assert got[: len(want)] == want[: len(got)]
     ends = json.loads((folder / "generation_config.json").read_text())["eos_token_id"]
     assert len(got) >= len(want) or got[-1] in (ends if isinstance(ends, list) else [ends])

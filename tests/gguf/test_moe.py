@@ -12,16 +12,12 @@ their four scalars) run through the same checks.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
+pytest.importorskip("gguf")
 onnx = pytest.importorskip("onnx")
 
 from inference4py import OnnxTextGenerator  # noqa: E402
@@ -29,51 +25,25 @@ from inference4py.errors import ModelLoadError, UnsupportedModelError  # noqa: E
 from inference4py.gguf.convert import gguf_folder  # noqa: E402
 from inference4py.gguf.graph import write_decoder  # noqa: E402
 from inference4py.gguf.reader import GGUFFile  # noqa: E402
-from tests.conftest import FIXTURES  # noqa: E402
-from tests.gguf.test_convert import _kind  # noqa: E402
+from tests.gguf.references import (  # noqa: E402
+    GGUF_DIR,
+    agreement,
+    batched,
+    beam,
+    case_params,
+    generator_fixture,
+    greedy,
+    load,
+    rewrite,
+    stable,
+)
 from tests.gguf.test_graph import float_activations, write_folder  # noqa: E402
 
-GGUF_DIR = FIXTURES / "gguf"
-REF = json.loads((GGUF_DIR / "moe-references.json").read_text(encoding="utf-8"))
-GRANITE_REF = json.loads((GGUF_DIR / "moe-granite-references.json").read_text(encoding="utf-8"))
-MODELS: dict[str, Any] = REF["models"] | GRANITE_REF["models"]
+REF = load("moe-references.json")
+MODELS: dict[str, Any] = REF["models"] | load("moe-granite-references.json")["models"]
 MOE = [n for n, m in MODELS.items() if m["experts"]]  # dense Granite has no router
 
-_folders: dict[tuple[str, int | None], Path] = {}
-_generators: dict[Path, OnnxTextGenerator] = {}
-
-
-@pytest.fixture(scope="module")
-def generator(tmp_path_factory):
-    """``generator(file, bits)`` -> the library's generator on that conversion (built once per module)."""
-
-    def get(name: str, bits: int | None) -> OnnxTextGenerator:
-        key = (name, bits)
-        if key not in _folders:
-            _folders[key] = write_folder(name, bits, tmp_path_factory.mktemp(f"{name}-{bits}"), MODELS[name])
-        folder = _folders[key]
-        if folder not in _generators:
-            _generators[folder] = OnnxTextGenerator.builder().model_path(folder).build()
-        return _generators[folder]
-
-    return get
-
-
-def _cases(types: tuple[str, ...] = ("F32", "Q8_0")):
-    for name, entry in MODELS.items():
-        if entry["type"] in types:
-            for case in entry["cases"]:
-                yield pytest.param(name, case, id=f"{entry['family']}-{entry['type']}-{case['name']}")
-
-
-def _stable(case: dict[str, Any]) -> list[int]:
-    """The reference ids up to the first greedy step whose two best logits are within min_logit_gap."""
-    return case["output_ids"][: case["stable_prefix"]]
-
-
-def _greedy(gen: OnnxTextGenerator, case: dict[str, Any]) -> list[int]:
-    result = gen.generate(case["prompt_ids"], max_new_tokens=case["max_new_tokens"], do_sample=False)
-    return list(result.token_ids)
+generator = generator_fixture(MODELS)
 
 
 def test_the_fixtures_cover_the_families_with_clear_gaps():
@@ -105,28 +75,20 @@ def test_the_fixtures_cover_the_families_with_clear_gaps():
     }
 
 
-@pytest.mark.parametrize("name,case", list(_cases()))
+@pytest.mark.parametrize("name,case", case_params(MODELS))
 def test_greedy_ids_equal_transformers(generator, name, case):
     """F32 files, and Q8_0 files against transformers on their dequantized weights (the experts too)."""
-    assert _greedy(generator(name, 32), case)[: case["stable_prefix"]] == _stable(case)
+    assert greedy(generator(name, 32), case)[: case["stable_prefix"]] == stable(case)
 
 
-@pytest.mark.parametrize("name,case", list(_cases()))
+@pytest.mark.parametrize("name,case", case_params(MODELS))
 def test_beam_ids_equal_transformers(generator, name, case):
-    beam = case["beam"]
-    result = generator(name, 32).generate(
-        case["prompt_ids"],
-        max_new_tokens=beam["max_new_tokens"],
-        num_beams=beam["num_beams"],
-        num_return_sequences=beam["num_return_sequences"],
-        do_sample=False,
-    )
-    assert [list(c.token_ids) for c in result.candidates] == beam["output_ids"]
+    assert beam(generator(name, 32), case) == case["beam"]["output_ids"]
 
 
-@pytest.mark.parametrize("name,case", list(_cases(("F32",))))
+@pytest.mark.parametrize("name,case", case_params(MODELS, "F32"))
 def test_the_default_width_of_an_f32_file_is_the_float_path(generator, name, case):
-    assert _greedy(generator(name, None), case) == case["output_ids"]
+    assert greedy(generator(name, None), case) == case["output_ids"]
 
 
 @pytest.mark.parametrize("name", [n for n, m in MODELS.items() if m["type"] == "Q8_0"])
@@ -136,16 +98,11 @@ def test_a_q8_0_file_as_it_holds_it_computes_with_its_exact_weights(generator, n
     transformers' ids on the dequantized file; the graph as converted rounds the activations of the
     block products to 8 bits (level 4, as llama.cpp's q8 dot products), and its agreement is recorded."""
     gen = generator(name, None)
-    folder = _folders[(name, None)]
-    exact = float_activations(folder, tmp_path / "f32act")
+    exact = float_activations(generator.folder(name, None), tmp_path / "f32act")
     exact_gen = OnnxTextGenerator.builder().model_path(exact).build()
-    agree = total = 0
     for case in MODELS[name]["cases"]:
-        assert _greedy(exact_gen, case)[: case["stable_prefix"]] == _stable(case), case["name"]
-        got = _greedy(gen, case)
-        agree += next((i for i, (a, b) in enumerate(zip(got, case["output_ids"])) if a != b), len(got))
-        total += len(case["output_ids"])
-    record_property("steps_before_first_difference_at_level_4", f"{agree}/{total}")
+        assert greedy(exact_gen, case)[: case["stable_prefix"]] == stable(case), case["name"]
+    record_property("steps_before_first_difference_at_level_4", agreement(gen, MODELS[name]["cases"]))
 
 
 def test_the_graph_gathers_only_the_chosen_experts(tmp_path):
@@ -160,37 +117,6 @@ def test_the_graph_gathers_only_the_chosen_experts(tmp_path):
         2,
         48,
     )
-
-
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory):
-    """``compiled(file)`` -> (the folder gguf_folder writes on the compiled operators, a copy of it whose
-    products all take float32 activations)."""
-    from inference4py.engine.kernels import kernel_library
-
-    if not kernel_library().available:
-        if os.environ.get("INFERENCE4PY_NO_COMPILE"):
-            pytest.skip(f"built without the compiled operators: {kernel_library().reason}")
-        pytest.fail(f"the compiled ggml operators are not available: {kernel_library().reason}")
-    cache = tmp_path_factory.mktemp("compiled-cache")
-    made: dict[str, tuple[Path, Path]] = {}
-
-    def get(name: str) -> tuple[Path, Path]:
-        if name not in made:
-            with pytest.MonkeyPatch.context() as mp:
-                mp.setenv("INFERENCE4PY_CACHE", str(cache))
-                folder = gguf_folder(GGUF_DIR / name)
-            exact = cache / f"{name}-float-activations"
-            shutil.copytree(folder, exact)
-            model = onnx.load(str(exact / "model.onnx"), load_external_data=False)
-            for node in model.graph.node:
-                if node.domain == "ai.inference4py" and node.op_type != "GgmlGather":
-                    node.attribute.append(onnx.helper.make_attribute("float_activations", 1))
-            (exact / "model.onnx").write_bytes(model.SerializeToString())
-            made[name] = (folder, exact)
-        return made[name]
-
-    return get
 
 
 @pytest.mark.parametrize("name", MOE)
@@ -210,57 +136,22 @@ def test_on_the_compiled_operators_the_experts_are_the_files_blocks_in_place(com
             assert (int(external[weight]["offset"]), int(external[weight]["length"])) == source.span(weight)
 
 
-@pytest.mark.parametrize("name,case", list(_cases()))
+@pytest.mark.parametrize("name,case", case_params(MODELS))
 def test_on_the_compiled_operators_greedy_ids_equal_transformers(compiled, name, case):
     """F32 files as converted (float32 products), Q8_0 files with float32 activations (their exact weights)."""
     folder, exact = compiled(name)
     gen = OnnxTextGenerator.builder().model_path(folder if MODELS[name]["type"] == "F32" else exact).build()
-    assert _greedy(gen, case)[: case["stable_prefix"]] == _stable(case)
+    assert greedy(gen, case)[: case["stable_prefix"]] == stable(case)
 
 
 @pytest.mark.parametrize("name", [n for n, m in MODELS.items() if m["type"] == "Q8_0"])
 def test_on_the_compiled_operators_llama_cpp_rounding_agreement_is_recorded(compiled, name, record_property):
     folder, _ = compiled(name)
     gen = OnnxTextGenerator.builder().model_path(folder).build()
-    agree = total = 0
-    for case in MODELS[name]["cases"]:
-        got = _greedy(gen, case)
-        assert got
-        agree += next((i for i, (a, b) in enumerate(zip(got, case["output_ids"])) if a != b), len(got))
-        total += len(case["output_ids"])
-    record_property("steps_before_first_difference_q8_activations", f"{agree}/{total}")
+    record_property("steps_before_first_difference_q8_activations", agreement(gen, MODELS[name]["cases"]))
 
 
 # ---------------------------------------------------------------------------------- bad files
-
-
-def rewrite(
-    source: str,
-    path: Path,
-    *,
-    keys: dict[str, Any] | None = None,
-    drop: tuple[str, ...] = (),
-    tensors: dict[str, np.ndarray] | None = None,
-) -> Path:
-    """A copy of fixture ``source`` with metadata ``keys`` set (None: removed), tensors ``drop`` left out and
-    ``tensors`` replaced (or added, when the source has no such tensor)."""
-    src = GGUFFile(GGUF_DIR / source)
-    writer = gguf.GGUFWriter(str(path), src.architecture)
-    for key, value in {**src.metadata, **(keys or {})}.items():
-        if key != "general.architecture" and value is not None:
-            kind, sub = _kind(value)
-            writer.add_key_value(key, value, kind, sub_type=sub)
-    for info in src.tensors():
-        if info.name not in drop:
-            writer.add_tensor(info.name, np.ascontiguousarray((tensors or {}).get(info.name, src.tensor(info.name))))
-    for name, value in (tensors or {}).items():
-        if name not in src:
-            writer.add_tensor(name, np.ascontiguousarray(value))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 def _convert(path: Path, tmp_path: Path) -> None:
@@ -326,13 +217,7 @@ def test_a_shared_expert_gate_stored_as_a_vector_runs_as_the_row(tmp_path, monke
     monkeypatch.setattr(graph_tests, "GGUF_DIR", tmp_path)  # write_folder reads the rewritten file
     folder = write_folder(name, 32, tmp_path / "folder", MODELS[name])
     case = MODELS[name]["cases"][2]
-    result = (
-        OnnxTextGenerator.builder()
-        .model_path(folder)
-        .build()
-        .generate(case["prompt_ids"], max_new_tokens=case["max_new_tokens"], do_sample=False)
-    )
-    assert list(result.token_ids) == case["output_ids"]
+    assert greedy(OnnxTextGenerator.builder().model_path(folder).build(), case) == case["output_ids"]
 
 
 def test_a_batch_of_prompts_gives_each_row_its_own_ids(generator):
@@ -340,11 +225,7 @@ def test_a_batch_of_prompts_gives_each_row_its_own_ids(generator):
     routes its own tokens, so each equals its reference alone."""
     name = "moe-qwen2moe-F32.gguf"
     cases = MODELS[name]["cases"]
-    results = generator(name, 32).generate_batch(
-        [c["prompt_ids"] for c in cases], max_new_tokens=max(c["max_new_tokens"] for c in cases), do_sample=False
-    )
-    for case, result in zip(cases, results):
-        assert list(result.token_ids)[: case["max_new_tokens"]] == case["output_ids"], case["name"]
+    assert batched(generator(name, 32), cases) == [case["output_ids"] for case in cases]
 
 
 def test_an_int8_kv_cache_runs_on_a_mixture_of_experts_model(tmp_path, monkeypatch):
