@@ -112,7 +112,7 @@ class DecoderRuntime:
         has_gqa = bool(gqa) if gqa is not None else has_op(path, b"GroupQueryAttention")  # unparsable: byte scan
         self.shared_kv = self._shares_buffer(spec, has_gqa)
         self.min_capacity = self._window(spec, gqa or [])
-        # a cached prefix is continued exactly only at a multiple of the prompt pass's query tile
+        # where a cached prefix is continued exactly depends on the prompt pass's query tile (prompt_tiles.py)
         self.prompt_tile = query_tile(self.layout.head_dim) if has_gqa else 1
         self.prefill_chunk = PREFILL_CHUNK  # tokens per run of a long prompt (shared-buffer graphs)
         self.float_prompt = self._float_prompt(spec, config, options) if self.shared_kv else None

@@ -7,8 +7,16 @@ only if every position is computed by the same kernel path both ways.  On CPU, o
 one row goes through the one-row product (another accumulation order), and a call of one new token
 through the decode kernel, so both round differently from a row inside a tile of several.  Hence:
 
-* a split after ``k`` tokens is exact when ``k`` is a multiple of the tile (the second call's tiles
-  then fall where one call's would) and at least two tokens are left for the second call;
+* a row computed inside a tile of two rows or more gets the same bits whichever tile it is in and
+  wherever that tile starts (a row's dot products and its softmax over the key blocks do not depend on
+  the other rows: checked on every graph family, ``tests/generation/test_prefix_splits.py``); only the
+  last row of a pass can sit alone in its tile, when the pass's length is one more than a multiple of
+  the tile;
+* so a split after ``k`` of ``n`` tokens is exact (:func:`exact_split`) when at least two tokens are
+  left for the second call and the last row is alone in its tile both ways or neither: ``k`` a
+  multiple of the tile (the second call's tiles then fall where one call's would), or neither ``n``
+  nor ``n - k`` one more than a multiple of it.  A cached pass's own last row is reused only when it
+  did not run alone (:func:`exact_rows`);
 * keys and values written by decode steps (a generated answer) differ in the last bits from those a
   prompt pass computes for the same tokens, so only prompt-pass positions may be reused.
 
@@ -26,7 +34,16 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["MIN_REST", "PREFILL_CHUNK", "next_cut", "prefill_bounds", "query_tile"]
+__all__ = [
+    "MIN_REST",
+    "PREFILL_CHUNK",
+    "exact_rows",
+    "exact_split",
+    "longest_exact_split",
+    "next_cut",
+    "prefill_bounds",
+    "query_tile",
+]
 
 #: Tokens a continuing prefill must feed at least: one would take the decode kernel (and, with int4
 #: weights, the one-row MatMulNBits product).
@@ -43,6 +60,33 @@ def query_tile(head_size: int) -> int:
     head_size = max(1, int(head_size))
     kv_block = max(_l2_cache_bytes() // (4 * 4 * 2 * head_size), 1)  # float32, K and V, x4 (onnxruntime's sizing)
     return max(1, min(kv_block, 2 * head_size))
+
+
+def _alone(rows: int, tile: int) -> bool:
+    """Whether the last of a pass's ``rows`` rows runs alone in its query tile (the one-row product)."""
+    return tile > 1 and rows % tile == 1
+
+
+def exact_split(k: int, n: int, tile: int) -> bool:
+    """Whether ``n`` prompt tokens continued from a cache of the first ``k`` (each computed in a tile of
+    two rows or more) give the logits and cache of one pass over all ``n``, bit for bit."""
+    if k < 0 or n - k < MIN_REST:
+        return False
+    return k % max(1, tile) == 0 or not (_alone(n, tile) or _alone(n - k, tile))
+
+
+def longest_exact_split(common: int, n: int, tile: int) -> int:
+    """The longest ``k <= common`` at which ``n`` prompt tokens continue exactly (:func:`exact_split`), 0 if none."""
+    k = min(common, n - MIN_REST)
+    while k > 0 and not exact_split(k, n, tile):
+        k -= 1
+    return max(k, 0)
+
+
+def exact_rows(length: int, start: int, tile: int) -> int:
+    """Of a row's first ``length`` positions, where a prompt pass computed ``start .. length - 1``, how many a
+    later prompt may continue from: all, or all but the last when it ran alone in its tile."""
+    return length - 1 if _alone(length - start, tile) else length
 
 
 def next_cut(done: int, n: int, tile: int, limit: int) -> int:

@@ -6,9 +6,10 @@ the rest is prefilled.  Entries are keyed by their token ids, bounded in bytes, 
 recently used goes first.
 
 A continued prompt gives what it gives without the cache, bit for bit: an entry holds only the
-positions a prompt pass computed (never a generated answer's, which decode steps computed), and a
-prefix is reused only up to a multiple of the prompt pass's query tile with at least two tokens left
-(:mod:`~inference4py.engine.prompt_tiles`).
+positions a prompt pass computed (never a generated answer's, which decode steps computed, nor a pass's
+last row when it ran alone in its query tile), and a prefix is reused only where the rest of the prompt
+is computed as one pass would compute it, with at least two tokens left
+(:func:`~inference4py.engine.prompt_tiles.exact_split`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from inference4py.engine.prompt_tiles import MIN_REST
+from inference4py.engine.prompt_tiles import longest_exact_split
 from inference4py.engine.rows import KVPrefix
 
 __all__ = ["PrefixCache"]
@@ -36,7 +37,7 @@ class PrefixCache:
     Args:
         max_bytes: Memory the entries may hold together.
         min_tokens: Shorter shared prefixes are prefilled again rather than copied.
-        tile: A reused prefix is a multiple of this many tokens (the decoder's ``prompt_tile``).
+        tile: The decoder's ``prompt_tile``: where a reused prefix may end (:func:`~inference4py.engine.prompt_tiles.exact_split`).
     """
 
     def __init__(
@@ -65,8 +66,8 @@ class PrefixCache:
         return len(self._entries)
 
     def lookup(self, prompt: Sequence[int]) -> KVPrefix | None:
-        """The cache of the longest held prefix of ``prompt`` that continues exactly: a multiple of ``tile``
-        tokens, with at least two prompt tokens left to prefill."""
+        """The cache of the longest held prefix of ``prompt`` that continues exactly, with at least two prompt
+        tokens left to prefill (:func:`~inference4py.engine.prompt_tiles.exact_split`)."""
         if not self.enabled:
             return None
         want = np.asarray(prompt, dtype=np.int64)
@@ -77,8 +78,7 @@ class PrefixCache:
                 n = _common(key, want)
                 if n > best:
                     best_key, best = key, n
-            best = min(best, len(want) - MIN_REST)
-            best -= best % self.tile
+            best = longest_exact_split(best, len(want), self.tile)
             if best_key is None or best < self.min_tokens:
                 self.misses += 1
                 return None
@@ -89,8 +89,9 @@ class PrefixCache:
         return entry if best == entry.length else entry.cut(best)
 
     def store(self, tokens: Sequence[int], prefix: KVPrefix) -> None:
-        """Keep ``prefix`` (the cache of ``tokens``, every position computed by a prompt pass), evicting the
-        least recently used entries."""
+        """Keep ``prefix`` (the cache of ``tokens``, every position computed by a prompt pass in a tile of two
+        rows or more: :func:`~inference4py.engine.prompt_tiles.exact_rows`), evicting the least recently used
+        entries."""
         if not self.enabled or prefix.length < self.min_tokens or prefix.nbytes > self.max_bytes:
             return
         key = tuple(int(t) for t in tokens[: prefix.length])

@@ -49,6 +49,7 @@ from inference4py.engine.decoder import DecoderRuntime
 from inference4py.engine.graph_io import has_op
 from inference4py.engine.heap import trim_heap
 from inference4py.engine.prompt_pass import PromptPass
+from inference4py.engine.prompt_tiles import exact_rows
 from inference4py.engine.rows import RowBatch
 from inference4py.errors import GeneratorClosedError, InferenceError, QueueFullError, RequestTimeoutError
 from inference4py.generation.config import GenerationConfig
@@ -509,7 +510,8 @@ class Scheduler:
             assert ticket is not None
             self._free_memory(ticket)  # first: the room it held may keep its cache
             if keep_cache and self.cache.enabled:  # the prompt's positions: decode steps computed the answer's
-                self.cache.store(ticket.prompt, self._batch.row_cache(i, len(ticket.prompt)))
+                exact = exact_rows(len(ticket.prompt), ticket.cached_tokens, self.runtime.prompt_tile)
+                self.cache.store(ticket.prompt, self._batch.row_cache(i, exact))
             chunks = ticket._chunks
             if chunks is not None and hasattr(chunks, "close"):
                 chunks.close()

@@ -1,7 +1,8 @@
 """A prompt continued from a cached prefix gives the logits of one prefill, bit for bit.
 
-The prefix cache reuses a prefix only at a multiple of the decoder's ``prompt_tile`` with two
-tokens left (:mod:`inference4py.engine.prompt_tiles`); these tests check that rule against
+The prefix cache reuses a prefix only where :func:`~inference4py.engine.prompt_tiles.exact_split` says
+the rest is computed as one pass computes it (two tokens left; the last row alone in its query tile
+both ways or neither); these tests check that rule, at every split it allows, against
 onnxruntime's kernels on every graph family the engine runs: fused optimum exports, genai folders
 (fp32 and int4, a sliding window), GGUF conversions, and a graph without GroupQueryAttention. And on
 the scheduler: answers with the cache on equal the answers with it off, whatever was asked before.
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 from inference4py import OnnxTextGenerator
-from inference4py.engine.prompt_tiles import MIN_REST, query_tile
+from inference4py.engine.prompt_tiles import MIN_REST, exact_rows, exact_split, query_tile
 from inference4py.engine.rows import RowBatch
 from tests.conftest import FIXTURES
 from tests.generation.test_scheduler import gguf_files  # noqa: F401  (a fixture)
@@ -75,6 +76,30 @@ def test_a_prompt_continued_at_a_tile_boundary_equals_one_prefill(name, gguf_fil
             assert np.array_equal(continued, whole), (name, tile, k, float(np.abs(continued - whole).max()))
 
 
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_prompt_continued_at_any_split_the_rule_allows_equals_one_prefill(name, gguf_files):  # noqa: F811
+    """Between tile boundaries too: every row of a pass computed in a tile of two rows or more has the bits
+    of one pass, so only the last row's tile decides (exact_split); a held prompt keeps its last row only
+    when it did not run alone in its tile (exact_rows).  Lengths one past a tile multiple included."""
+    model = _load(name, gguf_files)
+    tile = model._runtime.prompt_tile
+    checked = 0
+    for n in (2 * tile + 1, 2 * tile + 6) if tile > 1 else (40,):
+        n = min(n, 120)
+        ids = _prompt(model, n)
+        whole = _admit(model, ids)
+        for k in range(2, n - 1, 3):
+            for length in (k, min(n, k + 4)):  # an earlier prompt that ended at k, and one that ran past it
+                held = _held(model, ids[:length])
+                usable = exact_rows(length, 0, tile)
+                if k > usable or not exact_split(k, n, tile):
+                    continue
+                continued = _admit(model, ids, prefix=held.cut(k))
+                assert np.array_equal(continued, whole), (name, tile, n, k, length)
+                checked += 1
+    assert checked >= 20
+
+
 def test_the_cache_reuses_only_exact_splits_and_keeps_no_answer():
     model = _load("qwen2", {})
     tile = model._runtime.prompt_tile
@@ -85,9 +110,11 @@ def test_the_cache_reuses_only_exact_splits_and_keeps_no_answer():
         assert len(cache) == 1 and next(iter(cache._entries.values())).length == len(prompt)  # not the answer
         again = model.encode_prompt("the quick brown fox jumps over the lazy dog " * 4 + "and more")
         found = cache.lookup(again)
-        assert found is not None and found.length % tile == 0 and len(again) - found.length >= MIN_REST
+        assert found is not None and exact_split(found.length, len(again), tile)
         same = cache.lookup(prompt)  # the whole prompt held: two tokens are prefilled again at least
-        assert same is not None and same.length <= len(prompt) - MIN_REST and same.length % tile == 0
+        assert (
+            same is not None and same.length <= len(prompt) - MIN_REST and exact_split(same.length, len(prompt), tile)
+        )
     assert first.token_ids
 
 
@@ -144,3 +171,20 @@ def test_a_long_prompt_run_in_pieces_equals_one_run(name, gguf_files):  # noqa: 
         assert np.array_equal(state.prefill(ids[None]), last)
     finally:
         rt.prefill_chunk = 512
+
+
+def test_the_split_rule_in_numbers():
+    """exact_split / exact_rows / longest_exact_split on a tile of 16: the cases the rule tells apart."""
+    from inference4py.engine.prompt_tiles import longest_exact_split
+
+    assert exact_split(32, 50, 16) and exact_split(34, 50, 16)  # a tile multiple; neither last row alone
+    assert not exact_split(33, 50, 16)  # the continuation's 17 rows leave its last row alone
+    assert not exact_split(33, 49, 16)  # one pass's last row runs alone (49 = 3 x 16 + 1), the continuation's not
+    assert exact_split(32, 49, 16)  # a tile multiple keeps the same tiles
+    assert not exact_split(8, 25, 16)  # the continuation's 17 rows leave its last row alone
+    assert not exact_split(48, 49, 16)  # one token left: the decode kernel
+    assert all(exact_split(k, 50, 1) for k in range(0, 49))  # no tiles (an unfused attention)
+    assert exact_rows(33, 0, 16) == 32 and exact_rows(33, 30, 16) == 33 and exact_rows(34, 0, 16) == 34
+    assert longest_exact_split(40, 49, 16) == 32  # 33..40 would leave one pass's last row alone
+    assert longest_exact_split(40, 50, 16) == 40
+    assert longest_exact_split(24, 41, 16) == 23  # 24 leaves 17 rows: its last alone

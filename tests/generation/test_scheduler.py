@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from inference4py import OnnxTextGenerator, RequestOptions
+from inference4py.engine.prompt_tiles import exact_rows, longest_exact_split
 from inference4py.engine.rows import RowBatch
 from inference4py.errors import ConfigurationError, QueueFullError, RequestTimeoutError
 from inference4py.generation.result import GenerationChunk
@@ -244,9 +245,10 @@ def test_second_turn_prefills_only_its_new_tokens_and_answers_as_without_cache(n
         prefilled = cached.stats.prefilled_tokens - before
         reference = plain.generate(turn2, max_new_tokens=12, do_sample=False)
         assert cached.prefix_cache.hits == 1
-        # the first turn's prompt is reused up to a tile boundary; its answer (decode steps) is prefilled again
-        turn1_prompt = len(model.encode_prompt(turn1))
-        assert prefilled == prompt2 - (turn1_prompt - turn1_prompt % model._runtime.prompt_tile)
+        # the first turn's prompt is reused where the rest continues exactly; its answer (decode steps) is
+        # prefilled again
+        turn1_prompt, tile = len(model.encode_prompt(turn1)), model._runtime.prompt_tile
+        assert prefilled == prompt2 - longest_exact_split(exact_rows(turn1_prompt, 0, tile), prompt2, tile)
     assert (
         second.token_ids == reference.token_ids == model.generate(turn2, max_new_tokens=12, do_sample=False).token_ids
     )

@@ -17,6 +17,7 @@ pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
 from inference4py import OnnxTextGenerator  # noqa: E402
+from inference4py.engine.prompt_tiles import exact_rows, longest_exact_split  # noqa: E402
 from inference4py.serve import ServerSettings, create_app  # noqa: E402
 from tests.conftest import FIXTURES  # noqa: E402
 from tests.serve.support import metrics, request, running  # noqa: E402
@@ -148,8 +149,9 @@ def test_the_second_turn_prefills_only_its_new_tokens_and_answers_as_without_the
         prefilled + (reused - before[f"inference4py_prefix_cache_reused_tokens_total{key}"])
         == second.usage.prompt_tokens
     )
-    turn1_prompt = len(gen.encode_prompt(turn1))  # reused up to a tile boundary; the answer is prefilled again
-    assert prefilled == second.usage.prompt_tokens - (turn1_prompt - turn1_prompt % gen._runtime.prompt_tile)
+    turn1_prompt, tile = len(gen.encode_prompt(turn1)), gen._runtime.prompt_tile  # the answer is prefilled again
+    prompt2 = second.usage.prompt_tokens
+    assert prefilled == prompt2 - longest_exact_split(exact_rows(turn1_prompt, 0, tile), prompt2, tile)
     assert second.choices[0].message.content == reference.choices[0].message.content
     assert second.choices[0].message.content == gen.generate(turn2, max_new_tokens=10, do_sample=False).text
 
