@@ -82,15 +82,15 @@ def thinking_copy(root: Path, *, opened: bool) -> Path:
     return folder
 
 
-def scripted(tokenizer, text: str):
-    """A logits processor that makes a random model write ``text`` and stop (its last token forced to EOS).
+def scripted(tokenizer, text: str, *, end: str = "<|im_end|>"):
+    """A logits processor that makes a random model write ``text`` and stop (its last token forced to ``end``).
 
     It finds how much of the script the sequence already ends with, and forces the next token.
     """
     import numpy as np
 
     script = tokenizer.encode(text, add_special_tokens=False)
-    eos = tokenizer.token_to_id("<|im_end|>")
+    eos = tokenizer.token_to_id(end)
 
     def force(input_ids, scores):
         ids = list(np.asarray(input_ids)[0])

@@ -22,6 +22,7 @@ from inference4py.generation.processors import LogitsProcessor
 from inference4py.generation.result import Candidate, FinishReason, GenerationChunk, GenerationResult, StreamSummary
 from inference4py.generation.search import new_chooser, run_chooser
 from inference4py.generation.streaming import IncrementalDetokenizer, StopSequenceMatcher
+from inference4py.tokenization.harmony import harmony_markers
 
 if TYPE_CHECKING:
     from inference4py.tokenization import Tokenizer
@@ -48,10 +49,15 @@ def stream_generate(
     sequence ends the stream (``finish_reason="stop"``) and never appears in it.
     ``recorder`` (filled by the step loop as it yields) gives each token's chunk its
     :class:`TokenLogprob`, and the first chunk the prompt's log-probabilities when recorded.
+
+    Special tokens are left out of the text, but for the markers of a turn format that the text is
+    split by (Harmony's ``<|channel|>``, ``<|message|>``... for gpt-oss: see
+    :func:`~inference4py.tokenization.harmony.harmony_markers`), which stay in it.
     """
-    detok = IncrementalDetokenizer(tokenizer, skip_special_tokens=True)
-    stops = StopSequenceMatcher(config.stop_sequences) if config.stop_sequences else None
     eos = frozenset(config.eos_token_id)
+    markers = harmony_markers(tokenizer.token_to_id).values()
+    detok = IncrementalDetokenizer(tokenizer, skip_special_tokens=True, keep=[i for i in markers if i not in eos])
+    stops = StopSequenceMatcher(config.stop_sequences) if config.stop_sequences else None
     reason: FinishReason = "length"
     last: int | None = None
     held = ""  # text of the EOS token itself (non-special EOS ids decode to text, as in transformers)

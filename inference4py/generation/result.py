@@ -137,8 +137,9 @@ class GenerationResult:
         logprobs: With ``logprobs=True``, one :class:`TokenLogprob` per generated token; else None.
         tool_calls: The calls parsed from the text when the call passed ``tools`` (``text`` is then
             what remains around them).
-        reasoning: A reasoning model's thinking (its ``<think>`` block, without the markers), split
-            from ``text`` unless the call asked ``reasoning="inline"``; None when there was none.
+        reasoning: A reasoning model's thinking (its ``<think>`` block, or gpt-oss's ``analysis``
+            messages, without the markers), split from ``text`` unless the call asked
+            ``reasoning="inline"``; None when there was none.
         prompt_logprobs: With ``prompt_logprobs=True`` (OpenAI's ``echo``), one entry per prompt
             token; the first is None (nothing predicts it).
         speculative: With ``speculative=...``, the drafted and accepted token counts; else None.

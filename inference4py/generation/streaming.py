@@ -25,8 +25,8 @@ leading space) treat the same token specially in both decodes.  The cost per
 token is a decode of a few tokens, never of the whole sequence.
 
 Tokenizers of the ``tokenizers`` library run the same algorithm natively
-(``tokenizers.decoders.DecodeStream``, one call per token) when no clean-up and
-no special-token holding is asked for; the window code above stays the
+(``tokenizers.decoders.DecodeStream``, one call per token) when no clean-up,
+no special-token holding and no kept special tokens are asked for; the window code above stays the
 always-correct fallback, and takes over for the rest of a stream whenever the
 native decoder refuses text (it raises where the window code waits).
 
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, InvalidInputError
@@ -59,16 +59,16 @@ _CLEANUP_OPEN_TAILS = (" ", " '", " n", " n'", " 'v", " 'r")
 
 # IncrementalDetokenizer._holds per token id, shared by every stream over one tokenizer
 # (a stream is short: a cache of its own would be refilled by every generation call).
-_HOLD_CACHES: weakref.WeakKeyDictionary[Any, dict[bool, dict[int, bool]]] = weakref.WeakKeyDictionary()
+_HOLD_CACHES: weakref.WeakKeyDictionary[Any, dict[Hashable, dict[int, bool]]] = weakref.WeakKeyDictionary()
 _HOLD_CACHE_SIZE = 65536
 
 
-def _hold_cache(tokenizer: Any, skip_special_tokens: bool) -> dict[int, bool]:
+def _hold_cache(tokenizer: Any, decoding: Hashable) -> dict[int, bool]:
     try:
-        per_skip = _HOLD_CACHES.setdefault(tokenizer, {})
+        per_decoding = _HOLD_CACHES.setdefault(tokenizer, {})
     except TypeError:  # not weak-referenceable: a cache for this stream only
         return {}
-    return per_skip.setdefault(skip_special_tokens, {})
+    return per_decoding.setdefault(decoding, {})
 
 
 class IncrementalDetokenizer:
@@ -84,6 +84,10 @@ class IncrementalDetokenizer:
             ``decode(context + ids)`` minus ``decode(context)``.  Without it,
             they equal ``decode(ids)``.
         context_tokens: How many trailing prompt ids to keep as context.
+        keep: Ids of special tokens that stay in the text although ``skip_special_tokens`` drops the
+            others, each as its vocabulary entry (the markers of a turn format such as Harmony's, which
+            the text is split by); the pieces then equal ``decode`` of the runs between them, with them
+            in place.
 
     Example:
         >>> detok = IncrementalDetokenizer(tokenizer)       # doctest: +SKIP
@@ -99,11 +103,14 @@ class IncrementalDetokenizer:
         skip_special_tokens: bool = True,
         prompt_ids: Sequence[int] | None = None,
         context_tokens: int = 4,
+        keep: Collection[int] = (),
     ) -> None:
         if context_tokens < 1:
             raise ConfigurationError(f"context_tokens must be >= 1, got {context_tokens}.")
         self._tokenizer = tokenizer
         self._skip = skip_special_tokens
+        kept = frozenset(int(i) for i in keep) if skip_special_tokens else frozenset()
+        self._kept = {i: tokenizer.id_to_token(i) or "" for i in kept}
         self._cleanup = bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
         self._hold_until_special = not skip_special_tokens and bool(
             getattr(tokenizer, "_stream_hold_until_special", False)
@@ -120,13 +127,13 @@ class IncrementalDetokenizer:
         self._context_text = self._prefix_text
         self._pieces: list[str] = []
         self._finished = False
-        self._hold_cache = _hold_cache(tokenizer, skip_special_tokens)
+        self._hold_cache = _hold_cache(tokenizer, (skip_special_tokens, kept))
         # The native decoder (see the module docstring), fed every id up to _fed.  While it
         # runs, _prefix and _read follow its window and _prefix_text is left stale.  Its
         # window starts after the context only when the context's text is final.
         self._native: Callable[[int | list[int]], str | None] | None = None
         settled = not context or (self._prefix_text != "" and not self._prefix_text.endswith(_REPLACEMENT))
-        if settled and not self._cleanup and not self._hold_until_special:
+        if settled and not self._cleanup and not self._hold_until_special and not self._kept:
             opener = getattr(tokenizer, "_native_decode_stream", None)
             if opener is not None:
                 self._native = opener(context, skip_special_tokens=skip_special_tokens)
@@ -158,7 +165,25 @@ class IncrementalDetokenizer:
         # cut where no clean-up pattern can straddle two pieces.
         if not ids:
             return ""
+        if self._kept and not self._kept.keys().isdisjoint(ids):
+            return self._decode_keeping(ids)
         return self._tokenizer.decode(ids, skip_special_tokens=self._skip, clean_up_tokenization_spaces=False)
+
+    def _decode_keeping(self, ids: list[int]) -> str:
+        # the runs between kept tokens decoded as usual, each kept token as its vocabulary entry
+        parts: list[str] = []
+        run: list[int] = []
+        for i in ids:
+            if i in self._kept:
+                if run:
+                    parts.append(self._decode_ids(run))
+                    run = []
+                parts.append(self._kept[i])
+            else:
+                run.append(i)
+        if run:
+            parts.append(self._decode_ids(run))
+        return "".join(parts)
 
     def _emit(self, raw: str) -> str:
         piece = clean_up_tokenization(raw) if self._cleanup else raw

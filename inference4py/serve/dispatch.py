@@ -143,8 +143,9 @@ def with_thinking(options: RequestOptions, switch: bool | str | None) -> Request
     ``switch`` is a bool (Anthropic's ``thinking.type`` enabled / disabled) or an OpenAI effort
     (``"none"`` and ``"minimal"`` switch thinking off; ``"low"``..``"high"`` on); None leaves the
     template's default. It reaches the chat template as ``enable_thinking`` (the variable Qwen3's and
-    SmolLM3's templates read); a template without such a switch ignores it. The request's own
-    ``chat_template_kwargs`` win.
+    SmolLM3's templates read) and an effort of ``"low"``, ``"medium"`` or ``"high"`` also as
+    ``reasoning_effort`` (gpt-oss's template, which knows those three); a template without such a switch
+    ignores them. The request's own ``chat_template_kwargs`` win.
 
     Raises:
         ApiError: an effort that is none of OpenAI's.
@@ -158,6 +159,9 @@ def with_thinking(options: RequestOptions, switch: bool | str | None) -> Request
                 f"reasoning effort {switch!r} is none of {', '.join(_EFFORT_THINKS)}.",
                 "reasoning_effort",
             )
+        effort: dict[str, Any] = {"reasoning_effort": switch} if _EFFORT_THINKS[switch] else {}
         switch = _EFFORT_THINKS[switch]
-    kwargs = {"enable_thinking": switch, **(options.chat_template_kwargs or {})}
+    else:
+        effort = {}
+    kwargs = {"enable_thinking": switch, **effort, **(options.chat_template_kwargs or {})}
     return options.replace(chat_template_kwargs=kwargs)

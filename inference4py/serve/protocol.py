@@ -174,7 +174,8 @@ class ChatMessage(BaseModel):
     tool_call_id: str | None = None
 
     def for_template(self, index: int = 0, image: ImageReader | None = None) -> dict[str, Any]:
-        """The message as chat templates read it (text parts joined; OpenAI's developer role as system).
+        """The message as chat templates read it (text parts joined; OpenAI's developer role as system; an
+        assistant's ``reasoning_content`` or ``reasoning`` kept, for templates that write it back).
 
         Args:
             index: The message's place in the request (for errors).
@@ -200,6 +201,10 @@ class ChatMessage(BaseModel):
         out: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role, "content": content or ""}
         if self.tool_calls:
             out["tool_calls"] = self.tool_calls
+        extra = self.model_extra or {}
+        for key in ("reasoning_content", "reasoning"):  # an earlier turn's reasoning, as this server sends it
+            if self.role == "assistant" and isinstance(extra.get(key), str) and extra[key]:
+                out[key] = extra[key]
         if self.tool_call_id:
             out["tool_call_id"] = self.tool_call_id
         if self.name:

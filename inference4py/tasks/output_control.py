@@ -23,6 +23,7 @@ from inference4py.generation.result import FinishReason, GenerationResult
 if TYPE_CHECKING:
     from inference4py.generation.constraints import ConstraintKind, ConstraintProcessor
     from inference4py.generation.processors import LogitsProcessor
+    from inference4py.tasks.harmony import HarmonyTurn
     from inference4py.tasks.tools import ToolRequest
     from inference4py.tasks.turn import TurnSplitter
     from inference4py.tokenization import Tokenizer
@@ -44,6 +45,9 @@ class OutputControl:
         reasoning: ``(open, close)`` markers of the model's reasoning block, split from the answer;
             None to leave any reasoning in the text.
         in_reasoning: The prompt opened the reasoning block (the output starts inside it).
+        harmony: The model writes its turn in OpenAI's Harmony format (gpt-oss), and the prompt opened
+            it thus: channels tell reasoning, answer and calls apart (:mod:`inference4py.tasks.harmony`);
+            None for other models.
     """
 
     grammar: Mapping[str, Any] | None = None
@@ -52,6 +56,7 @@ class OutputControl:
     compiled: tuple[ConstraintKind, str] | None = None
     reasoning: tuple[str, str] | None = None
     in_reasoning: bool = False
+    harmony: HarmonyTurn | None = None
 
     @property
     def active(self) -> bool:
@@ -78,8 +83,12 @@ class OutputControl:
 
         A turn cut by the token budget keeps ``"length"``: the calls it completed are returned, and
         a call it was writing stays in the text. A reasoning block is split off first, into
-        ``result.reasoning`` (by the same :class:`TurnSplitter` that splits a stream).
+        ``result.reasoning`` (by the same :class:`TurnSplitter` that splits a stream). A Harmony turn is
+        split by its channels, by the code that splits its stream; a call it was writing when the budget
+        cut it is left out (its arguments are no JSON object yet), as are the markers.
         """
+        if self.harmony is not None:
+            return self._split_harmony(result)
         if self.reasoning is not None:
             result = self._split_reasoning(result)
         request = self.tool_request
@@ -102,17 +111,38 @@ class OutputControl:
         answer = "".join(e.text for e in events if isinstance(e, TextDelta))
         return dataclasses.replace(result, text=answer, reasoning="".join(thought))
 
+    def _split_harmony(self, result: GenerationResult) -> GenerationResult:
+        from inference4py.tasks.harmony import split_harmony
+
+        split = split_harmony(result.text, calls=self._calls_allowed(), turn=self.harmony)
+        reason = result.finish_reason
+        if reason == "eos" and split.calls and not split.open_call:  # as a stream's turn ends (serve/turns.py)
+            reason = "tool_calls"
+        calls = tuple(split.calls) if split.calls else result.tool_calls
+        return dataclasses.replace(
+            result, text=split.text, reasoning=split.reasoning, finish_reason=reason, tool_calls=calls
+        )
+
+    def _calls_allowed(self) -> bool:
+        return self.tool_request is not None and self.tool_request.choice.mode != "none"
+
     def splitter(self, *, rng: random.Random | None = None) -> TurnSplitter:
         """A :class:`TurnSplitter` that tells this request's answer, reasoning and tool calls apart as it streams."""
         from inference4py.tasks.turn import TurnSplitter
 
         request = self.tool_request
-        family = request.family if request is not None and request.choice.mode != "none" else None
-        return TurnSplitter(family, reasoning=self.reasoning, in_reasoning=self.in_reasoning, rng=rng)
+        family = request.family if request is not None and self._calls_allowed() else None
+        return TurnSplitter(
+            family, reasoning=self.reasoning, in_reasoning=self.in_reasoning, harmony=self.harmony, rng=rng
+        )
 
     def with_reasoning(self, markers: tuple[str, str], *, opened: bool) -> OutputControl:
         """This control, splitting a reasoning block marked by ``markers`` (``opened``: the prompt opened it)."""
         return dataclasses.replace(self, reasoning=markers, in_reasoning=opened)
+
+    def with_harmony(self, turn: HarmonyTurn) -> OutputControl:
+        """This control, splitting a turn written in Harmony (gpt-oss) as ``turn`` says the prompt opened it."""
+        return dataclasses.replace(self, harmony=turn)
 
 
 def output_control(
@@ -130,7 +160,8 @@ def output_control(
             (``"none" | "auto" | "required" | {"type": "function", "function": {"name": ...}}``),
             ``parallel_tool_calls``. At most one constraint kind.
         template: The chat template the prompt is rendered with (tools need one that renders them).
-        token_to_id: The tokenizer's ``token_to_id`` (a tool-call marker that is one token is forced as it).
+        token_to_id: The tokenizer's ``token_to_id`` (a tool-call marker that is one token is forced as it;
+            a Harmony vocabulary (gpt-oss) writes Harmony's calls whatever the template's markers).
 
     Raises:
         ConfigurationError: two constraint kinds, a bad schema, regex or grammar, llguidance missing.
@@ -162,12 +193,14 @@ def output_control(
         tools = None
     if tools is not None:
         from inference4py.tasks.tools import prepare_tools
+        from inference4py.tokenization.harmony import harmony_markers
 
         request = prepare_tools(
             tools,
             options.get("tool_choice"),
             template,
             parallel_tool_calls=bool(options.get("parallel_tool_calls", True)),
+            family="harmony" if harmony_markers(token_to_id) else None,
         )
         # with tool_choice="auto" another constraint decides the output (it cannot hold a call marker)
         tool_grammar = None if kinds and request.choice.mode == "auto" else request.constraint(token_to_id=token_to_id)

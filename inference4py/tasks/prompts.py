@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from inference4py.errors import ConfigurationError, InvalidInputError, PromptTooLongError
+from inference4py.tasks.harmony import HarmonyTurn, harmony_opening
 from inference4py.tokenization import Tokenizer
+from inference4py.tokenization.harmony import harmony_markers
 
 __all__ = ["ChatOptions", "PromptEncoder", "Prompt"]
 
@@ -176,12 +178,32 @@ class PromptEncoder:
         templates = (self.template or "") + (self.tool_template or "")
         if not all(marker in templates for marker in _THINK):
             return None
-        templated = isinstance(prompt, str) and (self.use_template or tools is not None)
-        templated = templated or (isinstance(prompt, (list, tuple)) and bool(prompt) and isinstance(prompt[0], Mapping))
-        if not templated:
+        if not self._templated(prompt, tools):
             return None
         tail = self.tokenizer.decode(list(ids[-8:]), skip_special_tokens=False)
         return _THINK, tail.rstrip().endswith(_THINK[0])
+
+    def harmony(
+        self, prompt: Prompt, ids: Sequence[int], *, tools: list[dict[str, Any]] | None = None, inline: bool = False
+    ) -> HarmonyTurn | None:
+        """How a templated prompt opened a turn the model writes in OpenAI's Harmony format, else None.
+
+        The model writes Harmony when its vocabulary has Harmony's markers (gpt-oss; see
+        :func:`~inference4py.tokenization.harmony.harmony_markers`); the turn is then told apart by its
+        channels, from what the prompt's last ``<|start|>`` opened (gpt-oss's template: ``assistant``).
+        ``inline`` leaves the reasoning in the answer text. A plain prompt not run through the template,
+        or token ids, are the caller's own: None.
+        """
+        if not harmony_markers(self.tokenizer.token_to_id) or not self._templated(prompt, tools):
+            return None
+        tail = self.tokenizer.decode(list(ids[-16:]), skip_special_tokens=False)
+        return HarmonyTurn(harmony_opening(tail), inline=inline)
+
+    def _templated(self, prompt: Prompt, tools: list[dict[str, Any]] | None) -> bool:
+        """Whether ``prompt`` goes through the chat template (the turn it opens is then the template's)."""
+        if isinstance(prompt, str):
+            return self.use_template or tools is not None
+        return isinstance(prompt, (list, tuple)) and bool(prompt) and isinstance(prompt[0], Mapping)
 
     def render(
         self,
@@ -210,8 +232,8 @@ class PromptEncoder:
 
         ``template_kwargs``: more template variables (e.g. ``enable_thinking``).
 
-        Assistant ``tool_calls`` and ``role: "tool"`` results are normalised the way the
-        templates expect them (see :func:`inference4py.tasks.tools.messages_for_template`).
+        Assistant ``tool_calls`` and ``role: "tool"`` results, and an assistant's reasoning, are
+        normalised the way the templates expect them (see :func:`inference4py.tasks.tools.messages_for_template`).
         """
         if not self.template:
             raise ConfigurationError(
@@ -220,7 +242,7 @@ class PromptEncoder:
         if self.system_prompt is not None and not any(m.get("role") == "system" for m in messages):
             messages = [{"role": "system", "content": self.system_prompt}, *messages]
         rendered: Sequence[Message] = messages
-        if tools is not None or any(m.get("tool_calls") or m.get("role") == "tool" for m in messages):
+        if tools is not None or any(m.get("role") in ("assistant", "tool") for m in messages):
             from inference4py.tasks.tools import messages_for_template
 
             rendered = messages_for_template(messages)

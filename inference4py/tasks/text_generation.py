@@ -323,7 +323,12 @@ class OnnxTextGenerator(GenerativeTask[DecoderRuntime]):
         self._check_open()
         control = self._control(options)
         ids = self._prompts.encode(prompt, tools=control.tools, template_kwargs=options.chat_template_kwargs)
-        reasoning = self._prompts.reasoning(prompt, ids, tools=control.tools) if options.reasoning != "inline" else None
+        harmony = self._prompts.harmony(prompt, ids, tools=control.tools, inline=options.reasoning == "inline")
+        reasoning = None
+        if harmony is not None:  # gpt-oss: its channels tell reasoning, answer and calls apart
+            control = control.with_harmony(harmony)
+        elif options.reasoning != "inline":
+            reasoning = self._prompts.reasoning(prompt, ids, tools=control.tools)
         if reasoning is not None:
             markers, opened = reasoning
             control = control.with_reasoning(markers, opened=opened)

@@ -16,7 +16,9 @@ Feed it the text of each chunk; it returns :data:`TurnEvent` objects:
 
 Calls are recognised in the formats :mod:`inference4py.tasks.tools` parses (Hermes/Qwen
 ``<tool_call>``, Llama 3.x JSON, Mistral ``[TOOL_CALLS]``). Text is held back only while it may
-still be the start of a marker or a call, so the answer streams as it is written.
+still be the start of a marker or a call, so the answer streams as it is written. A turn in OpenAI's
+Harmony format (gpt-oss: channels for reasoning, answer and calls) is split by
+:class:`~inference4py.tasks.harmony.HarmonySplitter`, which this class delegates to.
 
 Example:
     >>> from inference4py.tasks.turn import TurnSplitter
@@ -35,7 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from inference4py.generation.result import ToolCall
+from inference4py.tasks.harmony import HarmonySplitter, HarmonyTurn
 from inference4py.tasks.tools.calls import _as_arguments, _mistral_id, _openai_id
+from inference4py.tasks.turn_events import CallArguments, CallEnd, CallStart, ReasoningDelta, TextDelta, TurnEvent
 
 __all__ = [
     "CallArguments",
@@ -47,47 +51,6 @@ __all__ = [
     "TurnSplitter",
 ]
 
-
-@dataclass(frozen=True)
-class TextDelta:
-    """Answer text."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class ReasoningDelta:
-    """Text of the model's reasoning block (without its markers)."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class CallStart:
-    """A tool call begins: its position in the turn, its id and the function's name."""
-
-    index: int
-    id: str
-    name: str
-
-
-@dataclass(frozen=True)
-class CallArguments:
-    """The next piece of call ``index``'s arguments, as JSON text (the pieces join to a JSON object)."""
-
-    index: int
-    text: str
-
-
-@dataclass(frozen=True)
-class CallEnd:
-    """Call ``index`` is complete."""
-
-    index: int
-    call: ToolCall
-
-
-TurnEvent = TextDelta | ReasoningDelta | CallStart | CallArguments | CallEnd
 
 _HERMES_OPEN, _HERMES_CLOSE = "<tool_call>", "</tool_call>"
 _PYTHON_TAG = "<|python_tag|>"
@@ -266,6 +229,9 @@ class TurnSplitter:
             when the turn may not call tools (everything outside reasoning is answer text).
         reasoning: ``(open, close)`` markers of a reasoning block (``("<think>", "</think>")``), or None.
         in_reasoning: The prompt already opened the reasoning block (the template ends with ``<think>``).
+        harmony: The turn is written in OpenAI's Harmony format (gpt-oss), opened by the prompt as this
+            says: :class:`~inference4py.tasks.harmony.HarmonySplitter` splits it, ``reasoning`` is not
+            used, and ``family`` only says whether calls are allowed (not None). None: the formats above.
         rng: Makes call ids reproducible (tests); None draws them from :mod:`secrets`.
     """
 
@@ -275,9 +241,13 @@ class TurnSplitter:
         *,
         reasoning: tuple[str, str] | None = None,
         in_reasoning: bool = False,
+        harmony: HarmonyTurn | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.family = family
+        self._harmony = (
+            HarmonySplitter(calls=family is not None, turn=harmony, rng=rng) if harmony is not None else None
+        )
         self._reasoning = reasoning
         self._thinking = in_reasoning and reasoning is not None
         self._thought = self._thinking  # a block was opened: a second one is answer text
@@ -296,21 +266,27 @@ class TurnSplitter:
         self._started = False  # answer text was sent
         self._bare = False  # the calls were written without their marker
         self._list_closed = False  # Mistral's list of calls was closed
-        self.calls: list[ToolCall] = []
+        self.calls: list[ToolCall] = self._harmony.calls if self._harmony is not None else []
 
     # ------------------------------------------------------------------ public
     def feed(self, text: str) -> list[TurnEvent]:
         """The events that ``text`` (the next piece of the output) completes."""
+        if self._harmony is not None:
+            return self._harmony.feed(text)
         self._pending += text
         return self._drain(final=False)
 
     def close(self) -> list[TurnEvent]:
         """The events of whatever was held back, at the end of the output."""
+        if self._harmony is not None:
+            return self._harmony.close()
         return self._drain(final=True)
 
     @property
     def open_call(self) -> bool:
         """A call was started and not finished (the output was cut inside it)."""
+        if self._harmony is not None:
+            return self._harmony.open_call
         return any(not c.done for c in self._calls)
 
     # ------------------------------------------------------------------ text and reasoning

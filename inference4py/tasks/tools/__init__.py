@@ -15,6 +15,10 @@ family          output format                                  template marker
                 after ``<|python_tag|>``, several joined by ``;`` ``<|start_header_id|>`` (Llama 3.x)
 ``mistral``     ``[TOOL_CALLS] [{"name": .., "arguments": ..}]`` ``[TOOL_CALLS]`` (Mistral v0.3)
 ``mistral_args`` ``[TOOL_CALLS]name[ARGS]{..}`` (one per call)  ``[TOOL_CALLS]`` and ``[ARGS]``
+``harmony``     ``<|channel|>commentary to=functions.NAME      ``<|channel|>`` and ``<|message|>``
+                <|constrain|>json<|message|>{..}`` (gpt-oss;    (gpt-oss; a model whose vocabulary
+                one call per turn, its reasoning on the         is Harmony's gets this family
+                ``analysis`` channel)                           whatever its template)
 =============== ============================================== =====================================
 
 Parsing never raises on model output: a call that is not valid JSON, or not a
@@ -35,6 +39,7 @@ from inference4py.tasks.tools.calls import ToolCall as ToolCall
 from inference4py.tasks.tools.grammar import tool_call_constraint as tool_call_constraint
 from inference4py.tasks.tools.parsers import TOOL_FAMILIES as TOOL_FAMILIES
 from inference4py.tasks.tools.parsers import detect_tool_family as detect_tool_family
+from inference4py.tasks.tools.parsers import parse_harmony_tool_calls as parse_harmony_tool_calls
 from inference4py.tasks.tools.parsers import parse_hermes_tool_calls as parse_hermes_tool_calls
 from inference4py.tasks.tools.parsers import parse_llama3_tool_calls as parse_llama3_tool_calls
 from inference4py.tasks.tools.parsers import parse_mistral_tool_calls as parse_mistral_tool_calls
@@ -61,6 +66,7 @@ __all__ = [
     "parse_hermes_tool_calls",
     "parse_llama3_tool_calls",
     "parse_mistral_tool_calls",
+    "parse_harmony_tool_calls",
     "messages_for_template",
     "tool_call_constraint",
 ]

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from inference4py.generation.constraints.bounds import bounded_schema
+from inference4py.tokenization.harmony import HARMONY_MARKERS
 
 from .parsers import _ARGS, _TOOL_CALLS, _family
 from .spec import ToolChoice, _functions, validate_tool_choice
@@ -85,6 +86,40 @@ def _lead_rule(marker: str, token_to_id: TokenToId | None, starts: str) -> tuple
     return "OPEN", opened
 
 
+_HARMONY_TEXT_MARKERS = (*HARMONY_MARKERS, "<|return|>", "<|call|>")  # (the last two end a turn)
+
+
+def _harmony_rules(chosen: list[Mapping[str, Any]], token_to_id: TokenToId | None) -> list[str]:
+    """A Harmony turn of one call (gpt-oss: ``<|call|>`` ends the turn), after the prompt's ``<|start|>assistant``.
+
+    The model may reason first, on the analysis channel, as it always does; then comes the call, in the
+    form OpenAI documents: ``<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}``.
+    Where the markers are no single tokens (a Harmony template over another vocabulary) only the call is
+    allowed: free text could not then be told from a marker spelled in pieces.
+    """
+    ids = [token_to_id(m) if token_to_id is not None else None for m in ("<|channel|>", "<|message|>", "<|end|>")]
+    channel, message, constrain, end, start = (
+        _lark_literal(m, token_to_id) for m in ("<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|start|>")
+    )
+    calls = [f"call_{k}" for k in range(len(chosen))]
+    tokens = all(i is not None for i in ids)
+    lines = [
+        "start: analysis? call" if tokens else "start: call",
+        f"call: {' | '.join(calls)}",
+    ]
+    if tokens:
+        lines += [
+            f'analysis: {channel} "analysis" {message} TEXT {end} {start} "assistant"',
+            _text_rule(list(_HARMONY_TEXT_MARKERS), ""),
+        ]
+    for rule, function in zip(calls, chosen):
+        header = json.dumps(f"commentary to=functions.{function['name']} ", ensure_ascii=False)
+        lines.append(
+            f'{rule}: {channel} {header} {constrain} "json" {message} {_json_rule(_arguments_schema(function))}'
+        )
+    return lines
+
+
 def tool_call_constraint(
     tools: Sequence[Mapping[str, Any]],
     tool_choice: str | Mapping[str, Any] | ToolChoice | None,
@@ -100,6 +135,9 @@ def tool_call_constraint(
     - ``"auto"``: answer text, or text then calls: a call is then always well formed, and an answer
       cannot open with a bare JSON object (a call without its marker);
     - ``"none"``: nothing to constrain (None).
+
+    Harmony (gpt-oss) marks a call by its channel and recipient, so ``"auto"`` needs no grammar (None);
+    ``"required"`` or a named function allow the analysis, then one call (``<|call|>`` ends the turn).
 
     The arguments are constrained by the function's ``parameters`` schema (embedded with ``%json``),
     in compact JSON. A little whitespace may follow the last call (models write a newline before
@@ -131,6 +169,11 @@ def tool_call_constraint(
     functions = _functions(tools)
     chosen = [functions[choice.function]] if choice.function is not None else list(functions.values())
     lines: list[str]
+    if family == "harmony":
+        if auto:
+            return None
+        lines = _harmony_rules(chosen, token_to_id)
+        return "\n".join(lines) + "\n"
     if family == "hermes":
         open_, close = _lark_literal("<tool_call>", token_to_id), _lark_literal("</tool_call>", token_to_id)
         starts = _starts(fenced=True)

@@ -209,8 +209,30 @@ def parse_mistral_tool_calls(text: str, *, rng: random.Random | None = None) -> 
     return content, [c for c in parsed if c is not None]
 
 
+def parse_harmony_tool_calls(text: str, *, rng: random.Random | None = None) -> tuple[str, list[ToolCall]]:
+    """Parse OpenAI's Harmony turn (gpt-oss): messages to ``functions.NAME`` are calls of ``NAME``.
+
+    ``<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}``
+    (the recipient may also stand before the channel, beside the role). The markers are special tokens:
+    the library's generated text keeps them (see :mod:`inference4py.tasks.harmony`, which this runs).
+
+    Args:
+        text: The generated text, its markers kept.
+        rng: Makes the call ids reproducible (tests); None draws them from :mod:`secrets`.
+
+    Returns:
+        ``(content, calls)``: the answer (``final`` and recipient-less ``commentary`` messages; the
+        ``analysis`` reasoning and the markers are left out) and the complete calls.
+    """
+    from inference4py.tasks.harmony import split_harmony
+
+    split = split_harmony(text, rng=rng)
+    return split.text, split.calls
+
+
 # Checked in order: the first family whose markers all appear in the template wins.
 _FAMILIES: tuple[_Family, ...] = (
+    _Family("harmony", ("<|channel|>", "<|message|>"), parse_harmony_tool_calls),
     _Family("mistral_args", (_TOOL_CALLS, _ARGS), parse_mistral_tool_calls),
     _Family("mistral", (_TOOL_CALLS,), parse_mistral_tool_calls),
     _Family("hermes", ("<tool_call>",), parse_hermes_tool_calls),

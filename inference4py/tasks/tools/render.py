@@ -44,6 +44,17 @@ def _tool_content(content: Any) -> Any:
     return json.dumps(content, ensure_ascii=False)
 
 
+# Where an assistant message's reasoning comes in (llama-server's and vLLM's name, vLLM's newer one,
+# transformers' for gpt-oss), and the names templates read it by (Qwen3 and DeepSeek's; gpt-oss's)
+_REASONING_GIVEN = ("reasoning_content", "reasoning", "thinking")
+_REASONING_READ = ("reasoning_content", "thinking")
+
+
+def _carries_reasoning(message: Mapping[str, Any]) -> bool:
+    """Whether a message gives an earlier turn's reasoning as text (under any of its usual names)."""
+    return any(isinstance(message.get(key), str) and message.get(key) for key in _REASONING_GIVEN)
+
+
 def messages_for_template(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Normalise an OpenAI-style conversation for a chat template.
 
@@ -54,6 +65,10 @@ def messages_for_template(messages: Sequence[Mapping[str, Any]]) -> list[dict[st
       ``{"name", "arguments"}`` dicts are accepted too.
     - ``role: "tool"`` content that is OpenAI text parts is joined; a dict or number
       is written as JSON.
+    - an assistant's reasoning, given as ``reasoning_content``, ``reasoning`` or ``thinking``, is
+      given under both names templates read: ``reasoning_content`` (Qwen3) and ``thinking``
+      (gpt-oss, whose template writes a tool-calling turn's reasoning back on its analysis channel;
+      not for a calling turn that has content too, which that template refuses to take with thinking).
 
     Other messages are copied unchanged; the input is never modified.
 
@@ -84,5 +99,13 @@ def messages_for_template(messages: Sequence[Mapping[str, Any]]) -> list[dict[st
             copy["tool_calls"] = [_tool_call_for_template(call, i, j) for j, call in enumerate(calls)]
         if message.get("role") == "tool":
             copy["content"] = _tool_content(message.get("content"))
+        if message.get("role") == "assistant" and _carries_reasoning(message):
+            text = next(message[k] for k in _REASONING_GIVEN if isinstance(message.get(k), str) and message[k])
+            for key in _REASONING_READ:
+                # gpt-oss's template refuses a calling turn with both content and thinking (it writes one
+                # of them on the analysis channel): such a turn keeps its preamble, the reasoning stays out
+                if key == "thinking" and calls and message.get("content") and "thinking" not in message:
+                    continue
+                copy.setdefault(key, text)
         out.append(copy)
     return out

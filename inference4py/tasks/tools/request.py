@@ -58,6 +58,7 @@ def prepare_tools(
     template: str | None,
     *,
     parallel_tool_calls: bool = True,
+    family: str | None = None,
 ) -> ToolRequest:
     """Check tools and tool_choice, and that the chat template can render and the library parse them.
 
@@ -67,6 +68,8 @@ def prepare_tools(
         template: The chat template the prompt will be rendered with (for a model with
             named templates, its ``"tool_use"`` one when present).
         parallel_tool_calls: Allow several calls under a constraint.
+        family: The tool-call format, when the model's vocabulary already says it (``"harmony"`` for
+            gpt-oss's); None finds it from the template's markers (:func:`detect_tool_family`).
 
     Returns:
         A :class:`ToolRequest`.
@@ -90,7 +93,7 @@ def prepare_tools(
             "Llama 3.1+, Mistral v0.3).",
             fix="tool_template",
         )
-    family = detect_tool_family(template)
+    family = family if family is not None else detect_tool_family(template)
     if family is None:
         raise UnsupportedModelError(
             "This model's chat template renders tools, but in a tool-call format inference4py cannot parse "
