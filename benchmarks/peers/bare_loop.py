@@ -77,6 +77,7 @@ class DecoderLoop:
         self.has_pos = "position_ids" in ins
         self.has_mask = "attention_mask" in ins
         self.branch = "use_cache_branch" in ins
+        self.keep = "num_logits_to_keep" in ins  # `inference4py optimize`'s graphs: the last position's logits only
         # genai folders say so in genai_config.json; any GroupQueryAttention graph (e.g. after
         # `inference4py optimize`) accepts one buffer bound as past and present
         self.shared = (read_json(folder / "genai_config.json").get("search", {}).get("past_present_share_buffer", False)
@@ -121,6 +122,8 @@ class DecoderLoop:
             binding.bind_cpu_input("position_ids", positions[:, :n])
         if self.branch:
             binding.bind_cpu_input("use_cache_branch", np.array([False]))
+        if self.keep:
+            binding.bind_cpu_input("num_logits_to_keep", np.array(1, dtype=np.int64))
         sess.run_with_iobinding(binding)
         outputs = binding.get_outputs()
         logits = outputs[0].numpy()[0, -1].copy()
