@@ -177,3 +177,25 @@ def tiny_gpt_oss(root: Path) -> Path:
     proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return convert_gguf(source, root / "converted")
+
+
+def scripted_gpt_oss(root: Path):
+    """``model(script)``: the tiny gpt-oss model (:func:`tiny_gpt_oss`, converted once under ``root``) with the
+    Harmony template, forced to write ``script`` (a random model writes no Harmony by itself)."""
+    from inference4py import OnnxTextGenerator
+    from tests.conftest import scripted
+
+    folder = tiny_gpt_oss(root)
+    plain = OnnxTextGenerator.builder().model_path(folder).chat_template(HARMONY_TEMPLATE).build()
+
+    def model(script: str) -> OnnxTextGenerator:
+        forced = scripted(plain.tokenizer, script, end="<|return|>")
+        return (
+            OnnxTextGenerator.builder()
+            .model_path(folder)
+            .chat_template(HARMONY_TEMPLATE)
+            .logits_processor(forced)
+            .build()
+        )
+
+    return model

@@ -20,10 +20,8 @@ pytest.importorskip("gguf")
 pytest.importorskip("onnx")
 openai = pytest.importorskip("openai")
 
-from inference4py import OnnxTextGenerator  # noqa: E402
 from inference4py.serve import create_app  # noqa: E402
-from tests.conftest import scripted  # noqa: E402
-from tests.harmony import HARMONY_TEMPLATE, tiny_gpt_oss  # noqa: E402
+from tests.harmony import scripted_gpt_oss  # noqa: E402
 from tests.serve.support import running  # noqa: E402
 
 THOUGHT = "User asks weather. Need to call tool."
@@ -51,18 +49,7 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    folder = tiny_gpt_oss(tmp_path_factory.mktemp("gpt-oss"))
-    plain = OnnxTextGenerator.builder().model_path(folder).chat_template(HARMONY_TEMPLATE).build()
-
-    def model(script: str) -> OnnxTextGenerator:
-        forced = scripted(plain.tokenizer, script, end="<|return|>")
-        return (
-            OnnxTextGenerator.builder()
-            .model_path(folder)
-            .chat_template(HARMONY_TEMPLATE)
-            .logits_processor(forced)
-            .build()
-        )
+    model = scripted_gpt_oss(tmp_path_factory.mktemp("gpt-oss"))
 
     with running(create_app({"caller": model(CALL), "answerer": model(ANSWER)})) as url:
         yield url

@@ -404,24 +404,9 @@ def gpt_oss(tmp_path_factory):
     makes it write ``script`` (a random model writes no Harmony by itself)."""
     pytest.importorskip("gguf")
     pytest.importorskip("onnx")
-    from inference4py import OnnxTextGenerator
-    from tests.conftest import scripted
-    from tests.harmony import tiny_gpt_oss
+    from tests.harmony import scripted_gpt_oss
 
-    folder = tiny_gpt_oss(tmp_path_factory.mktemp("gpt-oss"))
-    plain = OnnxTextGenerator.builder().model_path(folder).chat_template(HARMONY_TEMPLATE).build()
-
-    def model(script: str) -> OnnxTextGenerator:
-        forced = scripted(plain.tokenizer, script, end="<|return|>")
-        return (
-            OnnxTextGenerator.builder()
-            .model_path(folder)
-            .chat_template(HARMONY_TEMPLATE)
-            .logits_processor(forced)
-            .build()
-        )
-
-    return model
+    return scripted_gpt_oss(tmp_path_factory.mktemp("gpt-oss"))
 
 
 def test_generate_tells_reasoning_answer_and_calls_apart(gpt_oss):
