@@ -2,8 +2,10 @@
 
 A request becomes a chat conversation and one :class:`~inference4py.tasks.options.RequestOptions`:
 ``instructions`` is a system message ahead of the conversation, ``input`` items are messages,
-``function_call`` items an assistant message's tool calls and ``function_call_output`` items tool
-messages; ``previous_response_id`` puts the stored conversation of that response first. Function
+``function_call`` items an assistant message's tool calls, ``function_call_output`` items tool
+messages and ``reasoning`` items the ``reasoning_content`` of the assistant turn they open (as chat
+completions take an earlier turn's reasoning); ``previous_response_id`` puts the stored conversation
+of that response first, reasoning included. Function
 tools, ``tool_choice`` and ``text.format`` are translated into the chat forms the library takes.
 
 The answer is built from the request's turn events (:func:`~inference4py.serve.turns.turn_steps`)
@@ -37,6 +39,7 @@ from inference4py.serve.responses_protocol import (
     FunctionCallOutputItem,
     InputItem,
     MessageItem,
+    ReasoningItem,
     ResponseRequest,
     parse_input,
 )
@@ -259,15 +262,37 @@ def _messages(items: Sequence[InputItem], *, first: int, image: ImageReader | No
     """The conversation as chat messages; ``items[first:]`` are this request's input (named in errors).
 
     Consecutive function calls (and the assistant text just before them) are one assistant
-    message; each output must follow its call.
+    message; each output must follow its call. A reasoning item's text is the ``reasoning_content`` of
+    the assistant turn it belongs to: the message or calls after it, up to the next user, system or
+    tool-result item (else the assistant message just before it). A turn with reasoning only (cut
+    while the model reasoned) has nothing for a template to write it with: its reasoning is left out.
     """
     messages: list[dict[str, Any]] = []
     calls: set[str] = set()
+    reasoning: list[str] = []  # the current turn's reasoning not yet given to one of its messages
+
+    def assistant(message: dict[str, Any]) -> dict[str, Any]:
+        """``message`` (the turn's assistant message) with the reasoning so far added to its own."""
+        if any(reasoning):
+            message["reasoning_content"] = message.get("reasoning_content", "") + "".join(reasoning)
+        reasoning.clear()
+        return message
+
+    def end_turn() -> None:
+        if reasoning and messages and messages[-1]["role"] == "assistant":
+            assistant(messages[-1])
+        reasoning.clear()
+
     for k, item in enumerate(items):
         where = f"input[{k - first}]" if k >= first else "previous_response_id"
-        if isinstance(item, MessageItem):
+        if isinstance(item, ReasoningItem):
+            reasoning.append(item.text(where))  # read (and checked) even when it comes to nothing
+        elif isinstance(item, MessageItem):
             role = "system" if item.role == "developer" else item.role
-            messages.append({"role": role, "content": item.content_for(where, image)})
+            if role != "assistant":
+                end_turn()
+            message = {"role": role, "content": item.content_for(where, image)}
+            messages.append(assistant(message) if role == "assistant" else message)
         elif isinstance(item, FunctionCallItem):
             call = {
                 "id": item.call_id,
@@ -276,11 +301,12 @@ def _messages(items: Sequence[InputItem], *, first: int, image: ImageReader | No
             }
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant":
-                last.setdefault("tool_calls", []).append(call)
+                assistant(last).setdefault("tool_calls", []).append(call)
             else:
-                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+                messages.append(assistant({"role": "assistant", "content": "", "tool_calls": [call]}))
             calls.add(item.call_id)
         elif isinstance(item, FunctionCallOutputItem):
+            end_turn()
             if item.call_id not in calls:
                 raise ApiError(
                     400,
@@ -289,7 +315,7 @@ def _messages(items: Sequence[InputItem], *, first: int, image: ImageReader | No
                     f"{where}.call_id",
                 )
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text(where)})
-        # reasoning items are left out, as chat templates leave out earlier turns' reasoning
+    end_turn()
     return messages
 
 

@@ -1,8 +1,8 @@
 """Pydantic models of OpenAI's Responses API request, and its input items read as chat messages.
 
 Only the protocol lives here: field names, types and ranges as OpenAI documents them, and how an
-input item (a message, a function call, a function call's output) reads as the message a chat
-template takes. :mod:`inference4py.serve.responses` turns a request into library options and runs it.
+input item (a message, a function call, a function call's output, an earlier turn's reasoning) reads
+as the message a chat template takes. :mod:`inference4py.serve.responses` turns a request into library options and runs it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ __all__ = [
     "FunctionCallOutputItem",
     "InputItem",
     "MessageItem",
+    "ReasoningItem",
     "ResponseRequest",
     "TextConfig",
     "parse_input",
@@ -137,10 +138,49 @@ class FunctionCallOutputItem(_Item):
         return content_text(self.output, f"{where}.output")
 
 
+class SummaryText(BaseModel):
+    """A part of a reasoning item's ``summary``."""
+
+    type: Literal["summary_text"]
+    text: str
+
+
+class ReasoningText(BaseModel):
+    """A part of a reasoning item's ``content``: the reasoning as the model wrote it."""
+
+    type: Literal["reasoning_text"]
+    text: str
+
+
 class ReasoningItem(_Item):
-    """The model's reasoning in an earlier turn: read and left out of the prompt, as chat templates do."""
+    """The model's reasoning in an earlier turn (OpenAI's ``ResponseReasoningItem``, or this server's output).
+
+    Its text is that turn's reasoning: the ``content`` parts' text when there are any (the reasoning
+    as written, which this server's output items carry), else the ``summary`` parts' (OpenAI's
+    summaries), each summary a paragraph. ``encrypted_content`` is OpenAI's own and is not read.
+    """
 
     type: Literal["reasoning"]
+    summary: list[SummaryText] = Field(default_factory=list)
+    content: list[ReasoningText] | None = None
+
+    def text(self, where: str) -> str:
+        """The reasoning's text.
+
+        Raises:
+            ApiError: an item with no text part at all (only ``encrypted_content``, say).
+        """
+        if self.content:
+            return "".join(part.text for part in self.content)
+        if self.summary:
+            return "\n\n".join(part.text for part in self.summary)
+        raise ApiError(
+            400,
+            f"{where}: a reasoning item needs its text, as summary [{{'type': 'summary_text', 'text': ...}}] or "
+            "content [{'type': 'reasoning_text', 'text': ...}] (encrypted_content is not read here): "
+            "give it or leave the item out.",
+            f"{where}.summary",
+        )
 
 
 InputItem = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
@@ -218,14 +258,16 @@ def _parse_item(item: dict[str, Any], where: str) -> InputItem:
         raise ApiError(
             400,
             f"{where}: input items of type {kind!r} are not supported here. Supported: {', '.join(_ITEM_TYPES)} "
-            "(a message may leave out its type); reasoning items are read and left out of the prompt.",
+            "(a message may leave out its type).",
             f"{where}.type",
         )
     try:
         parsed: InputItem = model.model_validate(item)  # type: ignore[assignment]  # one of InputItem's members
     except ValidationError as exc:
         first = exc.errors()[0]
-        # the path to the bad field, without pydantic's union-member tags ("output.str" -> "output")
-        field = ".".join(str(p) for p in first["loc"] if p != "str" and not str(p).startswith("list["))
-        raise ApiError(400, f"{where}.{field}: {first['msg']}", f"{where}.{field}") from exc
+        # the path to the bad field, without pydantic's union-member tags ("output.str" -> "output"),
+        # list places as indexes ("summary.0.text" -> "summary[0].text")
+        path = [p for p in first["loc"] if p != "str" and not str(p).startswith("list[")]
+        field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+        raise ApiError(400, f"{where}{field}: {first['msg']}", f"{where}{field}") from exc
     return parsed

@@ -177,3 +177,25 @@ def test_the_conversation_sent_back_renders(client):
     assert prompt_tokens(conversation) > prompt_tokens(without_reasoning) > prompt_tokens(ASK)
     # the template reads reasoning_effort ("Reasoning: high" for "Reasoning: medium": one token more or less)
     assert prompt_tokens(ASK, reasoning_effort="high") != prompt_tokens(ASK)
+
+
+def test_responses_output_sent_back_renders_its_reasoning(client):
+    """The Responses form of the same conversation (the call's output items sent back, or stored, then its
+    result) renders as chat completions' does: the call's reasoning written back on the analysis channel."""
+    tools = [{"type": "function", **TOOLS[0]["function"]}]
+    first = client.responses.create(model="caller", input=ASK, tools=tools, max_output_tokens=100)
+    call = first.output[1]
+    result = {"type": "function_call_output", "call_id": call.call_id, "output": '{"temperature": 21}'}
+
+    def input_tokens(items, **kwargs) -> int:
+        r = client.responses.create(model="answerer", input=items, tools=tools, max_output_tokens=100, **kwargs)
+        assert r.output_text == "It is 21 °C in Paris."
+        return r.usage.input_tokens
+
+    chat_call = {"id": call.call_id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+    turn = {"role": "assistant", "content": None, "tool_calls": [chat_call], "reasoning_content": THOUGHT}
+    chat_result = {"role": "tool", "tool_call_id": call.call_id, "content": '{"temperature": 21}'}
+    chat = client.chat.completions.create(model="answerer", messages=[*ASK, turn, chat_result], tools=TOOLS)
+    sent_back = input_tokens([*ASK, *first.output, result])
+    assert sent_back == chat.usage.prompt_tokens > input_tokens([*ASK, first.output[1], result])
+    assert input_tokens([result], previous_response_id=first.id) == sent_back  # the stored turn keeps it too

@@ -2,7 +2,9 @@
 
 The fixture is a random-weight Qwen2 with Qwen2.5's chat template and a 1024-token context (its
 tool prompt is ~400 tokens). Its answers are gibberish: the tests check that they equal what the
-library gives for the same conversation, and that streamed equals whole, never a wording.
+library gives for the same conversation, and that streamed equals whole, never a wording. The tests of
+earlier turns' reasoning use a second server: the same model scripted to write a ``<think>`` block, under a
+template that writes each assistant turn's reasoning back, its rendered prompts kept.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from inference4py.serve import ServerSettings, create_app, load_models  # noqa: 
 from inference4py.serve.response_output import TurnOutput  # noqa: E402
 from inference4py.serve.response_store import ResponseStore, StoredResponse  # noqa: E402
 from inference4py.tasks.turn import CallArguments, CallStart, TextDelta  # noqa: E402
-from tests.conftest import long_context_copy  # noqa: E402
+from tests.conftest import long_context_copy, scripted  # noqa: E402
 from tests.serve.support import request, running  # noqa: E402
 
 WEATHER = {
@@ -367,6 +369,132 @@ def test_tool_choice_none_answers_in_text(client):
     assert [o.type for o in r.output] == ["message"]
 
 
+# ------------------------------------------------------------------------------- earlier turns' reasoning
+# A reasoning model's template that writes each assistant turn's reasoning back (as Qwen3's does for
+# the turns after the last user message, here for all), and a processor that scripts a <think> block
+# and keeps each request's rendered prompt: its ids at the first step
+REASONING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>\n{% endif %}{{ m['content'] }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }}</tool_call>{% endfor %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+THOUGHT = "\nThe user asks about Paris.\n"
+SCRIPT = f"<think>{THOUGHT}</think>\n\nParis is in France."
+
+
+@pytest.fixture(scope="module")
+def thinker(tmp_path_factory):
+    """The client of a server of a reasoning model, and the prompt of its last request (``_prompt``)."""
+    import numpy as np
+
+    folder = long_context_copy(tmp_path_factory.mktemp("reasoning"))
+    (folder / "chat_template.jinja").write_text(REASONING_TEMPLATE)
+    tokenizer = OnnxTextGenerator.builder().model_path(folder).build().tokenizer
+    script = scripted(tokenizer, SCRIPT)
+    prompts: list[str] = []  # cleared before a request: its first step's ids are its prompt
+
+    def recording(input_ids, scores):
+        if not prompts:
+            prompts.append(tokenizer.decode([int(i) for i in np.asarray(input_ids)[0]], skip_special_tokens=False))
+        return script(input_ids, scores)
+
+    model = OnnxTextGenerator.builder().model_path(folder).logits_processor(recording).build()
+    with running(create_app({"thinker": model})) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=120)
+        yield client, prompts
+
+
+def _prompt(thinker, **kwargs) -> str:
+    """The prompt a Responses request rendered."""
+    client, prompts = thinker
+    prompts.clear()
+    client.responses.create(model="thinker", max_output_tokens=40, **kwargs)
+    return prompts[0]
+
+
+def _chat_prompt(thinker, messages) -> str:
+    client, prompts = thinker
+    prompts.clear()
+    client.chat.completions.create(model="thinker", messages=messages, max_tokens=40)
+    return prompts[0]
+
+
+def test_a_reasoning_item_is_its_turns_reasoning(thinker):
+    """Reasoning items reach the template as the reasoning_content of the assistant turn that follows
+    them (its message, or its calls), as chat completions' reasoning_content does."""
+    call = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'}
+    items = [
+        {"role": "user", "content": "The weather in Paris?"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "Need it."}]},
+        call,
+        {"type": "function_call_output", "call_id": "call_1", "output": "Sunny"},
+        {
+            "type": "reasoning",
+            "id": "rs_2",
+            "summary": [{"type": "summary_text", "text": "It is"}, {"type": "summary_text", "text": "sunny."}],
+        },
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Sunny."}]},
+        {"role": "user", "content": "Thanks"},
+    ]
+    prompt = _prompt(thinker, input=items)
+    assert "<|im_start|>assistant\n<think>Need it.</think>\n<tool_call>get_weather</tool_call><|im_end|>" in prompt
+    assert "<|im_start|>assistant\n<think>It is\n\nsunny.</think>\nSunny.<|im_end|>" in prompt
+    chat_call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": call["arguments"]},
+    }
+    chat = [
+        {"role": "user", "content": "The weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [chat_call], "reasoning_content": "Need it."},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"},
+        {"role": "assistant", "content": "Sunny.", "reasoning_content": "It is\n\nsunny."},
+        {"role": "user", "content": "Thanks"},
+    ]
+    assert prompt == _chat_prompt(thinker, chat)
+    # content is preferred to a summary; reasoning after the turn's message is still that turn's
+    both = {
+        "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": "Short."}],
+        "content": [{"type": "reasoning_text", "text": "Long "}, {"type": "reasoning_text", "text": "form."}],
+    }
+    after = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello."},
+        both,
+        {"role": "user", "content": "Bye"},
+    ]
+    assert "<|im_start|>assistant\n<think>Long form.</think>\nHello.<|im_end|>" in _prompt(thinker, input=after)
+    # a turn of reasoning only (cut while it reasoned) has no message to carry it: left out
+    alone = [{"role": "user", "content": "Hi"}, both, {"role": "user", "content": "Go on"}]
+    assert "form." not in _prompt(thinker, input=alone)
+
+
+def test_output_sent_back_keeps_its_reasoning(thinker):
+    """The openai client's multi-turn pattern (the output appended to the next input), whole and streamed,
+    and previous_response_id: the second prompt holds the first turn's reasoning."""
+    client, _ = thinker
+    first = client.responses.create(model="thinker", input="Where is Paris?", max_output_tokens=40)
+    assert [item.type for item in first.output] == ["reasoning", "message"]
+    assert first.output[0].content[0].text == THOUGHT and first.output_text == "Paris is in France."
+    turn = f"<|im_start|>assistant\n<think>{THOUGHT}</think>\nParis is in France.<|im_end|>"
+    context = [{"role": "user", "content": "Where is Paris?"}, *first.output, {"role": "user", "content": "And Lyon?"}]
+    sent_back = _prompt(thinker, input=context)
+    assert turn in sent_back
+    with client.responses.stream(model="thinker", input="Where is Paris?", max_output_tokens=40) as stream:
+        streamed = stream.get_final_response()
+    context = [
+        {"role": "user", "content": "Where is Paris?"},
+        *streamed.output,
+        {"role": "user", "content": "And Lyon?"},
+    ]
+    assert _prompt(thinker, input=context) == sent_back
+    assert _prompt(thinker, previous_response_id=first.id, input="And Lyon?") == sent_back
+    chained = client.responses.create(model="thinker", previous_response_id=first.id, input="And Lyon?")
+    assert _prompt(thinker, previous_response_id=chained.id, input="And Nice?").count(turn) == 2
+
+
 # ------------------------------------------------------------------------------- the store
 def test_previous_response_continues_the_conversation(client, qwen):
     first = client.responses.create(
@@ -463,6 +591,7 @@ def test_an_empty_turn_is_an_empty_message():
 
 # ------------------------------------------------------------------------------- errors
 ORPHAN = [{"role": "user", "content": "Hi"}, {"type": "function_call_output", "call_id": "call_x", "output": "1"}]
+ASKED = [{"role": "user", "content": "Hi"}]
 BAD_SCHEMA = {
     "format": {"type": "json_schema", "name": "x", "schema": {"type": "object", "properties": {"a": {"type": "nope"}}}}
 }
@@ -495,6 +624,25 @@ BAD_SCHEMA = {
         ({"input": []}, 400, "input"),
         ({"input": "Hi", "model": "nope"}, 404, "model"),
         ({"input": "Hi", "stream": True, "previous_response_id": "resp_unknown"}, 404, "previous_response_id"),
+        ({"input": [{"type": "reasoning", "id": "rs_1", "summary": []}, *ASKED]}, 400, "input[0].summary"),
+        ({"input": [{"type": "reasoning", "encrypted_content": "gAAA"}, *ASKED]}, 400, "input[0].summary"),
+        ({"input": [{"type": "reasoning", "summary": "I think"}, *ASKED]}, 400, "input[0].summary"),
+        (
+            {"input": [{"type": "reasoning", "summary": [{"type": "summary_text", "text": 1}]}]},
+            400,
+            "input[0].summary[0].text",
+        ),
+        (
+            {
+                "input": [
+                    *ASKED,
+                    {"type": "reasoning", "summary": [], "content": [{"type": "output_text", "text": "x"}]},
+                ]
+            },
+            400,
+            "input[1].content[0].type",
+        ),
+        ({"input": [{"type": "reasoning", "summary": [], "content": "x"}, *ASKED]}, 400, "input[0].content"),
     ],
 )
 def test_bad_requests_get_openai_errors(server, client, body, status, param):
