@@ -165,22 +165,12 @@ class ReasoningItem(_Item):
     content: list[ReasoningText] | None = None
 
     def text(self, where: str) -> str:
-        """The reasoning's text.
-
-        Raises:
-            ApiError: an item with no text part at all (only ``encrypted_content``, say).
-        """
+        """The reasoning's text; empty for an item with no text part (OpenAI's reasoning items often carry
+        only ``encrypted_content`` and an empty ``summary``: nothing this server can read, so nothing is
+        added to the turn)."""
         if self.content:
             return "".join(part.text for part in self.content)
-        if self.summary:
-            return "\n\n".join(part.text for part in self.summary)
-        raise ApiError(
-            400,
-            f"{where}: a reasoning item needs its text, as summary [{{'type': 'summary_text', 'text': ...}}] or "
-            "content [{'type': 'reasoning_text', 'text': ...}] (encrypted_content is not read here): "
-            "give it or leave the item out.",
-            f"{where}.summary",
-        )
+        return "\n\n".join(part.text for part in self.summary)
 
 
 InputItem = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
