@@ -292,6 +292,19 @@ class MlaAttention:
             self._ids = b.one("Expand", [heads, dims], f"{n}/Expand")
         return self._ids
 
+    def _by_latent(self, prefix: str, which: str) -> np.ndarray:
+        """Every head's ``k`` (``[heads, nope, rank]``) or ``v`` (``[heads, v, rank]``) up-projection, dequantized:
+        each head's rows against the latent, from ``attn_k_b`` / ``attn_v_b`` or an older file's ``attn_kv_b``."""
+        s, gguf = self.shape, self.b.gguf
+        if s.split_kv_b:
+            kv_b = gguf.tensor(f"{prefix}attn_kv_b.weight").reshape(s.heads, s.nope + s.v, s.kv_lora_rank)
+            return kv_b[:, : s.nope, :] if which == "k" else kv_b[:, s.nope :, :]
+        if which == "k":
+            return gguf.tensor(f"{prefix}attn_k_b.weight").transpose(
+                0, 2, 1
+            )  # [heads, rank, nope] -> [heads, nope, rank]
+        return gguf.tensor(f"{prefix}attn_v_b.weight")
+
     def _per_head(self, x: str, which: str, prefix: str, name: str) -> str:
         """Each head's up-projection of ``x`` ``[batch, seq, heads, in]``: ``k`` (``attn_k_b``: nope -> rank,
         absorbed into the query) or ``v`` (``attn_v_b``: rank -> v, after the attention).  On the compiled
@@ -301,12 +314,8 @@ class MlaAttention:
         tensor = f"{prefix}attn_{which}_b.weight"
         if b.ggml and not s.split_kv_b and b.gguf.info(tensor).type not in FLOAT_TYPES:
             return b.in_place.experts(x, [tensor], self._head_ids(), f"/{name}/{which}_b")
-        if s.split_kv_b:
-            kv_b = b.gguf.tensor(f"{prefix}attn_kv_b.weight").reshape(s.heads, s.nope + s.v, s.kv_lora_rank)
-            rows = kv_b[:, : s.nope, :] if which == "k" else kv_b[:, s.nope :, :]  # [heads, out | in, rank]
-            matrix = rows if which == "k" else rows.transpose(0, 2, 1)  # [heads, in, out]
-        else:
-            matrix = b.gguf.tensor(tensor).transpose(0, 2, 1)  # [heads, out, in] -> [heads, in, out]
+        rows = self._by_latent(prefix, which)  # [heads, nope | v, rank]
+        matrix = rows if which == "k" else rows.transpose(0, 2, 1)  # [heads, in, out]
         weight = b.initializer(np.ascontiguousarray(matrix, np.float32), f"{name}.{which}_b.weight")
         y = b.one(
             "MatMul",
@@ -371,15 +380,8 @@ class MlaAttention:
 
     def _up_matrix(self, prefix: str, which: str) -> np.ndarray:
         """``[rank, heads x out]`` float32: the latent's up-projection to every head's ``k`` (nope) or ``v``."""
-        s, gguf = self.shape, self.b.gguf
-        if s.split_kv_b:
-            kv_b = gguf.tensor(f"{prefix}attn_kv_b.weight").reshape(s.heads, s.nope + s.v, s.kv_lora_rank)
-            rows = kv_b[:, : s.nope, :] if which == "k" else kv_b[:, s.nope :, :]  # [heads, out, rank]
-        elif which == "k":
-            rows = gguf.tensor(f"{prefix}attn_k_b.weight").transpose(0, 2, 1)  # [heads, nope, rank]
-        else:
-            rows = gguf.tensor(f"{prefix}attn_v_b.weight")  # [heads, v, rank]
-        return np.ascontiguousarray(rows.reshape(-1, s.kv_lora_rank).T, np.float32)
+        rows = self._by_latent(prefix, which)  # [heads, nope | v, rank]
+        return np.ascontiguousarray(rows.reshape(-1, self.shape.kv_lora_rank).T, np.float32)
 
     def _expanded(self, q_nope: str, q_pe: str, latent: str, k_pe: str, layer: int) -> str:
         """The layer as ordinary multi-head attention over up-projected keys and values, which are cached:
