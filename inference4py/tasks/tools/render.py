@@ -50,9 +50,9 @@ _REASONING_GIVEN = ("reasoning_content", "reasoning", "thinking")
 _REASONING_READ = ("reasoning_content", "thinking")
 
 
-def _carries_reasoning(message: Mapping[str, Any]) -> bool:
-    """Whether a message gives an earlier turn's reasoning as text (under any of its usual names)."""
-    return any(isinstance(message.get(key), str) and message.get(key) for key in _REASONING_GIVEN)
+def _given_reasoning(message: Mapping[str, Any]) -> str | None:
+    """The earlier turn's reasoning a message gives as text (under the first of its usual names it has), or None."""
+    return next((message[k] for k in _REASONING_GIVEN if isinstance(message.get(k), str) and message[k]), None)
 
 
 def messages_for_template(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -99,8 +99,8 @@ def messages_for_template(messages: Sequence[Mapping[str, Any]]) -> list[dict[st
             copy["tool_calls"] = [_tool_call_for_template(call, i, j) for j, call in enumerate(calls)]
         if message.get("role") == "tool":
             copy["content"] = _tool_content(message.get("content"))
-        if message.get("role") == "assistant" and _carries_reasoning(message):
-            text = next(message[k] for k in _REASONING_GIVEN if isinstance(message.get(k), str) and message[k])
+        text = _given_reasoning(message) if message.get("role") == "assistant" else None
+        if text is not None:
             for key in _REASONING_READ:
                 # gpt-oss's template refuses a calling turn with both content and thinking (it writes one
                 # of them on the analysis channel): such a turn keeps its preamble, the reasoning stays out
