@@ -286,7 +286,7 @@ def _messages(items: Sequence[InputItem], *, first: int, image: ImageReader | No
     for k, item in enumerate(items):
         where = f"input[{k - first}]" if k >= first else "previous_response_id"
         if isinstance(item, ReasoningItem):
-            reasoning.append(item.text(where))  # read (and checked) even when it comes to nothing
+            reasoning.append(item.text(where))  # empty for an item with no text part (OpenAI's opaque ones)
         elif isinstance(item, MessageItem):
             role = "system" if item.role == "developer" else item.role
             if role != "assistant":
