@@ -166,16 +166,29 @@ def _load_tokenizer_json(folder: Path) -> FastTokenizer:
     from tokenizers import Tokenizer as Backend
 
     path = folder / "tokenizer.json"
-    raw = _read_json(path)
     try:
-        backend = Backend.from_str(json.dumps(raw))
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        _read_json(path)  # raises the clear error for an unreadable file
+        raise
+    try:
+        backend = Backend.from_str(text)  # parsed once, by tokenizers (a large vocabulary's JSON is MBs)
     except Exception as exc:  # tokenizers raises its own Exception type
+        _read_json(path)  # invalid JSON: that error names the line
         raise ModelLoadError(
             f"{path} is not a tokenizer the `tokenizers` library can read ({exc}). "
             "Download the file again, or upgrade tokenizers (pip install -U tokenizers)."
         ) from exc
-    added = raw.get("added_tokens") if isinstance(raw, dict) else None
-    return _finish_fast(backend, _Settings(folder, added))
+    return _finish_fast(backend, _Settings(folder, _added_tokens(backend)))
+
+
+def _added_tokens(backend: Any) -> list[dict[str, Any]]:
+    """tokenizer.json's ``added_tokens`` entries, as the backend read them."""
+    fields = ("content", "single_word", "lstrip", "rstrip", "normalized", "special")
+    return [
+        {"id": idx, **{name: getattr(token, name) for name in fields}}
+        for idx, token in sorted(backend.get_added_tokens_decoder().items())
+    ]
 
 
 def _load_vocab_merges(folder: Path) -> FastTokenizer:
