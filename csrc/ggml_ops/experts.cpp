@@ -218,6 +218,7 @@ OrtStatus* experts_create(const OrtKernelInfo* info, void** kernel_out) {
         problem = "takes two weights (gate, up) with a gate attribute, and one without";
     const char* names[2] = {"type", "type1"};
     for (int i = 0; i < kernel->weights && problem.empty(); ++i) {
+        kernel->packed[i].constant = constant_input(info, 2 + i);
         kernel->types[i] = static_cast<int>(attribute(info, names[i], -1));
         const TypeInfo* t = type_info(kernel->types[i]);
         if (t == nullptr)

@@ -135,6 +135,17 @@ bool gate_attribute(const OrtKernelInfo* info, const char* op, Gate* gate, OrtSt
     return true;
 }
 
+bool constant_input(const OrtKernelInfo* info, size_t index) {
+    int constant = 0;
+    const OrtValue* value = nullptr;
+    OrtStatus* status = g_api->KernelInfoGetConstantInput_tensor(info, index, &constant, &value);
+    if (status != nullptr) {
+        g_api->ReleaseStatus(status);
+        return false;
+    }
+    return constant != 0;
+}
+
 bool repack_enabled() {
     const char* repack = std::getenv("INFERENCE4PY_GGML_REPACK");
     return repack == nullptr || std::strcmp(repack, "0") != 0;
@@ -142,16 +153,11 @@ bool repack_enabled() {
 
 const uint8_t* packed_weight(PackedWeight& p, int type, int64_t k, const KernelTable& table, const uint8_t* w,
                              int64_t rows, size_t stride, OrtKernelContext* context, OrtStatus** status) {
-    if (table.dot_packed[type] == nullptr || rows % kPackRows != 0) return nullptr;
-    if (p.refused.load(std::memory_order_acquire)) return nullptr;
+    if (!p.constant || table.dot_packed[type] == nullptr || rows % kPackRows != 0) return nullptr;
     if (p.source.load(std::memory_order_acquire) == w) return p.data.get();
     std::lock_guard<std::mutex> lock(p.making);
-    if (p.refused.load(std::memory_order_relaxed)) return nullptr;
     if (p.source.load(std::memory_order_relaxed) == w) return p.data.get();
-    if (p.data != nullptr) {  // a second pointer: not a constant weight; the copy is never served again
-        p.refused.store(true, std::memory_order_release);
-        return nullptr;
-    }
+    if (p.data != nullptr) return nullptr;  // a constant at another address: never seen, read as it comes
     const size_t group = packed_group_bytes(type, k);
     const size_t bytes = group * static_cast<size_t>(rows / kPackRows);
     std::unique_ptr<uint8_t, PackedFree> data(allocate_packed(bytes), PackedFree{bytes});

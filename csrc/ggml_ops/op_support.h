@@ -71,13 +71,17 @@ struct PackedFree {
 };
 
 // A weight repacked eight rows at a time (repack.cpp), made the first time an operator runs with a
-// kernel that reads that layout, from the bytes it then had (an initializer: always the same).
+// kernel that reads that layout. Only a constant initializer is: a weight fed as a graph input may
+// change between runs, even in place at the same address, so it is always read as it comes.
 struct PackedWeight {
+    bool constant = false;                        // set when the kernel is made (constant_input)
     std::atomic<const uint8_t*> source{nullptr};  // set once the packed copy is complete
     std::unique_ptr<uint8_t, PackedFree> data;
-    std::atomic<bool> refused{false};  // another pointer came: not a constant, always read as it comes from then on
     std::mutex making;
 };
+
+// Whether the node's input `index` is a constant initializer (false where onnxruntime cannot say).
+bool constant_input(const OrtKernelInfo* info, size_t index);
 
 // `w` (`rows` rows of `stride` bytes of `type`, `k` values each) repacked for `table`'s kernels, made
 // on first use; null where the rows are read as stored (no such kernel, rows not a multiple of eight,

@@ -197,6 +197,7 @@ OrtStatus* matmul_create(const OrtKernelInfo* info, void** kernel_out) {
     }
     kernel->weights = static_cast<int>(std::min<size_t>(inputs - 1, kMaxWeights));
     for (int i = 0; i < kernel->weights; ++i) {
+        kernel->packed[i].constant = constant_input(info, 1 + i);
         kernel->types[i] = static_cast<int>(attribute(info, names[i], -1));
         const TypeInfo* t = type_info(kernel->types[i]);
         if (t == nullptr) {

@@ -3,7 +3,7 @@
 // and a runtime serving API version N has every slot up to N's last. We ask for version 18
 // (onnxruntime 1.18, the package's floor): KernelContext_ParallelFor (slot 274) is the newest
 // entry called. GetApi answers null when the runtime is older: RegisterCustomOps reports that.
-// tests/kernels/test_abi.py calls every entry below through a real session.
+// Every entry below is called by the sessions of tests/kernels (an operator made, run and refused).
 #pragma once
 
 #include <cstddef>
@@ -55,6 +55,7 @@ constexpr int KernelContext_GetOutput = 91;        // 1
 constexpr int ReleaseStatus = 93;                  // 1
 constexpr int ReleaseTensorTypeAndShapeInfo = 99;  // 1
 constexpr int KernelInfo_GetInputCount = 230;      // 14
+constexpr int KernelInfoGetConstantInput_tensor = 249;  // 15
 constexpr int KernelContext_ParallelFor = 274;     // 17
 }  // namespace slot
 
@@ -117,6 +118,12 @@ class Api {
     }
     OrtStatus* KernelInfo_GetInputCount(const OrtKernelInfo* info, size_t* out) const {
         return fn<OrtStatus* (*)(const OrtKernelInfo*, size_t*)>(slot::KernelInfo_GetInputCount)(info, out);
+    }
+    // whether input `index` is a constant initializer (not a graph input a caller may feed)
+    OrtStatus* KernelInfoGetConstantInput_tensor(const OrtKernelInfo* info, size_t index, int* is_constant,
+                                                 const OrtValue** out) const {
+        return fn<OrtStatus* (*)(const OrtKernelInfo*, size_t, int*, const OrtValue**)>(
+            slot::KernelInfoGetConstantInput_tensor)(info, index, is_constant, out);
     }
     // fn(data, i) for i in [0, total), on the session's intra-op threads; batches: 0 lets onnxruntime choose
     OrtStatus* KernelContext_ParallelFor(OrtKernelContext* context, void (*task)(void*, size_t), size_t total,

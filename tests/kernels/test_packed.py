@@ -9,6 +9,7 @@ every kernel path the CPU has.
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from tests.kernels.blocks import magnitude, random_rows, reference, type_id
@@ -66,32 +67,57 @@ def _error(y: np.ndarray, raw: np.ndarray, x: np.ndarray) -> float:
     return float((np.abs(y[0] - reference("Q4_K", raw, x[0])) / magnitude("Q4_K", raw, x[0])).max())
 
 
-def test_a_weight_that_moves_is_never_served_from_its_first_copy_again(isa: str) -> None:
-    """A second pointer means the weight is not a constant: from then on it is read as it comes, even when
-    the first pointer comes back holding other rows."""
+def test_a_weight_fed_as_an_input_is_read_as_it_comes_every_run(isa: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a constant initializer is repacked: a weight fed as a graph input may change between runs, even
+    in place at the same address, and each run reads what the buffer then holds (the rows as stored)."""
     rng = np.random.default_rng(1)
     k, n = 256, 16
     a, b, c = (random_rows("Q4_K", n, k, rng) for _ in range(3))
     x = rng.normal(0, 1, (1, 1, k)).astype(np.float32)
     session = _input_weight_session(n, k)
-    first = a.copy()
-    assert _error(session.run(None, {"X": x, "W": first})[0], a, x) < TOLERANCE
-    assert _error(session.run(None, {"X": x, "W": b})[0], b, x) < TOLERANCE
-    first[:] = c
-    assert _error(session.run(None, {"X": x, "W": first})[0], c, x) < TOLERANCE
+    buffer = a.copy()
+    assert _error(session.run(None, {"X": x, "W": buffer})[0], a, x) < TOLERANCE
+    buffer[:] = b  # the same address, other rows
+    assert _error(session.run(None, {"X": x, "W": buffer})[0], b, x) < TOLERANCE
+    y = session.run(None, {"X": x, "W": c})[0]
+    assert _error(y, c, x) < TOLERANCE
+    monkeypatch.setenv("INFERENCE4PY_GGML_REPACK", "0")
+    assert np.array_equal(_input_weight_session(n, k).run(None, {"X": x, "W": c})[0], y)  # the stored rows' path
 
 
-def test_pages_a_process_wrote_over_a_file_are_kept(tmp_path, isa: str) -> None:
-    """Only the file's own pages are given back after repacking: a private mapping's written pages are the
-    process's only copy of those bytes."""
+def test_a_constant_mapped_from_a_file_is_repacked_and_the_file_left_as_it_was(tmp_path, isa: str) -> None:
+    """onnxruntime maps a constant's external data from its file; the repacked copy replaces those pages in
+    memory (they are given back) and the file's bytes are never written."""
+    from onnx import TensorProto, helper
+
+    from inference4py.engine import kernels
+    from inference4py.engine.file_weights import FOLDER_CONFIG
+
     rng = np.random.default_rng(2)
     k, n = 256, 8 * 64
-    stored, written = random_rows("Q4_K", n, k, rng), random_rows("Q4_K", n, k, rng)
+    stored = random_rows("Q4_K", n, k, rng)
     path = tmp_path / "weights.bin"
     path.write_bytes(stored.tobytes())
-    mapped = np.memmap(path, dtype=np.uint8, mode="c", shape=stored.shape)  # private, file-backed
-    mapped[:] = written
+    weight = TensorProto(name="W", data_type=TensorProto.UINT8, dims=stored.shape)
+    weight.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", path.name), ("offset", "0"), ("length", str(stored.nbytes))):
+        weight.external_data.add(key=key, value=value)
+    node = helper.make_node("GgmlMatMul", ["X", "W"], ["Y"], domain=kernels.DOMAIN, K=k, type=type_id("Q4_K"))
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 1, k])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(kernels.DOMAIN, 1)])
+    model.ir_version = 10
+    options = ort.SessionOptions()
+    assert kernels.register_kernels(options)
+    options.add_session_config_entry(FOLDER_CONFIG, str(tmp_path))
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     x = rng.normal(0, 1, (1, 1, k)).astype(np.float32)
-    y = _input_weight_session(n, k).run(None, {"X": x, "W": np.asarray(mapped)})[0]
-    assert _error(y, written, x) < TOLERANCE
-    assert np.array_equal(np.asarray(mapped), written)
+    y = session.run(None, {"X": x})[0]
+    assert _error(y, stored, x) < TOLERANCE
+    assert np.array_equal(session.run(None, {"X": x})[0], y)  # the copy, made once and kept
+    assert path.read_bytes() == stored.tobytes()
