@@ -194,14 +194,17 @@ inline int iq4_xs_scale(const BlockIQ4_XS* x, int j) {
 constexpr int kPackRows = 8;
 
 // Q4_K x 8: the eight rows' scales, minimums and code bytes of one super-block index, arranged so
-// one 32-byte load holds four code bytes of each row (a row per 32-bit lane).
+// one 32-byte load holds four code bytes of each row (a row per 32-bit lane). The 6-bit scales and
+// minimums stay packed as the file holds them (unpacked they would cost 32 bytes more a block, 2.8 %
+// of a model that is nearly all Q4_K), byte i of the eight rows side by side: one 32-byte load then
+// holds bytes 4 n .. 4 n + 3 of every row, and a kernel unpacks all eight rows with a few shifts and
+// masks of three such loads (k_scale_min's rule, a byte per lane).
 struct BlockQ4Kx8 {
     f16_bits d[kPackRows], dmin[kPackRows];  // as stored
-    uint8_t scales[8][kPackRows];            // [sub-block][row]: the 6-bit scales, unpacked
-    uint8_t mins[4][kPackRows][2];           // [pair of sub-blocks][row][first or second]: the 6-bit minimums
+    uint8_t scales[12][kPackRows];           // [byte][row]: each row's 12 bytes of scales and minimums, as stored
     uint8_t qs[4][8][4 * kPackRows];         // [32-byte chunk][4-byte group][row * 4 + byte]: the code bytes
 };
-static_assert(sizeof(BlockQ4Kx8) == 8 * 144 + 32, "Q4_K x 8 block: the rows' bytes with the scales unpacked");
+static_assert(sizeof(BlockQ4Kx8) == 8 * 144, "Q4_K x 8 block: the rows' bytes, rearranged");
 
 // Q6_K x 8: value 128 n + 32 m + 4 g + t of a row has its low four bits in byte 4 g + t of q[n][g][m % 2]
 // (the low nibble for m < 2, the high one after) and its top two at bits 2 m of q[n][g][2]'s byte 4 g + t;

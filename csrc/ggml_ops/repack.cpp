@@ -36,7 +36,7 @@ void repack_q4_k(const uint8_t* w, size_t w_stride, int nb, BlockQ4Kx8* out) {
             const BlockQ4_K& x = reinterpret_cast<const BlockQ4_K*>(w + i * w_stride)[b];
             o.d[i] = x.d;
             o.dmin[i] = x.dmin;
-            for (int j = 0; j < 8; ++j) k_scale_min(j, x.scales, &o.scales[j][i], &o.mins[j / 2][i][j % 2]);
+            for (int j = 0; j < 12; ++j) o.scales[j][i] = x.scales[j];
             for (int chunk = 0; chunk < 4; ++chunk)
                 for (int g = 0; g < 8; ++g) std::memcpy(&o.qs[chunk][g][4 * i], x.qs + 32 * chunk + 4 * g, 4);
         }
