@@ -40,7 +40,9 @@ Variables
     session creation checks them against the installed onnxruntime.
 ``INFERENCE4PY_GGML_OPS``
     ``0``/``false``/``no``/``off`` turns inference4py's compiled ggml operators off: GGUF files
-    then convert onto onnxruntime's MatMulNBits layout, as on an install built without a compiler.
+    then convert onto onnxruntime's MatMulNBits layout, and the quantized matrices of Whisper files
+    (whisper.cpp, CTranslate2 int8) are widened to float32 at load, as on an install built without a
+    compiler.
 ``INFERENCE4PY_GGML_ISA``
     Forces the compiled operators' instruction set: ``scalar``, ``avx2`` or ``avx512vnni`` (the
     best the CPU has when unset). A path the CPU lacks is an error.

@@ -184,6 +184,7 @@ _PROVENANCE_FIELDS = (
     ("architecture", "architecture"),
     ("name", "name"),
     ("weights width (bits; none: as the file stores them)", "bits"),
+    ("operators (inference4py ggml: loads only where inference4py's compiled operators are built)", "operators"),
     ("converter version", "converter"),
     ("fusion version", "fusion_version"),
     ("fusion level", "level"),

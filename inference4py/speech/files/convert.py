@@ -5,10 +5,16 @@ The folder holds ``encoder_model.onnx`` and ``decoder_model_merged.onnx`` (each 
 ``config.json``, ``generation_config.json``, ``preprocessor_config.json``, the tokenizer and
 ``inference4py-whisper.json`` (where it came from, written last).  Everything after the conversion
 is the library's normal load path.  No torch, no transformers, no CTranslate2: numpy and onnx.
+
+Where inference4py's compiled operators are available, the quantized matrices run on them (they stay
+quantized in memory); where not, they are widened to float32 at load and one log line says why.  The
+choice is part of the cache folder's name (``-file-ggml`` / ``-file``, as for GGUF files), so a folder
+made for the operators is never loaded without them, nor the other way round.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -28,7 +34,7 @@ __all__ = ["convert_whisper", "whisper_folder"]
 
 _log = logging.getLogger("inference4py.whisper")
 
-CONVERTER_VERSION = 2  # bump when the folders it writes change: old cache entries are then rebuilt
+CONVERTER_VERSION = 3  # bump when the folders it writes change: old cache entries are then rebuilt
 _MARKER = "inference4py-whisper.json"
 
 
@@ -51,7 +57,29 @@ def _load(source: WhisperFile) -> tuple[WhisperWeights, dict[str, Any], dict[str
     return weights, read_json_object(tokenizer, ModelLoadError, fix), read_model_config(source.folder)
 
 
-def _fill(weights: WhisperWeights, tokenizer: dict[str, Any], carried: dict[str, Any], work: Path) -> None:
+def _operators() -> bool:
+    """Whether conversions put the quantized matrices on inference4py's compiled operators (when they cannot,
+    the reason is logged once)."""
+    from inference4py.engine.kernels import kernel_library
+
+    library = kernel_library()
+    if not library.available:
+        _say_fallback(library.reason or "")
+    return library.available
+
+
+@functools.lru_cache(maxsize=1)
+def _say_fallback(reason: str) -> None:
+    _log.warning(
+        "Whisper files' quantized matrices (whisper.cpp's blocks, CTranslate2's int8) are widened to float32 at "
+        "load: inference4py's compiled ggml operators are not in use (%s)",
+        reason,
+    )
+
+
+def _fill(
+    weights: WhisperWeights, tokenizer: dict[str, Any], carried: dict[str, Any], work: Path, *, ggml: bool
+) -> None:
     from inference4py.speech.files.graph import write_graphs
     from inference4py.speech.files.settings import generation_config, model_config, preprocessor_config
 
@@ -62,16 +90,17 @@ def _fill(weights: WhisperWeights, tokenizer: dict[str, Any], carried: dict[str,
     dump_json(work / "generation_config.json", generation)
     dump_json(work / "config.json", model_config(weights.dims, generation, tied=weights.tied))
     dump_json(work / "preprocessor_config.json", preprocessor_config(weights.dims))
-    write_graphs(weights, work)
+    write_graphs(weights, work, operators=ggml)
 
 
-def _provenance(source: WhisperFile, weights: WhisperWeights, digest: str | None) -> dict[str, Any]:
+def _provenance(source: WhisperFile, weights: WhisperWeights, digest: str | None, ggml: bool) -> dict[str, Any]:
     return {
         "source": str(source.path),
         "format": source.format,
         "sha256": digest,
         "storage": weights.storage(),
         "dims": weights.dims.config(),
+        "operators": "inference4py ggml (quantized matrices as blocks)" if ggml else "onnxruntime",
         "converter": CONVERTER_VERSION,
     }
 
@@ -86,11 +115,14 @@ def _digest(source: WhisperFile) -> str:
     return h.hexdigest()
 
 
-def _write(source: WhisperFile, target: Path, digest: str | None) -> Path:
+def _write(source: WhisperFile, target: Path, digest: str | None, *, ggml: bool) -> Path:
     weights, tokenizer, carried = _load(source)  # a bad file fails before anything is written
     check_disk(str(source.path), source.path.stat().st_size + (64 << 20), target.parent)
     return write_folder(
-        target, lambda work: _fill(weights, tokenizer, carried, work), _MARKER, _provenance(source, weights, digest)
+        target,
+        lambda work: _fill(weights, tokenizer, carried, work, ggml=ggml),
+        _MARKER,
+        _provenance(source, weights, digest, ggml),
     )
 
 
@@ -113,19 +145,24 @@ def convert_whisper(source: str | os.PathLike[str], out: str | os.PathLike[str],
     if target.exists() and not overwrite:
         raise ConfigurationError(f"{target} already exists: choose another folder, or pass overwrite=True.")
     found = find_whisper_file(source)
-    return _write(found, target, _digest(found))  # the digest is recorded: what a model card says it came from
+    # the digest is recorded: what a model card says it came from
+    return _write(found, target, _digest(found), ggml=_operators())
 
 
 def whisper_folder(source: str | os.PathLike[str]) -> Path:
     """The converted folder of a Whisper model file, from the cache (built on first use).
 
-    The cache lives in ``$INFERENCE4PY_CACHE/whisper/<sha256>``; an entry without its marker (an
-    interrupted conversion, an older converter) is rebuilt.  See :func:`convert_whisper` for the errors.
+    The cache lives in ``$INFERENCE4PY_CACHE/whisper/<sha256>-file-ggml`` (the quantized matrices on the
+    compiled operators) or ``-file`` (without them); an entry without its marker (an interrupted conversion,
+    an older converter) is rebuilt.  See :func:`convert_whisper` for the errors.
     """
+    from inference4py.gguf.convert import width_name
+
     found = find_whisper_file(source)
     started = time.perf_counter()
     digest = _digest(found)
-    folder = env.inference4py_cache() / "whisper" / digest[:32]
+    ggml = _operators()
+    folder = env.inference4py_cache() / "whisper" / f"{digest[:32]}-{width_name(None, ggml=ggml)}"
     if read_marker(folder, _MARKER, CONVERTER_VERSION).get("sha256") == digest:
         return folder
     remove_abandoned(folder)
@@ -135,6 +172,6 @@ def whisper_folder(source: str | os.PathLike[str]) -> Path:
         )
         shutil.rmtree(folder, ignore_errors=True)
     _log.warning("converting %s to an ONNX folder, once: %s", found.path, folder)
-    _write(found, folder, digest)
+    _write(found, folder, digest, ggml=ggml)
     _log.info("converted %s in %.1f s", found.path, time.perf_counter() - started)
     return folder

@@ -10,9 +10,11 @@ Layout (little endian, no padding; whisper.cpp's legacy format, as its converter
     until the end: i32 n_dims, i32 name length, i32 type, i32[n_dims] ne (fastest first), name, data
 
 Tensors carry OpenAI's checkpoint names (``encoder.blocks.0.attn.query.weight``...).  A tensor's type
-is ggml's (0 f32, 1 f16, 2 q4_0, 3 q4_1, 6 q5_0, 7 q5_1, 8 q8_0, 10-14 the K-quants); quantized
-matrices keep their codes and per-block scales (:mod:`inference4py.gguf.blocks` reads the blocks),
-so the converted graph computes with exactly the numbers whisper.cpp dequantizes.  The file carries
+is ggml's (0 f32, 1 f16, 2 q4_0, 3 q4_1, 6 q5_0, 7 q5_1, 8 q8_0, 10-14 the K-quants); a quantized
+matrix keeps its blocks' bytes as stored (:class:`~inference4py.speech.files.weights.BlockRows`, what
+the compiled operators multiply) and, unpacked only when asked, their codes and per-block scales
+(:mod:`inference4py.gguf.blocks` reads the blocks), so the converted graph computes with exactly the
+numbers whisper.cpp dequantizes.  The file carries
 no suppress list, alignment heads or tokenizer: :mod:`~inference4py.speech.files.vocabulary` builds
 the tokenizer and OpenAI's suppress lists from the text tokens; alignment heads fall back to the
 second half of the decoder's heads (transformers' default).
@@ -29,12 +31,12 @@ import numpy as np
 
 from inference4py.errors import ModelLoadError, UnsupportedModelError
 from inference4py.gguf.blocks import block_bytes, unpack
-from inference4py.speech.files.weights import Dims, Lazy, Matrix, WhisperWeights
+from inference4py.speech.files.weights import BlockRows, Dims, Lazy, Matrix, WhisperWeights
 
 __all__ = ["HPARAMS", "MAGIC", "read_ggml"]
 
 MAGIC = 0x67676D6C
-_TYPES = {
+_TYPES = {  # ggml.h's enum ggml_type
     0: "F32",
     1: "F16",
     2: "Q4_0",
@@ -48,6 +50,7 @@ _TYPES = {
     13: "Q5_K",
     14: "Q6_K",
 }
+_TYPE_IDS = {kind: code for code, kind in _TYPES.items()}
 HPARAMS = (
     "n_vocab",
     "n_audio_ctx",
@@ -150,7 +153,8 @@ class _Tensors:
         kind, shape, data = self.get(name)
         if kind in ("F32", "F16"):
             return Matrix(data)
-        return Lazy(shape, lambda: _matrix(kind, shape, data))
+        blocks = BlockRows(_TYPE_IDS[kind], (data,)) if len(shape) == 2 else None
+        return Lazy(shape, lambda: _matrix(kind, shape, data), blocks)
 
     def vector(self, name: str, length: int | None = None) -> np.ndarray:
         """A bias / norm (``length`` values: whisper.cpp stores conv biases as ``[n, 1]``) or a table, as float32."""
@@ -166,7 +170,10 @@ class _Tensors:
         """Rows of several matrices (q, k, v), unpacked only when written."""
         parts = [self.get(n) for n in names]
         shape = (sum(p[1][0] for p in parts), *parts[0][1][1:])
-        return Lazy(shape, lambda: Matrix.stack([_matrix(k, s, d) for k, s, d in parts]))
+        kinds = {kind for kind, _, _ in parts}
+        alike = len(kinds) == 1 and not kinds & {"F32", "F16"} and len(shape) == 2
+        blocks = BlockRows(_TYPE_IDS[parts[0][0]], tuple(d for _, _, d in parts)) if alike else None
+        return Lazy(shape, lambda: Matrix.stack([_matrix(k, s, d) for k, s, d in parts]), blocks)
 
 
 def read_ggml(path: str | Path) -> tuple[WhisperWeights, dict[str, Any], dict[str, Any]]:

@@ -17,12 +17,23 @@ Unlike optimum's merged decoder, the decoder has no ``If`` over a first-run bran
 the cross cache over (the runtime takes it from the encoder's outputs), so the decoder is one graph
 that onnxruntime optimizes and packs once.
 
-Weights are written as the file holds them: float32 as is; float16 with a ``Cast`` before use;
-integer codes with a ``Cast`` and either a ``Div`` by their row divisors (CTranslate2's int8) or a
-``Mul`` by their block scales and an ``Add`` of their block minimums (whisper.cpp's quantized
-blocks, codes unpacked to one byte each).  onnxruntime folds those nodes once when the session
-loads, so the graph computes with exactly the file's numbers in float32, while the folder on disk
-stays about the file's size (twice it for 4- and 5-bit blocks).
+Weights are written as the file holds them.  Where inference4py's compiled operators are available
+(:mod:`inference4py.engine.kernels`; ``write_graphs(..., operators=True)``), a quantized matrix stays
+quantized in memory too: whisper.cpp's quantized blocks are the file's own bytes, multiplied by
+``GgmlMatMul`` (a linear's bias an ``Add`` after it) and, for the token embeddings, read by
+``GgmlGather``, the tied output head multiplying the same initializer; CTranslate2's int8 rows are
+Q8_0 blocks of scale 1.0 holding the codes, the product then divided by the row divisors
+(:mod:`~inference4py.speech.files.quantized`).  The product rounds its input per block as
+whisper.cpp's CPU backend does for the type (to q8_0, q8_1 or q8_K blocks), so its results differ from the
+float path's by that rounding; the embeddings are exactly the float path's.
+
+Everything else, and every matrix when the operators are not available, is on onnxruntime's float
+path: float32 as is; float16 with a ``Cast`` before use; integer codes with a ``Cast`` and either a
+``Div`` by their row divisors (CTranslate2's int8) or a ``Mul`` by their block scales and an
+``Add`` of their block minimums (whisper.cpp's quantized blocks, codes unpacked to one byte each).
+onnxruntime folds those nodes once when the session loads, so the graph computes with exactly the
+file's numbers in float32 (those matrices are float32 in memory), while the folder on disk stays about
+the file's size (twice it for 4- and 5-bit blocks).
 """
 
 from __future__ import annotations
@@ -32,7 +43,9 @@ from typing import Any
 
 import numpy as np
 
+from inference4py.engine.kernels import DOMAIN
 from inference4py.gguf.store import ExternalData
+from inference4py.speech.files.quantized import Quantized, quantized
 from inference4py.speech.files.weights import Matrix, WhisperWeights
 
 __all__ = ["DECODER_FILE", "ENCODER_FILE", "write_graphs"]
@@ -45,13 +58,18 @@ _LN_EPS = 1e-5
 
 
 class _Builder:
-    """Nodes and initializers of one graph; weights go to its own external-data file."""
+    """Nodes and initializers of one graph; weights go to its own external-data file.
 
-    def __init__(self, weights: WhisperWeights, store: ExternalData) -> None:
+    ``operators``: quantized matrices run on the compiled operators (:mod:`~inference4py.speech.files.quantized`).
+    """
+
+    def __init__(self, weights: WhisperWeights, store: ExternalData, *, operators: bool = False) -> None:
         from onnx import TensorProto, helper
 
         self.w = weights
         self.store = store
+        self.operators = operators
+        self._blocks: dict[str, tuple[str, str | None, Quantized] | None] = {}  # matrix -> blocks, divisor (made once)
         self.helper = helper
         self.TensorProto = TensorProto
         self.nodes: list[Any] = []
@@ -140,9 +158,34 @@ class _Builder:
             self._weights[name] = self.initializer(self.w.vector(name), name)
         return self._weights[name]
 
+    def quantized(self, name: str) -> tuple[str, str | None, Quantized] | None:
+        """Matrix ``name``'s block initializer and divisor initializer (None: no divisor) when it runs on the
+        compiled operators, made once (a tied head reads the embedding's); None when it stays on the float path."""
+        if not self.operators:
+            return None
+        if name not in self._blocks:
+            q = quantized(self.w, name)
+            if q is None:
+                self._blocks[name] = None
+            else:
+                blocks = self.fresh(name)
+                self.inits.append(self.store.chunks(blocks, np.uint8, q.shape, q.parts))
+                divisor = None if q.divisor is None else self.initializer(q.divisor, f"{name}/divisor")
+                self._blocks[name] = (blocks, divisor, q)
+        return self._blocks[name]
+
+    def product(self, x: str, name: str, node: str) -> str:
+        """``x`` ``[..., in]`` times matrix ``name`` ``[out, in]`` transposed: ``GgmlMatMul`` over its blocks (then a
+        ``Div`` by CTranslate2's row divisors) or ``MatMul`` with its float32 numbers."""
+        found = self.quantized(name)
+        if found is None:
+            return self.one("MatMul", [x, self.stored(self.w.matrix(name), name, transpose=True)], f"{node}/MatMul")
+        blocks, divisor, q = found
+        y = self.one("GgmlMatMul", [x, blocks], f"{node}/GgmlMatMul", domain=DOMAIN, type=q.type_id, K=q.cols)
+        return y if divisor is None else self.one("Div", [y, divisor], f"{node}/Div")  # [..., out] / [out]
+
     def linear(self, x: str, name: str) -> str:
-        weight = self.stored(self.w.matrix(f"{name}.weight"), f"{name}.weight", transpose=True)
-        y = self.one("MatMul", [x, weight], f"{name}/MatMul")
+        y = self.product(x, f"{name}.weight", name)
         return self.one("Add", [y, self.vector(f"{name}.bias")], f"{name}/Add")
 
     def layer_norm(self, x: str, name: str) -> str:
@@ -156,8 +199,26 @@ class _Builder:
         """The token embeddings as float32, made once (a tied head reads the same table)."""
         return self.stored(self.w.matrix("decoder.embeddings"), "decoder.embeddings", transpose=False)
 
+    def embed(self, ids: str) -> str:
+        """The embeddings of ``ids`` ``[batch, new]`` -> ``[batch, new, d]``: ``GgmlGather`` over the table's blocks
+        (exactly the float path's numbers: the blocks dequantized, CTranslate2's codes divided by their row's
+        divisor) or ``Gather`` from the float32 table."""
+        found = self.quantized("decoder.embeddings")
+        if found is None:
+            return self.one("Gather", [self.embedding_table(), ids], "embed/Gather")
+        blocks, divisor, q = found
+        x = self.one("GgmlGather", [blocks, ids], "embed/GgmlGather", domain=DOMAIN, type=q.type_id, K=q.cols)
+        if divisor is None:
+            return x
+        per_id = self.one("Gather", [divisor, ids], "embed/divisor/Gather")  # [batch, new]
+        return self.one("Div", [x, self.one("Unsqueeze", [per_id, self.ints(-1)], "embed/divisor")], "embed/Div")
+
     def head(self, x: str) -> str:
-        """``x`` ``[rows, d]`` times the output projection: the embedding table (Gemm, transposed) or the untied one."""
+        """``x`` ``[rows, d]`` times the output projection: the embedding table (Gemm, transposed) or the untied one;
+        on the compiled operators, ``GgmlMatMul`` over the table's blocks (the embedding's very initializer)."""
+        name = "decoder.embeddings" if self.w.tied else "decoder.projection"
+        if self.quantized(name) is not None:
+            return self.product(x, name, "head")
         if self.w.tied:
             return self.one("Gemm", [x, self.embedding_table()], "head/Gemm", transB=1)
         projection = self.stored(self.w.matrix("decoder.projection"), "decoder.projection", transpose=True)
@@ -285,7 +346,7 @@ def _decoder(b: _Builder) -> tuple[list[Any], list[Any]]:
         "mask/Greater",
     )
     mask = b.one("Where", [later, b.scalar(float(np.finfo(np.float32).min)), b.scalar(0.0)], "mask/Where")
-    x = b.one("Gather", [b.embedding_table(), "input_ids"], "embed/Gather")
+    x = b.embed("input_ids")
     x = b.one("Add", [x, b.one("Gather", [b.vector("decoder.positions"), rows], "positions/Gather")], "embed/Add")
 
     present_shape = ["batch_size", d.decoder_heads, "past_decoder_sequence_length + decoder_sequence_length", head]
@@ -321,23 +382,23 @@ def _decoder(b: _Builder) -> tuple[list[Any], list[Any]]:
     return inputs, outputs + presents + attentions
 
 
-def write_graphs(weights: WhisperWeights, folder: Path) -> None:
-    """Write the encoder and the decoder (each with its ``.data`` file) into ``folder``."""
+def write_graphs(weights: WhisperWeights, folder: Path, *, operators: bool = False) -> None:
+    """Write the encoder and the decoder (each with its ``.data`` file) into ``folder``; with ``operators``, the
+    quantized matrices run on inference4py's compiled operators (see the module docstring)."""
     import onnx
     from onnx import helper
 
     for file, build in ((ENCODER_FILE, _encoder), (DECODER_FILE, _decoder)):
         store = ExternalData(folder, data_file=file + ".data")
         try:
-            b = _Builder(weights, store)
+            b = _Builder(weights, store, operators=operators)
             inputs, outputs = build(b)
             graph = b.graph(file.removesuffix(".onnx"), inputs, outputs)
         finally:
             store.close()
-        model = helper.make_model(
-            graph,
-            opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)],
-            producer_name="inference4py.speech.files",
-        )
+        opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)]
+        if any(node.domain == DOMAIN for node in graph.node):
+            opsets.append(helper.make_opsetid(DOMAIN, 1))
+        model = helper.make_model(graph, opset_imports=opsets, producer_name="inference4py.speech.files")
         model.ir_version = 10
         onnx.save(model, str(folder / file))

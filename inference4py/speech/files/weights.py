@@ -14,7 +14,9 @@ their variables onto one set of names, and the graph builder reads only these:
   projection is not the embedding table, ``decoder.projection``.
 
 A :class:`Matrix` keeps the stored numbers (float32, float16, or integer codes with a per-row
-divisor, CTranslate2's int8) so that the graph can compute with exactly those numbers.
+divisor, CTranslate2's int8) so that the graph can compute with exactly those numbers; a matrix a
+whisper.cpp file stores as ggml blocks also keeps those blocks' bytes (:class:`BlockRows`), which the
+compiled operators multiply as they are.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 
 from inference4py.errors import ModelLoadError
 
-__all__ = ["Dims", "Matrix", "WhisperWeights"]
+__all__ = ["BlockRows", "Dims", "Lazy", "Matrix", "WhisperWeights"]
 
 
 @dataclass(frozen=True)
@@ -116,11 +118,27 @@ class Matrix:
 
 
 @dataclass(frozen=True)
+class BlockRows:
+    """A matrix ``[out, in]`` as rows of ggml blocks, byte for byte as the file stores them.
+
+    ``parts`` are uint8 ``[rows, row bytes]`` (views of the mapped file), one after another (q, k and v
+    stacked), all of ggml type ``type_id`` (ggml.h's ``enum ggml_type``: 8 is Q8_0).
+    """
+
+    type_id: int
+    parts: tuple[np.ndarray, ...]
+
+
+@dataclass(frozen=True)
 class Lazy:
-    """A matrix read from the file only when the graph is written (quantized blocks are unpacked one at a time)."""
+    """A matrix read from the file only when the graph is written (quantized blocks are unpacked one at a time).
+
+    ``blocks``: the matrix's ggml blocks as stored, when the file holds it so (then ``load`` unpacks them).
+    """
 
     shape: tuple[int, ...]
     load: Callable[[], Matrix]
+    blocks: BlockRows | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +155,11 @@ class WhisperWeights:
         if isinstance(value, Lazy):
             return value.load()
         return value if isinstance(value, Matrix) else Matrix(np.asarray(value))
+
+    def blocks(self, name: str) -> BlockRows | None:
+        """The ggml blocks of matrix ``name`` as the file stores them; None when it is stored otherwise."""
+        value = self.tensors[name]
+        return value.blocks if isinstance(value, Lazy) else None
 
     def vector(self, name: str) -> np.ndarray:
         """A bias, norm or position table as float32 (exact: float16 and bfloat16 widen without rounding)."""
