@@ -33,7 +33,7 @@ import onnxruntime as ort
 from inference4py import env
 from inference4py.errors import ConfigurationError
 
-__all__ = ["DOMAIN", "ISAS", "KernelLibrary", "kernel_library", "register_kernels", "set_isa"]
+__all__ = ["DOMAIN", "ISAS", "KernelLibrary", "kernel_library", "kernels_or", "register_kernels", "set_isa"]
 
 DOMAIN = "ai.inference4py"
 ISAS = ("scalar", "avx2", "avx512vnni")
@@ -164,6 +164,20 @@ def set_isa(isa: str) -> None:
         raise ConfigurationError(f"{isa!r} is not a kernel path: use one of {', '.join(ISAS)}.")
     if not _bound(library.path).inference4py_ggml_set_isa(isa.encode()):
         raise ConfigurationError(f"this CPU (or this build) cannot run the {isa} kernels: it has {library.best_isa}.")
+
+
+def kernels_or(instead: str) -> bool:
+    """Whether the compiled operators are available; where not, says once per ``instead`` (what runs in their
+    place, "GGUF files run on onnxruntime's MatMulNBits") why, with the fix."""
+    library = kernel_library()
+    if not library.available:
+        _say_once(instead, library.reason or "")
+    return library.available
+
+
+@functools.cache
+def _say_once(instead: str, reason: str) -> None:
+    _log.warning("%s: inference4py's compiled ggml operators are not in use (%s)", instead, reason)
 
 
 def register_kernels(options: ort.SessionOptions) -> bool:

@@ -13,7 +13,6 @@ complete or does not exist.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import shutil
@@ -52,19 +51,9 @@ def width_name(bits: int | None, *, ggml: bool = False) -> str:
 def in_place(bits: int | None) -> bool:
     """Whether a conversion at ``bits`` keeps the file's bytes in place, on the compiled operators
     (when it cannot, the reason is logged once)."""
-    from inference4py.engine.kernels import kernel_library
+    from inference4py.engine.kernels import kernels_or
 
-    if bits is not None:
-        return False
-    library = kernel_library()
-    if not library.available:
-        _say_fallback(library.describe())
-    return library.available
-
-
-@functools.lru_cache(maxsize=1)
-def _say_fallback(description: str) -> None:
-    _log.warning("GGUF files run on %s", description)
+    return bits is None and kernels_or("GGUF files run on onnxruntime's MatMulNBits")
 
 
 def _check_bits(bits: int | None) -> None:

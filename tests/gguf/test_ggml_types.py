@@ -159,14 +159,13 @@ def test_without_the_library_a_file_converts_onto_onnxruntimes_operators_and_say
     caplog,
 ):
     from inference4py.engine import kernels
-    from inference4py.gguf import convert
 
     monkeypatch.setenv("INFERENCE4PY_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("INFERENCE4PY_GGML_OPS", "0")
     kernels._load.cache_clear()
-    convert._say_fallback.cache_clear()
+    kernels._say_once.cache_clear()
     try:
-        with caplog.at_level("WARNING", logger="inference4py.gguf"):
+        with caplog.at_level("WARNING", logger="inference4py.kernels"):
             folder = gguf_folder(files["Q4_K"])
         assert folder.name.endswith("-file")
         said = [r.getMessage() for r in caplog.records if "GGUF files run on" in r.getMessage()]

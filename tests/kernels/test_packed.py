@@ -110,7 +110,9 @@ def test_a_constant_mapped_from_a_file_is_repacked_and_the_file_left_as_it_was(t
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
         [weight],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(kernels.DOMAIN, 1)])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(kernels.DOMAIN, 1)]
+    )
     model.ir_version = 10
     options = ort.SessionOptions()
     assert kernels.register_kernels(options)

@@ -14,7 +14,6 @@ made for the operators is never loaded without them, nor the other way round.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import os
@@ -60,20 +59,10 @@ def _load(source: WhisperFile) -> tuple[WhisperWeights, dict[str, Any], dict[str
 def _operators() -> bool:
     """Whether conversions put the quantized matrices on inference4py's compiled operators (when they cannot,
     the reason is logged once)."""
-    from inference4py.engine.kernels import kernel_library
+    from inference4py.engine.kernels import kernels_or
 
-    library = kernel_library()
-    if not library.available:
-        _say_fallback(library.reason or "")
-    return library.available
-
-
-@functools.lru_cache(maxsize=1)
-def _say_fallback(reason: str) -> None:
-    _log.warning(
-        "Whisper files' quantized matrices (whisper.cpp's blocks, CTranslate2's int8) are widened to float32 at "
-        "load: inference4py's compiled ggml operators are not in use (%s)",
-        reason,
+    return kernels_or(
+        "Whisper files' quantized matrices (whisper.cpp's blocks, CTranslate2's int8) are widened to float32 at load"
     )
 
 

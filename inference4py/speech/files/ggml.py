@@ -33,7 +33,7 @@ from inference4py.errors import ModelLoadError, UnsupportedModelError
 from inference4py.gguf.blocks import block_bytes, unpack
 from inference4py.speech.files.weights import BlockRows, Dims, Lazy, Matrix, WhisperWeights
 
-__all__ = ["HPARAMS", "MAGIC", "read_ggml"]
+__all__ = ["GGML_TYPES", "HPARAMS", "MAGIC", "read_ggml"]
 
 MAGIC = 0x67676D6C
 _TYPES = {  # ggml.h's enum ggml_type
@@ -50,7 +50,7 @@ _TYPES = {  # ggml.h's enum ggml_type
     13: "Q5_K",
     14: "Q6_K",
 }
-_TYPE_IDS = {kind: code for code, kind in _TYPES.items()}
+GGML_TYPES = {kind: code for code, kind in _TYPES.items()}  # "Q8_0" -> 8
 HPARAMS = (
     "n_vocab",
     "n_audio_ctx",
@@ -153,7 +153,7 @@ class _Tensors:
         kind, shape, data = self.get(name)
         if kind in ("F32", "F16"):
             return Matrix(data)
-        blocks = BlockRows(_TYPE_IDS[kind], (data,)) if len(shape) == 2 else None
+        blocks = BlockRows(GGML_TYPES[kind], (data,)) if len(shape) == 2 else None
         return Lazy(shape, lambda: _matrix(kind, shape, data), blocks)
 
     def vector(self, name: str, length: int | None = None) -> np.ndarray:
@@ -172,7 +172,7 @@ class _Tensors:
         shape = (sum(p[1][0] for p in parts), *parts[0][1][1:])
         kinds = {kind for kind, _, _ in parts}
         alike = len(kinds) == 1 and not kinds & {"F32", "F16"} and len(shape) == 2
-        blocks = BlockRows(_TYPE_IDS[parts[0][0]], tuple(d for _, _, d in parts)) if alike else None
+        blocks = BlockRows(GGML_TYPES[parts[0][0]], tuple(d for _, _, d in parts)) if alike else None
         return Lazy(shape, lambda: Matrix.stack([_matrix(k, s, d) for k, s, d in parts]), blocks)
 
 

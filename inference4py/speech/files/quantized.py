@@ -20,12 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from inference4py.speech.files.ggml import GGML_TYPES
 from inference4py.speech.files.weights import Lazy, Matrix, WhisperWeights
 
-__all__ = ["OPERATOR_TYPES", "Q8_0", "Quantized", "quantized", "unit_q8_0"]
+__all__ = ["Quantized", "quantized", "unit_q8_0"]
 
-Q8_0 = 8  # ggml.h's enum ggml_type
-OPERATOR_TYPES = frozenset({2, 3, 6, 7, 8, 10, 11, 12, 13, 14})  # Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K
 _Q8_0_VALUES = 32
 _ONE = np.frombuffer(np.float16(1.0).tobytes(), dtype=np.uint8)  # 0x3C00, little endian
 
@@ -69,13 +68,11 @@ def quantized(weights: WhisperWeights, name: str) -> Quantized | None:
     """Matrix ``name`` as blocks the compiled operators multiply, or None when it stays on the float path."""
     value = weights.tensors[name]
     if isinstance(value, Lazy):
-        blocks = value.blocks
-        if blocks is None or blocks.type_id not in OPERATOR_TYPES:
-            return None
-        return Quantized(blocks.type_id, value.shape[-1], blocks.parts)
+        blocks = value.blocks  # every quantized type whisper.cpp's files hold is one the operators hold
+        return None if blocks is None else Quantized(blocks.type_id, value.shape[-1], blocks.parts)
     if not isinstance(value, Matrix) or value.divisor is None:
         return None
     codes = value.values
     if codes.dtype != np.int8 or codes.ndim != 2 or codes.shape[1] % _Q8_0_VALUES:
         return None
-    return Quantized(Q8_0, int(codes.shape[1]), (unit_q8_0(codes),), value.divisor)
+    return Quantized(GGML_TYPES["Q8_0"], int(codes.shape[1]), (unit_q8_0(codes),), value.divisor)

@@ -34,7 +34,6 @@ from inference4py.audio import SAMPLE_RATE, load_audio, log_mel_spectrogram  # n
 from inference4py.engine import kernels  # noqa: E402
 from inference4py.engine.kernels import DOMAIN, kernel_library  # noqa: E402
 from inference4py.engine.sessions import create_session  # noqa: E402
-from inference4py.speech.files import convert as whisper_convert  # noqa: E402
 from inference4py.speech.files import convert_whisper, whisper_folder  # noqa: E402
 from inference4py.speech.files.ct2 import read_ct2  # noqa: E402
 from inference4py.speech.files.quantized import unit_q8_0  # noqa: E402
@@ -349,8 +348,8 @@ def test_where_rounding_changes_a_token_it_is_a_near_tie(variant, folders):
 
 
 def test_without_the_library_the_graphs_are_todays_and_it_is_said_once(tmp_path, caplog):
-    whisper_convert._say_fallback.cache_clear()
-    with float_path(), caplog.at_level("WARNING", logger="inference4py.whisper"):
+    kernels._say_once.cache_clear()
+    with float_path(), caplog.at_level("WARNING", logger="inference4py.kernels"):
         folders = [whisper_folder(FIXTURES / VARIANTS[v]["path"]) for v in QUANTIZED]
         again = whisper_folder(FIXTURES / VARIANTS["ggml-q8_0"]["path"])
         assert again == folders[1]
