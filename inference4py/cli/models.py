@@ -92,15 +92,19 @@ def _run_inspect(args: argparse.Namespace) -> int:
 
 
 def _weights_path(folder: Path) -> str:
-    """Which operators hold a folder's quantized weights: the compiled ggml ones (the file in place) or onnxruntime's."""
+    """Which operators hold a folder's quantized weights: the compiled ggml ones (a GGUF file's in place, or a
+    Whisper file's blocks) or onnxruntime's; read from the graphs themselves."""
     from inference4py.engine.file_weights import weights_file
+    from inference4py.engine.graph_io import has_op
     from inference4py.engine.kernels import kernel_library
 
-    weights = weights_file(folder / "model.onnx", check=False)
-    if weights is not None:
-        return f"{kernel_library().describe()}, the weights being {weights.path} in place"
+    graphs = sorted(folder.glob("*.onnx")) + sorted(folder.glob("onnx/*.onnx"))
+    if any(has_op(graph, b"GgmlMatMul") for graph in graphs):
+        weights = weights_file(folder / "model.onnx", check=False)
+        in_place = f", the weights being {weights.path} in place" if weights is not None else ""
+        return f"{kernel_library().describe()}{in_place}"
     if (folder / "inference4py-gguf.json").is_file():
-        return kernel_library().describe()
+        return kernel_library().describe()  # MatMulNBits, and why the compiled operators are not in use
     return "onnxruntime's own operators"
 
 
