@@ -69,8 +69,8 @@ bool set_isa(Isa isa);
 size_t packed_group_bytes(int type, int k);
 // Groups [first, first + count) of a weight of rows of ``w_stride`` bytes, into ``out``.
 void repack_rows(int type, const uint8_t* w, size_t w_stride, int first, int count, int k, uint8_t* out);
-// Memory for a repacked weight (in 2 MB pages where the system gives them: fewer faults to fill it,
-// streams the prefetchers follow further), or null; free_packed(p, bytes) gives it back to the system.
+// Memory for a repacked weight (in 2 MB pages with INFERENCE4PY_GGML_HUGEPAGES=1 where the system gives
+// them: streams the prefetchers follow further), or null; free_packed(p, bytes) gives it back to the system.
 uint8_t* allocate_packed(size_t bytes);
 void free_packed(uint8_t* p, size_t bytes);
 // Maps the pages of [p, p + bytes) in one call before they are all read (a file's, through the page
