@@ -100,9 +100,15 @@ def _weights_path(folder: Path) -> str:
 
     graphs = sorted(folder.glob("*.onnx")) + sorted(folder.glob("onnx/*.onnx"))
     if any(has_op(graph, b"GgmlMatMul") for graph in graphs):
+        library = kernel_library()
+        if not library.available:  # describe() would name MatMulNBits, which this folder's graphs do not use
+            return (
+                f"inference4py's compiled ggml operators, which are not available here ({library.reason}): this "
+                "folder does not load until they are; convert the model file again for onnxruntime's own operators"
+            )
         weights = weights_file(folder / "model.onnx", check=False)
         in_place = f", the weights being {weights.path} in place" if weights is not None else ""
-        return f"{kernel_library().describe()}{in_place}"
+        return f"{library.describe()}{in_place}"
     if (folder / "inference4py-gguf.json").is_file():
         return kernel_library().describe()  # MatMulNBits, and why the compiled operators are not in use
     return "onnxruntime's own operators"
