@@ -156,3 +156,15 @@ def test_inspect_says_a_folder_on_the_compiled_operators_does_not_load_without_t
     finally:
         monkeypatch.undo()
         kernels._load.cache_clear()
+
+
+def test_inspect_takes_a_faster_whisper_folder_as_transcribe_does(capsys):
+    """A CTranslate2 folder is a Whisper source (converted first), not an ONNX folder missing its graphs."""
+    from inference4py.engine import kernels
+
+    assert main(["inspect", str(MODELS / "whisper-ct2-int8")]) == 0
+    err = capsys.readouterr().err
+    assert "resolved from" in err and "whisper" in err
+    said = [line for line in err.splitlines() if "quantized weights run on" in line]
+    on_operators = kernels.kernel_library().available
+    assert len(said) == 1 and ("compiled ggml operators (" in said[0]) == on_operators, said

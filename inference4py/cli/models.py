@@ -76,9 +76,10 @@ def _run_inspect(args: argparse.Namespace) -> int:
     import json
 
     from inference4py.engine.pipeline import DESCRIPTION_FILE, detect_pipeline, load_pipeline
+    from inference4py.tasks.kinds import is_whisper_source
 
     folder = Path(args.model).expanduser()
-    if not folder.is_dir():
+    if not folder.is_dir() or is_whisper_source(args.model):  # a faster-whisper folder is a file to convert
         folder = _converted_or_downloaded(args.model, args.revision)
     spec = detect_pipeline(folder) if args.detect else load_pipeline(folder)
     print(json.dumps(spec.describe(), indent=2, ensure_ascii=False))
