@@ -135,3 +135,36 @@ def test_inspect_says_which_operators_a_whisper_files_quantized_matrices_run_on(
     finally:
         monkeypatch.undo()
         kernels._load.cache_clear()
+
+
+def test_inspect_says_a_folder_on_the_compiled_operators_does_not_load_without_them(tmp_path, monkeypatch, capsys):
+    """A folder converted where the operators are built, inspected where they are not: not "MatMulNBits"."""
+    from inference4py.engine import kernels
+    from inference4py.speech.files import convert_whisper
+
+    if not kernels.kernel_library().available:
+        pytest.skip("the compiled operators are not built here")
+    folder = convert_whisper(FIXTURES / "models" / "whisper-ggml" / "ggml-tiny-q8_0.bin", tmp_path / "ops")
+    monkeypatch.setenv("INFERENCE4PY_GGML_OPS", "0")
+    kernels._load.cache_clear()
+    try:
+        assert main(["inspect", str(folder)]) == 0
+        said = [line for line in capsys.readouterr().err.splitlines() if "quantized weights run on" in line]
+        assert len(said) == 1 and "MatMulNBits" not in said[0], said
+        assert "compiled ggml operators" in said[0] and "INFERENCE4PY_GGML_OPS=0" in said[0]
+        assert "does not load" in said[0] and "convert" in said[0]
+    finally:
+        monkeypatch.undo()
+        kernels._load.cache_clear()
+
+
+def test_inspect_takes_a_faster_whisper_folder_as_transcribe_does(capsys):
+    """A CTranslate2 folder is a Whisper source (converted first), not an ONNX folder missing its graphs."""
+    from inference4py.engine import kernels
+
+    assert main(["inspect", str(MODELS / "whisper-ct2-int8")]) == 0
+    err = capsys.readouterr().err
+    assert "resolved from" in err and "whisper" in err
+    said = [line for line in err.splitlines() if "quantized weights run on" in line]
+    on_operators = kernels.kernel_library().available
+    assert len(said) == 1 and ("compiled ggml operators (" in said[0]) == on_operators, said

@@ -76,9 +76,10 @@ def _run_inspect(args: argparse.Namespace) -> int:
     import json
 
     from inference4py.engine.pipeline import DESCRIPTION_FILE, detect_pipeline, load_pipeline
+    from inference4py.tasks.kinds import is_whisper_source
 
     folder = Path(args.model).expanduser()
-    if not folder.is_dir():
+    if not folder.is_dir() or is_whisper_source(args.model):  # a faster-whisper folder is a file to convert
         folder = _converted_or_downloaded(args.model, args.revision)
     spec = detect_pipeline(folder) if args.detect else load_pipeline(folder)
     print(json.dumps(spec.describe(), indent=2, ensure_ascii=False))
@@ -100,9 +101,15 @@ def _weights_path(folder: Path) -> str:
 
     graphs = sorted(folder.glob("*.onnx")) + sorted(folder.glob("onnx/*.onnx"))
     if any(has_op(graph, b"GgmlMatMul") for graph in graphs):
+        library = kernel_library()
+        if not library.available:  # describe() would name MatMulNBits, which this folder's graphs do not use
+            return (
+                f"inference4py's compiled ggml operators, which are not available here ({library.reason}): this "
+                "folder does not load until they are; convert the model file again for onnxruntime's own operators"
+            )
         weights = weights_file(folder / "model.onnx", check=False)
         in_place = f", the weights being {weights.path} in place" if weights is not None else ""
-        return f"{kernel_library().describe()}{in_place}"
+        return f"{library.describe()}{in_place}"
     if (folder / "inference4py-gguf.json").is_file():
         return kernel_library().describe()  # MatMulNBits, and why the compiled operators are not in use
     return "onnxruntime's own operators"

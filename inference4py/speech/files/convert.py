@@ -83,6 +83,9 @@ def _fill(
 
 
 def _provenance(source: WhisperFile, weights: WhisperWeights, digest: str | None, ggml: bool) -> dict[str, Any]:
+    from inference4py.speech.files.quantized import any_quantized
+
+    ggml = ggml and any_quantized(weights)  # what the graphs need: a float16 file's need no operator library
     return {
         "source": str(source.path),
         "format": source.format,

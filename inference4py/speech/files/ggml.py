@@ -169,7 +169,11 @@ class _Tensors:
     def stacked(self, names: list[str]) -> Lazy:
         """Rows of several matrices (q, k, v), unpacked only when written."""
         parts = [self.get(n) for n in names]
-        shape = (sum(p[1][0] for p in parts), *parts[0][1][1:])
+        widths = [dims[1:] for _, dims, _ in parts]
+        if len(set(widths)) != 1:  # the rows add up only when the widths agree: a damaged file
+            listed = ", ".join(f"{n} {list(dims)}" for n, (_, dims, _) in zip(names, parts))
+            raise ModelLoadError(f"{self.path}: {listed} should be rows of one width. {_HOW_TO_FIX}")
+        shape = (sum(p[1][0] for p in parts), *widths[0])
         kinds = {kind for kind, _, _ in parts}
         alike = len(kinds) == 1 and not kinds & {"F32", "F16"} and len(shape) == 2
         blocks = BlockRows(GGML_TYPES[parts[0][0]], tuple(d for _, _, d in parts)) if alike else None

@@ -23,7 +23,7 @@ import numpy as np
 from inference4py.speech.files.ggml import GGML_TYPES
 from inference4py.speech.files.weights import Lazy, Matrix, WhisperWeights
 
-__all__ = ["Quantized", "quantized", "unit_q8_0"]
+__all__ = ["Quantized", "any_quantized", "quantized", "unit_q8_0"]
 
 _Q8_0_VALUES = 32
 _ONE = np.frombuffer(np.float16(1.0).tobytes(), dtype=np.uint8)  # 0x3C00, little endian
@@ -64,15 +64,31 @@ def unit_q8_0(codes: np.ndarray) -> np.ndarray:
     return blocks.reshape(rows, -1)
 
 
+def _int8_rows(value: object) -> Matrix | None:
+    """``value`` when it is CTranslate2's int8 rows of whole Q8_0 blocks (a matrix with row divisors), else None."""
+    if not isinstance(value, Matrix) or value.divisor is None:
+        return None
+    codes = value.values
+    whole = codes.dtype == np.int8 and codes.ndim == 2 and codes.shape[1] % _Q8_0_VALUES == 0
+    return value if whole else None
+
+
 def quantized(weights: WhisperWeights, name: str) -> Quantized | None:
     """Matrix ``name`` as blocks the compiled operators multiply, or None when it stays on the float path."""
     value = weights.tensors[name]
     if isinstance(value, Lazy):
         blocks = value.blocks  # every quantized type whisper.cpp's files hold is one the operators hold
         return None if blocks is None else Quantized(blocks.type_id, value.shape[-1], blocks.parts)
-    if not isinstance(value, Matrix) or value.divisor is None:
+    rows = _int8_rows(value)
+    if rows is None:
         return None
-    codes = value.values
-    if codes.dtype != np.int8 or codes.ndim != 2 or codes.shape[1] % _Q8_0_VALUES:
-        return None
-    return Quantized(GGML_TYPES["Q8_0"], int(codes.shape[1]), (unit_q8_0(codes),), value.divisor)
+    return Quantized(GGML_TYPES["Q8_0"], rows.shape[1], (unit_q8_0(rows.values),), rows.divisor)
+
+
+def any_quantized(weights: WhisperWeights) -> bool:
+    """Whether :func:`quantized` puts any matrix of ``weights`` on the compiled operators (none are made here):
+    False for a file of float16 / float32 matrices, whose graphs then need no operator library."""
+    return any(
+        (isinstance(value, Lazy) and value.blocks is not None) or _int8_rows(value) is not None
+        for value in weights.tensors.values()
+    )

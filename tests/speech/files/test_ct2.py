@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import shutil
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -263,6 +264,35 @@ def test_bad_ggml_files_are_clear_errors(tmp_path):
     not_ggml.write_bytes(b"\0" * 4096)
     with pytest.raises(ModelNotFoundError, match=r"neither a whisper.cpp ggml file"):
         whisper_folder(not_ggml)
+
+
+@pytest.mark.parametrize("ops", ["1", "0"])
+def test_stacked_matrices_of_different_widths_are_a_clear_error(tmp_path, monkeypatch, ops):
+    """A damaged file whose key and value rows are not the query's width, though q, k and v still add up to
+    [3d, d] rows: a ModelLoadError naming them on either path, not numpy's / the block store's ValueError."""
+    from inference4py.engine import kernels
+
+    blob = bytearray((FIXTURES / VARIANTS["ggml-q8_0"]["path"]).read_bytes())
+    d, row = 32, 34  # the fixture's width; a q8_0 block holds 32 values in 34 bytes
+
+    def header(name: str) -> int:  # n_dims, name length, type, ne0, ne1, then the name
+        return blob.index(name.encode()) - 4 * 5
+
+    key, value = header("encoder.blocks.0.attn.key.weight"), header("encoder.blocks.0.attn.value.weight")
+    blob[key + 12 : key + 20] = struct.pack("<2i", 2 * d, d // 2)  # [d/2, 2d]: the same bytes
+    blob[value + 12 : value + 20] = struct.pack("<2i", 2 * d, 3 * d // 2)  # [3d/2, 2d]: three times the bytes
+    data = value + 20 + len("encoder.blocks.0.attn.value.weight")
+    blob[data : data + d * row] = bytes(blob[data : data + d * row]) * 3
+    damaged = tmp_path / "ggml-widths.bin"
+    damaged.write_bytes(bytes(blob))
+    monkeypatch.setenv("INFERENCE4PY_GGML_OPS", ops)
+    kernels._load.cache_clear()
+    try:
+        with pytest.raises(ModelLoadError, match=r"attn\.(query|key|value)\.weight .* Download the ggml file again"):
+            convert_whisper(damaged, tmp_path / "out")
+    finally:
+        monkeypatch.undo()
+        kernels._load.cache_clear()
 
 
 def test_a_ggml_file_in_the_models_dir_is_served_by_its_name(tmp_path):

@@ -264,6 +264,15 @@ def test_the_d_one_trick_is_exact_with_float_activations(tmp_path):
     assert np.all(np.abs(out - want) <= 1e-6 * scale + 1e-7)
 
 
+@pytest.mark.parametrize("variant", ["ggml-f16", "ct2-float16"])
+def test_a_file_with_no_quantized_matrix_records_no_need_for_the_operators(variant, tmp_path):
+    """The marker's ``operators`` (the model card's "loads only where ... built") says what the graphs need."""
+    folder = convert_whisper(FIXTURES / VARIANTS[variant]["path"], tmp_path / variant)
+    for file in ("encoder_model.onnx", "decoder_model_merged.onnx"):
+        assert not [n for n in _graph(folder, file).node if n.domain == DOMAIN]
+    assert json.loads((folder / "inference4py-whisper.json").read_text())["operators"] == "onnxruntime"
+
+
 # --------------------------------------------------------------------------- the numbers
 
 
