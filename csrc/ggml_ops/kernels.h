@@ -69,6 +69,9 @@ bool set_isa(Isa isa);
 size_t packed_group_bytes(int type, int k);
 // Groups [first, first + count) of a weight of rows of ``w_stride`` bytes, into ``out``.
 void repack_rows(int type, const uint8_t* w, size_t w_stride, int first, int count, int k, uint8_t* out);
+// Row ``row`` of a weight repacked by repack_rows (``packed``: its first group) back into the file's
+// layout: the ``k`` values' blocks, byte for byte as stored, into ``out``.
+void unpack_row(int type, const uint8_t* packed, int64_t row, int k, uint8_t* out);
 // Memory for a repacked weight (in 2 MB pages with INFERENCE4PY_GGML_HUGEPAGES=1 where the system gives
 // them: streams the prefetchers follow further), or null; free_packed(p, bytes) gives it back to the system.
 uint8_t* allocate_packed(size_t bytes);

@@ -3,6 +3,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <unordered_map>
 
 namespace i4p {
 
@@ -35,6 +37,27 @@ void repack_task(void* data, size_t index) {
 }
 
 const Op& op_of(const ort::CustomOp* base) { return *reinterpret_cast<const Op*>(base); }
+
+// The repacked copies by the address of the constant each was made from (find_packed). Weak: a copy lives
+// as long as the operator that made it, and an entry outlives it only until the next one is added.
+struct CopyRegistry {
+    std::mutex lock;
+    std::unordered_map<const uint8_t*, std::weak_ptr<const PackedCopy>> copies;
+};
+
+CopyRegistry& registry() {
+    // never destroyed: a session may be released after the library's static destructors have run
+    static CopyRegistry* copies = new CopyRegistry;
+    return *copies;
+}
+
+void register_copy(const uint8_t* source, const std::shared_ptr<const PackedCopy>& copy) {
+    CopyRegistry& r = registry();
+    std::lock_guard<std::mutex> hold(r.lock);
+    for (auto it = r.copies.begin(); it != r.copies.end();)
+        it = it->second.expired() ? r.copies.erase(it) : std::next(it);
+    r.copies[source] = copy;
+}
 
 }  // namespace
 
@@ -154,22 +177,32 @@ bool repack_enabled() {
 const uint8_t* packed_weight(PackedWeight& p, int type, int64_t k, const KernelTable& table, const uint8_t* w,
                              int64_t rows, size_t stride, OrtKernelContext* context, OrtStatus** status) {
     if (!p.constant || table.dot_packed[type] == nullptr || rows % kPackRows != 0) return nullptr;
-    if (p.source.load(std::memory_order_acquire) == w) return p.data.get();
+    if (p.source.load(std::memory_order_acquire) == w) return p.copy->data;
     std::lock_guard<std::mutex> lock(p.making);
-    if (p.source.load(std::memory_order_relaxed) == w) return p.data.get();
-    if (p.data != nullptr) return nullptr;  // a constant at another address: never seen, read as it comes
+    if (p.source.load(std::memory_order_relaxed) == w) return p.copy->data;
+    if (p.copy != nullptr) return nullptr;  // a constant at another address: never seen, read as it comes
     const size_t group = packed_group_bytes(type, k);
     const size_t bytes = group * static_cast<size_t>(rows / kPackRows);
-    std::unique_ptr<uint8_t, PackedFree> data(allocate_packed(bytes), PackedFree{bytes});
+    uint8_t* data = allocate_packed(bytes);
     if (data == nullptr) return nullptr;  // no room for the copy: the file's rows serve
+    auto copy = std::make_shared<const PackedCopy>(data, bytes, type, k, rows);
     prefault(w, stride * static_cast<size_t>(rows));
-    RepackRun run{type, w, stride, static_cast<int>(k), data.get()};
+    RepackRun run{type, w, stride, static_cast<int>(k), data};
     if ((*status = parallel(context, repack_task, static_cast<size_t>(rows / kPackRows), &run)) != nullptr) return nullptr;
     release_file_pages(w, stride * static_cast<size_t>(rows));  // the copy replaces the file's pages in memory
-    p.data = std::move(data);
+    register_copy(w, copy);
+    p.copy = std::move(copy);
     p.source.store(w, std::memory_order_release);
-    return p.data.get();
+    return p.copy->data;
 }
+
+std::shared_ptr<const PackedCopy> find_packed(const uint8_t* source) {
+    CopyRegistry& r = registry();
+    std::lock_guard<std::mutex> hold(r.lock);
+    const auto it = r.copies.find(source);
+    return it == r.copies.end() ? nullptr : it->second.lock();
+}
+
 Op make_op(const char* name, std::vector<int> types, std::vector<bool> optional,
            OrtStatus* (*create)(const OrtKernelInfo*, void**), OrtStatus* (*compute)(void*, OrtKernelContext*),
            void (*destroy)(void*)) {

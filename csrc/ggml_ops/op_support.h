@@ -65,18 +65,27 @@ bool gate_attribute(const OrtKernelInfo* info, const char* op, Gate* gate, OrtSt
 // Whether weights are repacked (INFERENCE4PY_GGML_REPACK=0 says no), read when a kernel is made.
 bool repack_enabled();
 
-struct PackedFree {
-    size_t bytes = 0;
-    void operator()(uint8_t* p) const { free_packed(p, bytes); }
+// A weight repacked eight rows at a time (repack.cpp): its memory, given back to the system when the last
+// holder lets go (the operator that made it, or a GgmlGather reading rows from it at that moment).
+struct PackedCopy {
+    uint8_t* data;
+    size_t bytes;
+    int type;
+    int64_t k, rows;
+    PackedCopy(uint8_t* data, size_t bytes, int type, int64_t k, int64_t rows)
+        : data(data), bytes(bytes), type(type), k(k), rows(rows) {}
+    PackedCopy(const PackedCopy&) = delete;
+    PackedCopy& operator=(const PackedCopy&) = delete;
+    ~PackedCopy() { free_packed(data, bytes); }
 };
 
-// A weight repacked eight rows at a time (repack.cpp), made the first time an operator runs with a
-// kernel that reads that layout. Only a constant initializer is: a weight fed as a graph input may
-// change between runs, even in place at the same address, so it is always read as it comes.
+// An operator's weight repacked, made the first time the operator runs with a kernel that reads that
+// layout. Only a constant initializer is: a weight fed as a graph input may change between runs, even in
+// place at the same address, so it is always read as it comes.
 struct PackedWeight {
     bool constant = false;                        // set when the kernel is made (constant_input)
     std::atomic<const uint8_t*> source{nullptr};  // set once the packed copy is complete
-    std::unique_ptr<uint8_t, PackedFree> data;
+    std::shared_ptr<const PackedCopy> copy;
     std::mutex making;
 };
 
@@ -88,6 +97,12 @@ bool constant_input(const OrtKernelInfo* info, size_t index);
 // no memory for the copy). The file's pages of a repacked weight are given back.
 const uint8_t* packed_weight(PackedWeight& p, int type, int64_t k, const KernelTable& table, const uint8_t* w,
                              int64_t rows, size_t stride, OrtKernelContext* context, OrtStatus** status);
+
+// The copy an operator made of the constant at `source` (packed_weight), while that operator keeps it,
+// or null. Another operator reading the same constant (a tied embedding table's GgmlGather) reads its
+// rows there: the file's pages of a repacked weight have been given back, and reading them again would
+// hold the table twice. The caller keeps the copy alive as long as it holds the pointer.
+std::shared_ptr<const PackedCopy> find_packed(const uint8_t* source);
 
 // Rows [first, first + rows) of a weight of `type` (its rows as stored, `w`, `w_stride` bytes apart, or their
 // eight-row repacking `packed`, null when there is none) against `cols` activation rows rounded for `type`:

@@ -221,20 +221,30 @@ OrtStatus* matmul_create(const OrtKernelInfo* info, void** kernel_out) {
 struct GatherKernel {
     int type;
     int64_t k;
+    bool reads_copy;  // a constant table, repacking on: its rows may come from a GgmlMatMul's copy (tied)
 };
 
 struct GatherRun {
     const GatherKernel* kernel;
     const uint8_t* w;
     size_t stride;
+    const uint8_t* packed;  // the table repacked by an operator that multiplies by it, or null
     const int64_t* ids;
     float* y;
 };
 
 void gather_task(void* data, size_t index) {
     const GatherRun& run = *static_cast<const GatherRun*>(data);
-    dequantize_row(run.kernel->type, run.w + run.ids[index] * run.stride, run.y + index * run.kernel->k,
-                   static_cast<int>(run.kernel->k));
+    const GatherKernel& kernel = *run.kernel;
+    float* out = run.y + index * kernel.k;
+    if (run.packed == nullptr) {
+        dequantize_row(kernel.type, run.w + run.ids[index] * run.stride, out, static_cast<int>(kernel.k));
+        return;
+    }
+    // the row's blocks as the file stores them, so the values are the file row's to the bit
+    std::vector<uint8_t> row(run.stride);
+    unpack_row(kernel.type, run.packed, run.ids[index], static_cast<int>(kernel.k), row.data());
+    dequantize_row(kernel.type, row.data(), out, static_cast<int>(kernel.k));
 }
 
 OrtStatus* gather_compute(void* kernel_ptr, OrtKernelContext* context) {
@@ -250,7 +260,7 @@ OrtStatus* gather_compute(void* kernel_ptr, OrtKernelContext* context) {
     if (ws.dims.size() != 2 || ws.dims[1] != static_cast<int64_t>(bytes))
         return fail(std::string("GgmlGather table of type ") + type_info(kernel.type)->name + " has shape " +
                     dims_text(ws.dims) + ", expected [rows, " + std::to_string(bytes) + "]");
-    GatherRun run{&kernel, nullptr, bytes, nullptr, nullptr};
+    GatherRun run{&kernel, nullptr, bytes, nullptr, nullptr, nullptr};
     const void* wd = nullptr;
     const void* id = nullptr;
     if (OrtStatus* s = g_api->GetTensorData(wv, &wd)) return s;
@@ -270,11 +280,17 @@ OrtStatus* gather_compute(void* kernel_ptr, OrtKernelContext* context) {
     if (OrtStatus* s = g_api->GetTensorMutableData(yv, &yd)) return s;
     run.y = static_cast<float*>(yd);
     if (count == 0) return nullptr;
+    // a tied table: the output head's GgmlMatMul repacked it and gave the file's pages back
+    std::shared_ptr<const PackedCopy> copy;
+    if (kernel.reads_copy) copy = find_packed(run.w);
+    if (copy != nullptr && copy->type == kernel.type && copy->k == kernel.k && copy->rows == ws.dims[0])
+        run.packed = copy->data;
     return parallel(context, gather_task, static_cast<size_t>(count), &run);
 }
 
 OrtStatus* gather_create(const OrtKernelInfo* info, void** kernel_out) {
-    auto* kernel = new GatherKernel{static_cast<int>(attribute(info, "type", -1)), attribute(info, "K", -1)};
+    auto* kernel = new GatherKernel{static_cast<int>(attribute(info, "type", -1)), attribute(info, "K", -1),
+                                    repack_enabled() && constant_input(info, 0)};
     const TypeInfo* t = type_info(kernel->type);
     if (t == nullptr || kernel->k <= 0 || kernel->k % t->values != 0) {
         const std::string message = "GgmlGather attributes type=" + std::to_string(kernel->type) +

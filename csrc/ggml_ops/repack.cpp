@@ -29,50 +29,86 @@ size_t packed_group_bytes(int type, int k) {
 
 namespace {
 
-void repack_q4_k(const uint8_t* w, size_t w_stride, int nb, BlockQ4Kx8* out) {
-    for (int b = 0; b < nb; ++b) {
-        BlockQ4Kx8& o = out[b];
-        for (int i = 0; i < kPackRows; ++i) {
-            const BlockQ4_K& x = reinterpret_cast<const BlockQ4_K*>(w + i * w_stride)[b];
-            o.d[i] = x.d;
-            o.dmin[i] = x.dmin;
-            for (int j = 0; j < 12; ++j) o.scales[j][i] = x.scales[j];
-            for (int chunk = 0; chunk < 4; ++chunk)
-                for (int g = 0; g < 8; ++g) std::memcpy(&o.qs[chunk][g][4 * i], x.qs + 32 * chunk + 4 * g, 4);
-        }
-    }
+// One row's bytes between its file block and its lane of a packed block, the direction given by which side
+// is const: a const file block is packed into the lane, a const packed block unpacked into the file block.
+// Each layout below is so written once for repack_rows and unpack_row, which are inverses by construction.
+inline void carry(const void* file, void* lane, size_t n) { std::memcpy(lane, file, n); }
+inline void carry(void* file, const void* lane, size_t n) { std::memcpy(file, lane, n); }
+
+// lane i of a Q4_K x 8 block: File/Packed are (const BlockQ4_K, BlockQ4Kx8) to pack, the reverse to unpack
+template <typename File, typename Packed>
+void lane_q4_k(File& x, Packed& o, int i) {
+    carry(&x.d, &o.d[i], 2);
+    carry(&x.dmin, &o.dmin[i], 2);
+    for (int j = 0; j < 12; ++j) carry(&x.scales[j], &o.scales[j][i], 1);
+    for (int chunk = 0; chunk < 4; ++chunk)
+        for (int g = 0; g < 8; ++g) carry(x.qs + 32 * chunk + 4 * g, &o.qs[chunk][g][4 * i], 4);
 }
 
-void repack_q6_k(const uint8_t* w, size_t w_stride, int nb, BlockQ6Kx8* out) {
-    for (int b = 0; b < nb; ++b) {
-        BlockQ6Kx8& o = out[b];
-        for (int i = 0; i < kPackRows; ++i) {
-            const BlockQ6_K& x = reinterpret_cast<const BlockQ6_K*>(w + i * w_stride)[b];
-            o.d[i] = x.d;
-            for (int s = 0; s < 16; ++s) o.scales[s / 2][i][s % 2] = x.scales[s];
-            for (int n = 0; n < 2; ++n)
-                for (int g = 0; g < 8; ++g) {
-                    for (int m = 0; m < 2; ++m) std::memcpy(&o.q[n][g][m][4 * i], x.ql + 64 * n + 32 * m + 4 * g, 4);
-                    std::memcpy(&o.q[n][g][2][4 * i], x.qh + 32 * n + 4 * g, 4);
-                }
+template <typename File, typename Packed>
+void lane_q6_k(File& x, Packed& o, int i) {
+    carry(&x.d, &o.d[i], 2);
+    for (int s = 0; s < 16; ++s) carry(&x.scales[s], &o.scales[s / 2][i][s % 2], 1);
+    for (int n = 0; n < 2; ++n)
+        for (int g = 0; g < 8; ++g) {
+            for (int m = 0; m < 2; ++m) carry(x.ql + 64 * n + 32 * m + 4 * g, &o.q[n][g][m][4 * i], 4);
+            carry(x.qh + 32 * n + 4 * g, &o.q[n][g][2][4 * i], 4);
         }
-    }
 }
 
 // the 32-value types: each row's scale fields as stored, its code bytes four at a time into its lane
-template <typename Out, typename In>
-void repack_32(const uint8_t* w, size_t w_stride, int nb, Out* out) {
-    constexpr int kGroups = sizeof(Out::qs) / sizeof(Out::qs[0]);
-    for (int b = 0; b < nb; ++b) {
-        Out& o = out[b];
+template <typename File, typename Packed>
+void lane_32(File& x, Packed& o, int i) {
+    using In = std::remove_const_t<File>;
+    constexpr int kGroups = sizeof(Packed::qs) / sizeof(Packed::qs[0]);
+    if constexpr (std::is_same_v<In, BlockMXFP4>) carry(&x.e, &o.e[i], 1);
+    else carry(&x.d, &o.d[i], 2);
+    if constexpr (std::is_same_v<In, BlockQ4_1>) carry(&x.m, &o.m[i], 2);
+    if constexpr (std::is_same_v<In, BlockQ5_0>) carry(x.qh, &o.qh[i], 4);
+    for (int g = 0; g < kGroups; ++g) carry(x.qs + 4 * g, &o.qs[g][4 * i], 4);
+}
+
+// `nb` blocks of the eight rows at `w` into the packed blocks `out`
+template <typename In, typename Out>
+void pack_group(const uint8_t* w, size_t w_stride, int nb, Out* out) {
+    for (int b = 0; b < nb; ++b)
         for (int i = 0; i < kPackRows; ++i) {
             const In& x = reinterpret_cast<const In*>(w + i * w_stride)[b];
-            if constexpr (std::is_same_v<In, BlockMXFP4>) o.e[i] = x.e;
-            else o.d[i] = x.d;
-            if constexpr (std::is_same_v<In, BlockQ4_1>) o.m[i] = x.m;
-            if constexpr (std::is_same_v<In, BlockQ5_0>) std::memcpy(&o.qh[i], x.qh, 4);
-            for (int g = 0; g < kGroups; ++g) std::memcpy(&o.qs[g][4 * i], x.qs + 4 * g, 4);
+            if constexpr (std::is_same_v<In, BlockQ4_K>) lane_q4_k(x, out[b], i);
+            else if constexpr (std::is_same_v<In, BlockQ6_K>) lane_q6_k(x, out[b], i);
+            else lane_32(x, out[b], i);
         }
+}
+
+// lane i of the `nb` packed blocks `group` back into the file's row `out`
+template <typename In, typename Out>
+void unpack_lane(const Out* group, int nb, int i, uint8_t* out) {
+    for (int b = 0; b < nb; ++b) {
+        In& x = reinterpret_cast<In*>(out)[b];
+        if constexpr (std::is_same_v<In, BlockQ4_K>) lane_q4_k(x, group[b], i);
+        else if constexpr (std::is_same_v<In, BlockQ6_K>) lane_q6_k(x, group[b], i);
+        else lane_32(x, group[b], i);
+    }
+}
+
+template <typename FileBlock, typename PackedBlock>
+struct Layout {
+    using In = FileBlock;
+    using Out = PackedBlock;
+};
+
+// fn(Layout<file block, packed block>{}, blocks a row) for a repacked type; nothing for another
+template <typename Fn>
+void with_layout(int type, int k, Fn&& fn) {
+    switch (type) {
+        case T_Q4_K: fn(Layout<BlockQ4_K, BlockQ4Kx8>{}, k / QK_K); return;
+        case T_Q6_K: fn(Layout<BlockQ6_K, BlockQ6Kx8>{}, k / QK_K); return;
+        case T_Q4_0: fn(Layout<BlockQ4_0, BlockQ4_0x8>{}, k / QK); return;
+        case T_Q4_1: fn(Layout<BlockQ4_1, BlockQ4_1x8>{}, k / QK); return;
+        case T_Q5_0: fn(Layout<BlockQ5_0, BlockQ5_0x8>{}, k / QK); return;
+        case T_Q8_0: fn(Layout<BlockQ8_0, BlockQ8_0x8>{}, k / QK); return;
+        case T_MXFP4: fn(Layout<BlockMXFP4, BlockMXFP4x8>{}, k / QK); return;
+        default: return;
     }
 }
 
@@ -82,16 +118,21 @@ void repack_rows(int type, const uint8_t* w, size_t w_stride, int first, int cou
     const size_t group = packed_group_bytes(type, k);
     for (int g = first; g < first + count; ++g) {
         const uint8_t* rows = w + static_cast<size_t>(g) * kPackRows * w_stride;
-        if (type == T_Q4_K) repack_q4_k(rows, w_stride, k / QK_K, reinterpret_cast<BlockQ4Kx8*>(out + g * group));
-        if (type == T_Q6_K) repack_q6_k(rows, w_stride, k / QK_K, reinterpret_cast<BlockQ6Kx8*>(out + g * group));
         uint8_t* o = out + g * group;
-        if (type == T_Q4_0) repack_32<BlockQ4_0x8, BlockQ4_0>(rows, w_stride, k / QK, reinterpret_cast<BlockQ4_0x8*>(o));
-        if (type == T_Q4_1) repack_32<BlockQ4_1x8, BlockQ4_1>(rows, w_stride, k / QK, reinterpret_cast<BlockQ4_1x8*>(o));
-        if (type == T_Q5_0) repack_32<BlockQ5_0x8, BlockQ5_0>(rows, w_stride, k / QK, reinterpret_cast<BlockQ5_0x8*>(o));
-        if (type == T_Q8_0) repack_32<BlockQ8_0x8, BlockQ8_0>(rows, w_stride, k / QK, reinterpret_cast<BlockQ8_0x8*>(o));
-        if (type == T_MXFP4)
-            repack_32<BlockMXFP4x8, BlockMXFP4>(rows, w_stride, k / QK, reinterpret_cast<BlockMXFP4x8*>(o));
+        with_layout(type, k, [&](auto layout, int nb) {
+            using L = decltype(layout);
+            pack_group<typename L::In>(rows, w_stride, nb, reinterpret_cast<typename L::Out*>(o));
+        });
     }
+}
+
+void unpack_row(int type, const uint8_t* packed, int64_t row, int k, uint8_t* out) {
+    const uint8_t* group = packed + static_cast<size_t>(row / kPackRows) * packed_group_bytes(type, k);
+    const int lane = static_cast<int>(row % kPackRows);
+    with_layout(type, k, [&](auto layout, int nb) {
+        using L = decltype(layout);
+        unpack_lane<typename L::In>(reinterpret_cast<const typename L::Out*>(group), nb, lane, out);
+    });
 }
 
 namespace {

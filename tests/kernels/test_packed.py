@@ -3,7 +3,8 @@
 A weight whose rows are a multiple of eight is rearranged the first time its operator runs; the
 product must equal the numpy reference of llama.cpp's rounding and the same session built with
 ``INFERENCE4PY_GGML_REPACK=0`` (the file's rows as stored), for every tile of activation rows and on
-every kernel path the CPU has.
+every kernel path the CPU has. A GgmlGather of the same constant (a tied embedding table) reads its rows
+back from the copy and must still equal gguf's dequantize bit for bit.
 """
 
 from __future__ import annotations
@@ -123,3 +124,48 @@ def test_a_constant_mapped_from_a_file_is_repacked_and_the_file_left_as_it_was(t
     assert _error(y, stored, x) < TOLERANCE
     assert np.array_equal(session.run(None, {"X": x})[0], y)  # the copy, made once and kept
     assert path.read_bytes() == stored.tobytes()
+
+
+def _tied_session(kind: str, raw: np.ndarray, k: int) -> ort.InferenceSession:
+    """One constant table read by a GgmlMatMul (an output head) and a GgmlGather (the embedding lookup)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from inference4py.engine import kernels
+    from tests.kernels.test_ggml_ops import _session
+
+    head = helper.make_node("GgmlMatMul", ["X", "W"], ["Y"], domain=kernels.DOMAIN, K=k, type=type_id(kind))
+    lookup = helper.make_node("GgmlGather", ["W", "ids"], ["E"], domain=kernels.DOMAIN, K=k, type=type_id(kind))
+    return _session(
+        [head, lookup],
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 1, k]),
+            helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"]),
+        ],
+        [
+            helper.make_tensor_value_info("Y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("E", TensorProto.FLOAT, None),
+        ],
+        [numpy_helper.from_array(raw, "W")],
+    )
+
+
+@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K", "Q4_0", "Q4_1", "Q5_0", "Q8_0", "MXFP4"])
+def test_a_tied_table_gathers_its_rows_from_the_repacked_copy_bit_for_bit(kind: str, isa: str) -> None:
+    """A tied output head repacks the table and gives the file's pages back; the embedding lookup then reads
+    its rows from that copy, back in the file's layout, and must give gguf's values to the bit. The first run
+    makes the copy; the second run's gather finds it."""
+    from tests.kernels.blocks import dequantize
+    from tests.kernels.test_ggml_ops import gather
+
+    rng = np.random.default_rng(type_id(kind) + 40)
+    k, n = 768, 64  # eight groups of eight rows
+    raw = random_rows(kind, n, k, rng)
+    ids = np.concatenate([[0, n - 1, 9, 9], rng.permutation(n), rng.integers(0, n, 12)]).reshape(4, -1)
+    x = rng.normal(0, 1, (1, 1, k)).astype(np.float32)
+    session = _tied_session(kind, raw, k)
+    expected = dequantize(kind, raw)[ids]
+    for _ in range(2):
+        y, e = session.run(None, {"X": x, "ids": ids})
+        assert np.array_equal(e, expected)
+    assert np.array_equal(gather(kind, raw, k).run(None, {"ids": ids})[0], e)
+    assert (np.abs(y[0] - reference(kind, raw, x[0])) / magnitude(kind, raw, x[0])).max() < TOLERANCE
