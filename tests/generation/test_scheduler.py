@@ -82,12 +82,17 @@ def test_staggered_greedy_requests_equal_each_alone(name):
     model = _model(name)
     options = [{"max_new_tokens": n, "do_sample": False} for n in MAX_NEW]
     alone = [model.generate(p, **o).token_ids for p, o in zip(PROMPTS, options)]
-    with model.batched(max_concurrent=8, prefix_cache_mb=0) as batched:
-        together = _staggered(batched, PROMPTS, options)
-        stats = batched.stats
-    assert together == alone
-    assert stats.step_rows > stats.steps, "the requests never shared a step"
-    assert stats.completed == len(PROMPTS) and stats.failed == 0
+    # whether a submission lands while the one before still decodes is up to the threads: on a loaded
+    # machine a tiny model may finish each request first, so a run with no shared step is tried again
+    for _ in range(3):
+        with model.batched(max_concurrent=8, prefix_cache_mb=0) as batched:
+            together = _staggered(batched, PROMPTS, options)
+            stats = batched.stats
+        assert together == alone
+        assert stats.completed == len(PROMPTS) and stats.failed == 0
+        if stats.step_rows > stats.steps:
+            break
+    assert stats.step_rows > stats.steps, "the requests never shared a step, in three tries"
 
 
 @pytest.fixture(scope="module")
