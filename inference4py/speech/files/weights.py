@@ -156,11 +156,6 @@ class WhisperWeights:
             return value.load()
         return value if isinstance(value, Matrix) else Matrix(np.asarray(value))
 
-    def blocks(self, name: str) -> BlockRows | None:
-        """The ggml blocks of matrix ``name`` as the file stores them; None when it is stored otherwise."""
-        value = self.tensors[name]
-        return value.blocks if isinstance(value, Lazy) else None
-
     def vector(self, name: str) -> np.ndarray:
         """A bias, norm or position table as float32 (exact: float16 and bfloat16 widen without rounding)."""
         value = self.tensors[name]
